@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Create (or reuse) the project's virtual environment and install pe_plugin with its stack.
+# Idempotent: a finished environment is detected by a stamp file and left alone.
+#   VENV=.venv (default)   PYTHON=python3 (default)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${VENV:-.venv}
+PYTHON=${PYTHON:-python3}
+STAMP="$VENV/.pe_plugin_setup_v1"
+
+pyver=$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null) || {
+  echo "error: '$PYTHON' not found; set PYTHON=/path/to/python3.8+ and re-run" >&2; exit 2; }
+major=${pyver%%.*}; minor=${pyver#*.}
+if [ "$major" -ne 3 ] || [ "$minor" -lt 8 ]; then
+  echo "error: Python $pyver is not supported; pe_plugin needs Python 3.8 or newer (3.11 recommended)." >&2
+  echo "       Set PYTHON=/path/to/python3.11 and re-run." >&2
+  exit 2
+fi
+
+if [ -f "$STAMP" ] && [ "$STAMP" -nt setup.py ] && [ "$STAMP" -nt scripts/setup_env.sh ]; then
+  exit 0
+fi
+
+[ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
+PIP=("$VENV/bin/python" -m pip install --disable-pip-version-check -q)
+
+# torch: keep an installed one, else the pinned CPU-friendly release (an unpinned torch pulls CUDA wheels).
+if ! "$VENV/bin/python" -c 'import torch' 2>/dev/null; then
+  echo "[setup] installing torch==2.13.0"
+  "${PIP[@]}" "torch==2.13.0"
+fi
+
+# fairseq: official 0.12.2 does not import on Python >= 3.11; ve-fairseq 0.12.3 does, installed without its
+# torchaudio requirement (which would pull another torch; translation never imports it).
+if ! "$VENV/bin/python" -c 'import fairseq' 2>/dev/null; then
+  if [ "$minor" -ge 11 ]; then
+    echo "[setup] installing ve-fairseq==0.12.3 (--no-deps) and its runtime dependencies"
+    "${PIP[@]}" --no-deps "ve-fairseq==0.12.3"
+    "${PIP[@]}" cffi cython "hydra-core>=1.3.2" omegaconf "numpy>=1.21.3" regex "sacrebleu>=2.3" tqdm bitarray \
+      packaging scikit-learn
+  else
+    echo "[setup] installing fairseq==0.12.2"
+    "${PIP[@]}" "pip<24.1"
+    "${PIP[@]}" "fairseq==0.12.2"
+  fi
+fi
+
+echo "[setup] installing pe_plugin (editable) with its extras"
+"${PIP[@]}" --no-deps -e .
+"${PIP[@]}" "sacrebleu>=2.3" sacremoses subword-nmt matplotlib pytest
+touch "$STAMP"
+echo "[setup] ready: $VENV (Python $pyver)"
