@@ -1,0 +1,11 @@
+"""No positional encoding (``nope``): the encoder is permutation-equivariant; the decoder sees order only
+through its causal mask."""
+from . import register_pe
+from .base import PositionalEncoding
+
+
+@register_pe
+class NoPositionalEncoding(PositionalEncoding):
+    name = "nope"
+    level = "none"
+    paper = "-"

@@ -1,0 +1,137 @@
+"""fairseq glue: the ``pe_transformer`` model, a stock Transformer whose positional signal comes from one
+registered encoding (``--pe``).
+
+Everything is done by subclassing and overriding builder hooks:
+  * ``build_encoder`` / ``build_decoder`` build each side's encoding (before the stack, so parameter
+    initialisation consumes the random stream in the same order as fairseq's own ``embed_positions``), and
+    build the stack with fairseq's positional embedding switched off.
+  * the stacks put a ``PositionSlot`` in fairseq's ``embed_positions`` slot (and, for encodings that act
+    after the embedding dropout, a ``DropoutThenEmbed`` in ``dropout_module``), see ``pe_embedding``;
+  * ``build_encoder_layer`` / ``build_decoder_layer`` swap the self-attention of the layers the encoding
+    acts on for ``PEAttention``, initialised from the stock module's weights.
+Cross-attention is never touched.
+"""
+import copy
+import logging
+
+from fairseq.dataclass.utils import gen_parser_from_dataclass
+from fairseq.models import register_model
+from fairseq.models.transformer import TransformerConfig, TransformerDecoderBase, TransformerEncoderBase, TransformerModel
+
+from ..encodings import PE_REGISTRY, config_from_args, get_pe_class
+from ..encodings.base import Dims
+from ..encodings.none import NoPositionalEncoding
+from ..modules.pe_attention import PEAttention
+from ..modules.pe_embedding import DropoutThenEmbed, PositionSlot
+from . import validation
+
+logger = logging.getLogger(__name__)
+
+
+def _stack_cfg(args):
+    """A private copy of the config with fairseq's own positional embedding off (ours replaces it)."""
+    cfg = copy.deepcopy(TransformerConfig.from_namespace(args))
+    cfg.no_token_positional_embeddings = True
+    return cfg
+
+
+class _PEStack:
+    """Mixin for TransformerEncoderBase / TransformerDecoderBase: owns the side's encoding as ``self.pe``."""
+
+    def _attach_pe_before_init(self, pe):
+        # layers are built inside fairseq's __init__, so the encoding must be reachable before it runs
+        object.__setattr__(self, "_pending_pe", pe)
+        object.__setattr__(self, "_num_built_layers", 0)
+
+    def _attach_pe_after_init(self):
+        pe = self.__dict__.pop("_pending_pe")
+        self.pe = pe
+        self.embed_positions = PositionSlot(pe, self.embed_tokens)
+        if pe.embed_after_dropout and pe.has_embedding_hook():
+            self.dropout_module = DropoutThenEmbed(self.dropout_module, self.embed_positions)
+
+    def _install_pe_attention(self, layer, embed_dim, num_heads, attention_dropout):
+        pe, idx = self.__dict__["_pending_pe"], self.__dict__["_num_built_layers"]
+        object.__setattr__(self, "_num_built_layers", idx + 1)
+        if pe.applies_to_layer(idx):
+            stock = layer.self_attn
+            layer.self_attn = PEAttention(embed_dim, num_heads, pe, idx, dropout=attention_dropout)
+            layer.self_attn.load_state_dict(stock.state_dict())
+        return layer
+
+
+class PETransformerEncoder(_PEStack, TransformerEncoderBase):
+    def __init__(self, cfg, dictionary, embed_tokens, pe):
+        self._attach_pe_before_init(pe)
+        super().__init__(cfg, dictionary, embed_tokens)
+        self._attach_pe_after_init()
+
+    def build_encoder_layer(self, cfg):
+        layer = super().build_encoder_layer(cfg)
+        return self._install_pe_attention(
+            layer, cfg.encoder.embed_dim, cfg.encoder.attention_heads, cfg.attention_dropout
+        )
+
+
+class PETransformerDecoder(_PEStack, TransformerDecoderBase):
+    def __init__(self, cfg, dictionary, embed_tokens, pe, no_encoder_attn=False):
+        self._attach_pe_before_init(pe)
+        super().__init__(cfg, dictionary, embed_tokens, no_encoder_attn=no_encoder_attn)
+        self._attach_pe_after_init()
+
+    def build_decoder_layer(self, cfg, no_encoder_attn=False):
+        layer = super().build_decoder_layer(cfg, no_encoder_attn)
+        return self._install_pe_attention(
+            layer, cfg.decoder.embed_dim, cfg.decoder.attention_heads, cfg.attention_dropout
+        )
+
+
+@register_model("pe_transformer")
+class PETransformerModel(TransformerModel):
+    """Transformer with a pluggable positional encoding; architectures ``transformer_<pe>_<size>``."""
+
+    # one dict per model build, for modules an encoding shares between encoder and decoder
+    _shared = None
+
+    @classmethod
+    def add_args(cls, parser):
+        super().add_args(parser)
+        group = parser.add_argument_group("positional encoding")
+        group.add_argument("--pe", choices=sorted(PE_REGISTRY), metavar="NAME",
+                           help="positional encoding: " + ", ".join(sorted(PE_REGISTRY)))
+        for pe_cls in PE_REGISTRY.values():
+            if pe_cls.config_cls is not None:
+                gen_parser_from_dataclass(group, pe_cls.config_cls(), delete_default=True)
+
+    @classmethod
+    def build_model(cls, args, task):
+        validation.check_args(args, task)
+        cls._shared = {}
+        try:
+            model = super().build_model(args, task)
+        finally:
+            cls._shared = None
+        validation.log_model_summary(model, args)
+        return model
+
+    @classmethod
+    def _build_pe(cls, args, cfg, side, embed_tokens):
+        pe_cls = get_pe_class(args.pe)
+        sub = cfg.encoder if side == "encoder" else cfg.decoder
+        max_positions = cfg.max_source_positions if side == "encoder" else cfg.max_target_positions
+        dims = Dims(sub.embed_dim, sub.attention_heads, sub.layers, max_positions, embed_tokens.padding_idx, side)
+        pe_cfg = config_from_args(pe_cls, args)
+        pe = pe_cls.build(pe_cfg, dims, cls._shared if cls._shared is not None else {})
+        return pe if pe is not None else NoPositionalEncoding(None, dims)
+
+    @classmethod
+    def build_encoder(cls, args, src_dict, embed_tokens):
+        cfg = _stack_cfg(args)
+        pe = cls._build_pe(args, cfg, "encoder", embed_tokens)
+        return PETransformerEncoder(cfg, src_dict, embed_tokens, pe)
+
+    @classmethod
+    def build_decoder(cls, args, tgt_dict, embed_tokens):
+        cfg = _stack_cfg(args)
+        pe = cls._build_pe(args, cfg, "decoder", embed_tokens)
+        return PETransformerDecoder(cfg, tgt_dict, embed_tokens, pe, no_encoder_attn=cfg.no_cross_attention)

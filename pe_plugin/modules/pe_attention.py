@@ -1,0 +1,133 @@
+"""Self-attention that applies a positional encoding's attention-level hooks on every path.
+
+This is the project's one deliberate re-implementation of fairseq code: the forward of
+``fairseq.modules.MultiheadAttention``, reduced to self-attention. fairseq's own forward takes
+``F.multi_head_attention_forward`` in training and full-pass validation, which skips every Python hook
+(``apply_sparse_mask`` included), so an encoding injected there would be missing in training
+(FAIRSEQ.md 4.2). Here one code path serves training, validation and incremental decoding:
+
+    q, k, v  = x W_Q * d^-1/2, x W_K, x W_V                        (B,H,T,d)
+    v        = transform_values(v, k_pos)                          new values only; the cache holds them
+    e_ij     = q_i . k_j + score_bias_ij + mask_ij                 (B,H,Tq,Tk)
+    a        = dropout(softmax_j(e))
+    z_i      = sum_j a_ij v_j + value_bias(a)_i                    (B,H,Tq,d) -> concat heads -> W_O
+
+When the encoding has no value bias and no weights are requested, the product runs in the fused
+``F.scaled_dot_product_attention`` kernel with the bias as a float mask.
+Projections, parameter names, the incremental cache layout ("attn_state": prev_key / prev_value as
+(B, H, T, d)) and beam reordering are inherited from fairseq, so checkpoints and generators see a normal
+``MultiheadAttention``.
+"""
+from typing import Dict, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from fairseq.modules import MultiheadAttention
+from torch import Tensor
+
+from ..encodings.base import PositionalEncoding, Positions
+
+
+class PEAttention(MultiheadAttention):
+    def __init__(self, embed_dim: int, num_heads: int, pe: PositionalEncoding, layer: int, dropout: float = 0.0):
+        super().__init__(embed_dim, num_heads, dropout=dropout, self_attention=True)
+        self._pe = [pe]  # not registered: the stack owns the encoding (shared by its layers)
+        self.layer = layer
+        self.capture_weights = False  # analysis tools set it to keep the last head-wise probabilities
+        self.last_weights: Optional[Tensor] = None
+
+    @property
+    def pe(self) -> PositionalEncoding:
+        return self._pe[0]
+
+    def _split_heads(self, x: Tensor) -> Tensor:
+        t, b, _ = x.shape
+        return x.view(t, b, self.num_heads, self.head_dim).permute(1, 2, 0, 3)  # (T,B,C) -> (B,H,T,d)
+
+    def forward(
+        self,
+        query: Tensor,
+        key: Optional[Tensor],
+        value: Optional[Tensor],
+        key_padding_mask: Optional[Tensor] = None,
+        incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
+        need_weights: bool = True,
+        static_kv: bool = False,
+        attn_mask: Optional[Tensor] = None,
+        before_softmax: bool = False,
+        need_head_weights: bool = False,
+    ) -> Tuple[Tensor, Optional[Tensor]]:
+        if static_kv or before_softmax:
+            raise NotImplementedError("PEAttention is self-attention only (no static_kv / before_softmax)")
+        need_weights = need_weights or need_head_weights
+        tgt_len, bsz, embed_dim = query.shape
+        pe = self.pe
+
+        q = self._split_heads(self.q_proj(query) * self.scaling)  # (B,H,Tq,d)
+        k = self._split_heads(self.k_proj(query))  # (B,H,Tq,d)
+        v = self._split_heads(self.v_proj(query))  # (B,H,Tq,d)
+
+        saved = self._get_input_buffer(incremental_state) if incremental_state is not None else None
+        n_cached = 0
+        if saved is not None and saved.get("prev_key") is not None:
+            n_cached = saved["prev_key"].size(2)
+        src_len = n_cached + tgt_len
+        if saved is not None:
+            key_padding_mask = MultiheadAttention._append_prev_key_padding_mask(
+                key_padding_mask=key_padding_mask,
+                prev_key_padding_mask=saved.get("prev_key_padding_mask"),
+                batch_size=bsz,
+                src_len=src_len,
+                static_kv=False,
+            )  # (B, Tk) or None
+        nonpad = None if key_padding_mask is None else ~key_padding_mask.bool()
+        k_pos = Positions.from_padding(nonpad, src_len, query.device)  # (B|1, Tk)
+        pos = Positions(k_pos[:, n_cached:], k_pos)
+
+        # values are transformed once, before caching: (B,H,Tq,d)
+        v = pe.transform_values(v, pos.q, self.layer)
+        if saved is not None:
+            if n_cached:
+                k = torch.cat([saved["prev_key"], k], dim=2)  # (B,H,Tk,d)
+                v = torch.cat([saved["prev_value"], v], dim=2)  # (B,H,Tk,d)
+            saved["prev_key"], saved["prev_value"] = k, v
+            saved["prev_key_padding_mask"] = key_padding_mask
+            self._set_input_buffer(incremental_state, saved)
+
+        # additive float mask (B|1, H|1, Tq, Tk): encoding bias, causal mask, key padding
+        mask = pe.score_bias(q, pos, self.layer)
+        if attn_mask is not None:
+            attn_mask = attn_mask.to(q.dtype)  # (Tq, Tk), -inf above the diagonal
+            mask = attn_mask if mask is None else mask + attn_mask
+        if key_padding_mask is not None:
+            pad = key_padding_mask.bool().view(bsz, 1, 1, src_len)
+            mask = q.new_zeros(bsz, 1, 1, src_len) if mask is None else mask
+            mask = mask.masked_fill(pad, float("-inf"))
+        if mask is not None:
+            mask = mask.to(q.dtype)
+
+        dropout_p = self.dropout_module.p if (self.training or self.dropout_module.apply_during_inference) else 0.0
+        probs = None
+        if not (need_weights or self.capture_weights or pe.overrides("value_bias")):
+            attn = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=1.0)
+        else:
+            logits = q @ k.transpose(-1, -2)  # (B,H,Tq,Tk)
+            if mask is not None:
+                logits = logits + mask
+            probs = F.softmax(logits, dim=-1, dtype=torch.float32).to(q.dtype)
+            dropped = self.dropout_module(probs)
+            attn = dropped @ v  # (B,H,Tq,d)
+            bias = pe.value_bias(dropped, pos, self.layer)
+            if bias is not None:
+                attn = attn + bias
+            if self.capture_weights:
+                self.last_weights = probs.detach()
+
+        attn = attn.permute(2, 0, 1, 3).reshape(tgt_len, bsz, embed_dim)  # (B,H,Tq,d) -> (Tq,B,C)
+        attn = self.out_proj(attn)
+        weights = None
+        if need_weights and probs is not None:
+            weights = probs.transpose(0, 1)  # (H,B,Tq,Tk), fairseq's head-weights layout
+            if not need_head_weights:
+                weights = weights.mean(dim=0)  # (B,Tq,Tk)
+        return attn, weights
