@@ -1,7 +1,8 @@
 """The registry of positional encodings: the only list of methods.
 
 Architecture names, the ``--pe`` choices, recipe entries and parametrized tests all derive from
-``PE_REGISTRY``. Adding a method takes one module below, its import here, and one defining test.
+``PE_REGISTRY``. Adding a method takes one module in this package (it is imported automatically and
+registers itself with ``@register_pe``) and one defining test.
 """
 from typing import Dict, Type
 
@@ -35,5 +36,17 @@ def config_from_args(cls: Type[PositionalEncoding], args):
     return cls.config_cls(**{f.name: getattr(args, f.name) for f in fields(cls.config_cls) if hasattr(args, f.name)})
 
 
-# Importing the modules fills the registry (order = order of the method table in the README).
-from . import none, sinusoidal, learned  # noqa: E402,F401
+def _import_all() -> None:
+    """Import every module of this package: each registers its encoding. Registry order = ``order``."""
+    import importlib
+    import pkgutil
+
+    for info in pkgutil.iter_modules(__path__):
+        if info.name != "base":
+            importlib.import_module(f"{__name__}.{info.name}")
+    ordered = sorted(PE_REGISTRY.values(), key=lambda c: (c.order, c.name))
+    PE_REGISTRY.clear()
+    PE_REGISTRY.update((c.name, c) for c in ordered)
+
+
+_import_all()

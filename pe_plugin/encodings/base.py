@@ -92,6 +92,7 @@ class PositionalEncoding(nn.Module):
     name: ClassVar[str] = ""
     level: ClassVar[str] = "none"  # "embedding", "attention" or "none"
     paper: ClassVar[str] = ""
+    order: ClassVar[int] = 100  # position in the method table (README, benchmarks, reports)
     config_cls: ClassVar[type] = None
     embed_after_dropout: ClassVar[bool] = False
     # per-size overrides of config defaults, applied by the architectures ("tiny", "base", "big")

@@ -15,6 +15,7 @@ from .sinusoidal import absolute_index
 @register_pe
 class LearnedPositionalEncoding(PositionalEncoding):
     name = "lape"
+    order = 20
     level = "embedding"
     paper = "Gehring et al. 2017"
 

@@ -7,5 +7,6 @@ from .base import PositionalEncoding
 @register_pe
 class NoPositionalEncoding(PositionalEncoding):
     name = "nope"
+    order = 0
     level = "none"
     paper = "-"

@@ -35,6 +35,7 @@ def absolute_index(pos: Positions, padding_idx: int) -> torch.Tensor:
 @register_pe
 class SinusoidalPositionalEncoding(PositionalEncoding):
     name = "sape"
+    order = 10
     level = "embedding"
     paper = "Vaswani et al. 2017"
 

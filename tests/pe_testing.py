@@ -1,0 +1,112 @@
+"""Shared test helpers: a tiny generated corpus, fairseq CLI runners, model building through fairseq's own
+parser, and the incremental-vs-full re-scoring check.
+
+Everything is generated here; no test reads shared data or the network.
+"""
+import os
+import random
+import subprocess
+import sys
+from argparse import Namespace
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+PLUGIN = str(REPO / "pe_plugin")
+
+# flags every tiny training run shares (dropout off unless a test turns it on)
+TRAIN_FLAGS = [
+    "--cpu", "--share-all-embeddings", "--optimizer", "adam", "--lr", "1e-3",
+    "--max-tokens", "400", "--no-progress-bar", "--log-interval", "1", "--seed", "1",
+    "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
+    "--dropout", "0.0", "--num-workers", "0", "--log-format", "simple",
+]
+
+
+def write_corpus(out_dir: Path, n_train: int = 240, n_valid: int = 24, n_test: int = 16, seed: int = 0):
+    """A toy translation task that needs word order: the target is the reversed source, upper-cased."""
+    rng = random.Random(seed)
+    words = [f"w{i}" for i in range(30)]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for split, n in (("train", n_train), ("valid", n_valid), ("test", n_test)):
+        src, tgt = [], []
+        for _ in range(n):
+            sent = [rng.choice(words) for _ in range(rng.randint(2, 9))]
+            src.append(" ".join(sent))
+            tgt.append(" ".join(w.upper() for w in reversed(sent)))
+        (out_dir / f"{split}.en").write_text("\n".join(src) + "\n")
+        (out_dir / f"{split}.de").write_text("\n".join(tgt) + "\n")
+    return out_dir
+
+
+def run(module: str, args, cwd=None, check=True, env=None) -> subprocess.CompletedProcess:
+    """Run a fairseq CLI (e.g. ``fairseq_cli.train``) in a fresh interpreter; output captured."""
+    env = dict(os.environ if env is None else env)
+    env.setdefault("PYTHONWARNINGS", "ignore")
+    proc = subprocess.run(
+        [sys.executable, "-m", module, *map(str, args)], cwd=cwd, env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{module} {' '.join(map(str, args))} failed:\n{proc.stdout[-4000:]}")
+    return proc
+
+
+def preprocess(raw_dir: Path, dest: Path, joined: bool = True) -> Path:
+    args = ["--source-lang", "en", "--target-lang", "de", "--trainpref", raw_dir / "train",
+            "--validpref", raw_dir / "valid", "--testpref", raw_dir / "test", "--destdir", dest, "--workers", "1"]
+    run("fairseq_cli.preprocess", args + (["--joined-dictionary"] if joined else []))
+    return dest
+
+
+def parse_train_args(data_bin, arch: str, extra=()):
+    from fairseq import options
+
+    parser = options.get_training_parser()
+    argv = [str(data_bin), "--user-dir", PLUGIN, "--arch", arch, *TRAIN_FLAGS, *map(str, extra)]
+    return options.parse_args_and_arch(parser, argv)
+
+
+def build_model(data_bin, arch: str, extra=(), seed: int = 1):
+    """(task, model, args) built exactly as fairseq-train builds them, in eval mode."""
+    from fairseq import tasks
+
+    args = parse_train_args(data_bin, arch, extra)
+    torch.manual_seed(seed)
+    task = tasks.setup_task(args)
+    model = task.build_model(args)
+    model.eval()
+    return task, model, args
+
+
+def batch(task, split: str = "test", n: int = 8, left_pad_source: bool = True):
+    """A padded batch of the first ``n`` sentences of ``split`` (left-padded source like fairseq)."""
+    from fairseq.data import data_utils
+
+    task.load_dataset(split)
+    ds = task.dataset(split)
+    ds.left_pad_source = left_pad_source
+    return ds.collater([ds[i] for i in range(min(n, len(ds)))])
+
+
+def rescore_max_diff(task, model, sample, beam: int = 4) -> float:
+    """Beam-search ``sample`` step by step, re-score every hypothesis with one teacher-forced full forward
+    pass, and return the largest difference of per-token log-probabilities."""
+    gen = task.build_generator([model], Namespace(beam=beam, max_len_b=20, max_len_a=0, min_len=1))
+    with torch.no_grad():
+        hyps = gen.generate([model], sample)
+        src_tokens, src_lengths = sample["net_input"]["src_tokens"], sample["net_input"]["src_lengths"]
+        eos, pad = task.target_dictionary.eos(), task.target_dictionary.pad()
+        worst = 0.0
+        for i, nbest in enumerate(hyps):
+            for h in nbest:
+                tgt = h["tokens"].unsqueeze(0)  # (1, T), ends with EOS
+                prev = torch.cat([tgt.new_full((1, 1), eos), tgt[:, :-1]], dim=1)
+                src = src_tokens[i: i + 1]
+                src = src[:, src.ne(pad)[0]]  # this sentence alone, no padding
+                logits, _ = model(src, src_lengths[i: i + 1], prev)
+                lprobs = model.get_normalized_probs((logits, None), log_probs=True)
+                full = lprobs.gather(-1, tgt.unsqueeze(-1)).squeeze(-1)[0]
+                worst = max(worst, (full - h["positional_scores"]).abs().max().item())
+    return worst
