@@ -4,7 +4,8 @@ Architecture names, the ``--pe`` choices, recipe entries and parametrized tests 
 ``PE_REGISTRY``. Adding a method takes one module in this package (it is imported automatically and
 registers itself with ``@register_pe``) and one defining test.
 """
-from typing import Dict, Type
+from dataclasses import fields
+from typing import Dict, List, Type
 
 from .base import Dims, PositionalEncoding, Positions
 
@@ -27,13 +28,18 @@ def get_pe_class(name: str) -> Type[PositionalEncoding]:
         ) from None
 
 
+def config_fields(cls: Type[PositionalEncoding]) -> List[str]:
+    """Names of the encoding's flags (its config dataclass fields; fairseq's private ``_name`` excluded)."""
+    if cls.config_cls is None:
+        return []
+    return [f.name for f in fields(cls.config_cls) if not f.name.startswith("_")]
+
+
 def config_from_args(cls: Type[PositionalEncoding], args):
     """The encoding's config dataclass filled from parsed args (missing flags take the dataclass default)."""
     if cls.config_cls is None:
         return None
-    from dataclasses import fields
-
-    return cls.config_cls(**{f.name: getattr(args, f.name) for f in fields(cls.config_cls) if hasattr(args, f.name)})
+    return cls.config_cls(**{name: getattr(args, name) for name in config_fields(cls) if hasattr(args, name)})
 
 
 def _import_all() -> None:

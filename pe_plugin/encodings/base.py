@@ -37,6 +37,8 @@ class Dims:
     max_positions: int
     padding_idx: int
     side: str  # "encoder" or "decoder"
+    # the larger of the encoder's and decoder's max_positions, for modules the two sides share (None: unknown)
+    max_positions_model: Optional[int] = None
 
     @property
     def head_dim(self) -> int:
@@ -157,5 +159,5 @@ class PositionalEncoding(nn.Module):
         """One-line description of the settings, e.g. ``pe:rpe|rpe_max_relative_position:16``."""
         parts = [f"pe:{self.name}", f"side:{self.dims.side}"]
         if self.cfg is not None:
-            parts += [f"{f.name}:{getattr(self.cfg, f.name)}" for f in fields(self.cfg)]
+            parts += [f"{f.name}:{getattr(self.cfg, f.name)}" for f in fields(self.cfg) if not f.name.startswith("_")]
         return "|".join(parts)

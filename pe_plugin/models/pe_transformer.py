@@ -119,7 +119,8 @@ class PETransformerModel(TransformerModel):
         pe_cls = get_pe_class(args.pe)
         sub = cfg.encoder if side == "encoder" else cfg.decoder
         max_positions = cfg.max_source_positions if side == "encoder" else cfg.max_target_positions
-        dims = Dims(sub.embed_dim, sub.attention_heads, sub.layers, max_positions, embed_tokens.padding_idx, side)
+        dims = Dims(sub.embed_dim, sub.attention_heads, sub.layers, max_positions, embed_tokens.padding_idx, side,
+                    max(cfg.max_source_positions, cfg.max_target_positions))
         pe_cfg = config_from_args(pe_cls, args)
         pe = pe_cls.build(pe_cfg, dims, cls._shared if cls._shared is not None else {})
         return pe if pe is not None else NoPositionalEncoding(None, dims)

@@ -3,9 +3,7 @@
 Every error names the flag (or the file) at fault and the fix.
 """
 import logging
-from dataclasses import fields
-
-from ..encodings import PE_REGISTRY, get_pe_class
+from ..encodings import PE_REGISTRY, config_fields, get_pe_class
 
 logger = logging.getLogger("pe_plugin")
 
@@ -39,14 +37,14 @@ def check_args(args, task) -> None:
             )
     if getattr(args, "cross_self_attention", False) or getattr(args, "quant_noise_pq", 0):
         raise PEConfigError("--cross-self-attention and --quant-noise-pq are not supported by pe_plugin models")
-    own = {f.name for f in fields(pe_cls.config_cls)} if pe_cls.config_cls else set()
+    own = set(config_fields(pe_cls))
     for other in PE_REGISTRY.values():
-        if other is pe_cls or other.config_cls is None:
+        if other is pe_cls:
             continue
-        for f in fields(other.config_cls):
-            if f.name not in own and hasattr(args, f.name):
+        for name in config_fields(other):
+            if name not in own and hasattr(args, name):
                 raise PEConfigError(
-                    f"{_flag(f.name)} is a flag of pe '{other.name}', which pe '{pe}' does not support; "
+                    f"{_flag(name)} is a flag of pe '{other.name}', which pe '{pe}' does not support; "
                     f"drop it or choose --arch transformer_{other.name}_<size>"
                 )
     if getattr(args, "share_all_embeddings", False) and task.source_dictionary != task.target_dictionary:
