@@ -11,6 +11,7 @@ Everything is done by subclassing and overriding builder hooks:
     acts on for ``PEAttention``, initialised from the stock module's weights.
 Cross-attention is never touched.
 """
+import argparse
 import copy
 import logging
 
@@ -96,12 +97,17 @@ class PETransformerModel(TransformerModel):
     @classmethod
     def add_args(cls, parser):
         super().add_args(parser)
-        group = parser.add_argument_group("positional encoding")
+        group = parser  # fairseq's model-specific group (argument_default=SUPPRESS)
         group.add_argument("--pe", choices=sorted(PE_REGISTRY), metavar="NAME",
                            help="positional encoding: " + ", ".join(sorted(PE_REGISTRY)))
+        # encodings of one family may share flags (one config base class): each flag is added once
+        staging = argparse.ArgumentParser(add_help=False, argument_default=argparse.SUPPRESS,
+                                          conflict_handler="resolve")
         for pe_cls in PE_REGISTRY.values():
             if pe_cls.config_cls is not None:
-                gen_parser_from_dataclass(group, pe_cls.config_cls(), delete_default=True)
+                gen_parser_from_dataclass(staging, pe_cls.config_cls(), delete_default=True)
+        for action in staging._actions:
+            group._add_action(action)
 
     @classmethod
     def build_model(cls, args, task):

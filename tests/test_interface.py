@@ -1,0 +1,238 @@
+"""The encoding interface and its fairseq glue: registry, CLI errors, SAPE/LAPE tables, PEAttention."""
+import argparse
+
+import pytest
+import torch
+from fairseq.modules import MultiheadAttention, SinusoidalPositionalEmbedding
+from fairseq.modules.positional_embedding import PositionalEmbedding
+from pe_testing import PLUGIN, TRAIN_FLAGS, build_model, run
+
+from pe_plugin.encodings import PE_REGISTRY, config_fields
+from pe_plugin.encodings.base import Dims, PositionalEncoding, Positions
+from pe_plugin.encodings.learned import LearnedPositionalEncoding
+from pe_plugin.encodings.sinusoidal import SinusoidalPositionalEncoding
+from pe_plugin.models.architectures import SIZES, architecture_names
+from pe_plugin.modules.pe_attention import PEAttention
+
+
+# ---- registry and architectures ----------------------------------------------------------------------
+def test_registry_is_the_list_of_architectures_and_choices():
+    from fairseq.models import ARCH_MODEL_REGISTRY
+
+    names = architecture_names()
+    assert len(names) == len(PE_REGISTRY) * len(SIZES)
+    for pe in PE_REGISTRY:
+        for suffix in ("tiny", "wmt_en_de", "wmt_en_de_big", "wmt_en_fr_big"):
+            assert ARCH_MODEL_REGISTRY[f"transformer_{pe}_{suffix}"].__name__ == "PETransformerModel"
+    parser = argparse.ArgumentParser(argument_default=argparse.SUPPRESS)
+    ARCH_MODEL_REGISTRY["pe_transformer"].add_args(parser)
+    pe_action = next(a for a in parser._actions if a.dest == "pe")
+    assert sorted(pe_action.choices) == sorted(PE_REGISTRY)
+
+
+def test_every_encoding_declares_its_interface():
+    for name, cls in PE_REGISTRY.items():
+        assert cls.name == name and cls.level in ("none", "embedding", "attention")
+        assert cls.level != "embedding" or cls.has_embedding_hook()
+        assert cls.level != "attention" or cls.has_attention_hooks()
+        for flag in config_fields(cls):  # flags carry a method prefix fairseq will not route elsewhere
+            assert not flag.startswith(("encoder_", "decoder_")), (name, flag)
+
+
+def test_a_flag_shared_by_encodings_means_the_same_for_each():
+    seen = {}
+    for name, cls in PE_REGISTRY.items():
+        for f in cls.config_cls.__dataclass_fields__.values() if cls.config_cls else []:
+            spec = (f.type, f.default, f.metadata.get("help"))
+            assert seen.setdefault(f.name, (spec, name))[0] == spec, f"--{f.name}: {name} vs {seen[f.name][1]}"
+
+
+def test_architecture_defaults_yield_to_flags(data_bin):
+    _, model, args = build_model(data_bin, "transformer_sape_tiny", ["--encoder-layers", "3"])
+    assert args.encoder_layers == 3 and len(model.encoder.layers) == 3
+    assert args.decoder_layers == 2 and args.encoder_embed_dim == 64  # from fairseq's transformer_tiny
+
+
+# ---- bad input ---------------------------------------------------------------------------------------
+def _train_error(data_bin, tmp_path, *extra):
+    proc = run("fairseq_cli.train", [data_bin, "--user-dir", PLUGIN, *TRAIN_FLAGS, "--max-update", 1,
+                                     "--save-dir", tmp_path, *extra], check=False)
+    assert proc.returncode != 0
+    return proc.stdout
+
+
+def test_unknown_architecture_lists_the_valid_ones(data_bin, tmp_path):
+    out = _train_error(data_bin, tmp_path, "--arch", "transformer_fancy_tiny")
+    assert "invalid choice: 'transformer_fancy_tiny'" in out
+    assert "transformer_sape_tiny" in out and "transformer_nope_wmt_en_de" in out
+
+
+def test_unknown_encoding_lists_the_valid_ones(data_bin, tmp_path):
+    out = _train_error(data_bin, tmp_path, "--arch", "pe_transformer", "--pe", "fancy")
+    assert "invalid choice: 'fancy'" in out and "sape" in out and "lape" in out
+
+
+def test_encoding_and_architecture_must_agree(data_bin, tmp_path):
+    out = _train_error(data_bin, tmp_path, "--arch", "transformer_sape_tiny", "--pe", "lape")
+    assert "fixes the encoding to 'sape'" in out and "transformer_lape_tiny" in out
+
+
+@pytest.mark.parametrize("flag,hint", [
+    ("--no-token-positional-embeddings", "transformer_nope_<size>"),
+    ("--encoder-learned-pos", "transformer_lape_<size>"),
+])
+def test_stock_position_flags_are_rejected(data_bin, tmp_path, flag, hint):
+    out = _train_error(data_bin, tmp_path, "--arch", "transformer_sape_tiny", flag)
+    assert flag in out and hint in out
+
+
+def test_flag_of_another_encoding_is_rejected(data_bin, tmp_path):
+    owner, flag = next((n, f) for n, c in PE_REGISTRY.items() for f in config_fields(c))
+    other = next(n for n in PE_REGISTRY if flag not in config_fields(PE_REGISTRY[n]))
+    field = next(f for f in PE_REGISTRY[owner].config_cls.__dataclass_fields__.values() if f.name == flag)
+    value = str(field.default).lower() if isinstance(field.default, bool) else str(field.default)
+    out = _train_error(data_bin, tmp_path, "--arch", f"transformer_{other}_tiny", "--" + flag.replace("_", "-"), value)
+    assert f"--{flag.replace('_', '-')} is a flag of pe '{owner}'" in out
+
+
+def test_share_all_embeddings_needs_a_joined_dictionary(raw_corpus, tmp_path):
+    from pe_testing import preprocess
+
+    split = preprocess(raw_corpus, tmp_path / "split", joined=False)
+    out = _train_error(split, tmp_path / "ck", "--arch", "transformer_sape_tiny")
+    assert "--share-all-embeddings" in out and "--joined-dictionary" in out
+
+
+# ---- embedding-level encodings -----------------------------------------------------------------------
+def _dims(side="encoder", max_positions=16, dim=8):
+    return Dims(embed_dim=dim, num_heads=2, num_layers=2, max_positions=max_positions, padding_idx=1, side=side)
+
+
+TOKENS = torch.tensor([[1, 1, 5, 6, 7], [4, 5, 6, 7, 8], [9, 9, 1, 1, 1]])  # left, none, right padding
+
+
+@pytest.mark.parametrize("dim", [8, 9])
+def test_sape_equals_fairseq_sinusoidal_embedding(dim):
+    pe = SinusoidalPositionalEncoding(None, _dims(dim=dim))
+    pos = Positions.for_tokens(TOKENS, padding_idx=1)
+    ours = pe.embed(torch.zeros(3, 5, dim), pos)
+    ref = SinusoidalPositionalEmbedding(dim, padding_idx=1, init_size=40)(TOKENS)
+    torch.testing.assert_close(ours, ref, rtol=0, atol=1e-6)
+
+
+def test_sape_grows_beyond_its_initial_table():
+    pe = SinusoidalPositionalEncoding(None, _dims(max_positions=4))
+    tokens = torch.full((1, 30), 7)
+    ref = SinusoidalPositionalEmbedding(8, padding_idx=1, init_size=40)(tokens)
+    torch.testing.assert_close(pe.embed(torch.zeros(1, 30, 8), Positions.for_tokens(tokens, 1)), ref, atol=1e-6, rtol=0)
+
+
+def test_lape_matches_fairseq_learned_embedding_and_zeroes_pads():
+    torch.manual_seed(0)
+    ref = PositionalEmbedding(16, 8, padding_idx=1, learned=True)
+    torch.manual_seed(0)
+    pe = LearnedPositionalEncoding(None, _dims())
+    torch.testing.assert_close(pe.table.weight, ref.weight)  # same init, same random stream
+    out = pe.embed(torch.zeros(3, 5, 8), Positions.for_tokens(TOKENS, 1))
+    torch.testing.assert_close(out, ref(TOKENS))
+    assert out[0, :2].abs().sum() == 0 and out[2, 2:].abs().sum() == 0
+
+
+def test_lape_rejects_too_long_input_with_the_flag_to_raise():
+    pe = LearnedPositionalEncoding(None, _dims(max_positions=4))
+    with pytest.raises(ValueError, match="length 5 exceeds the 4 positions.*--max-source-positions"):
+        pe.embed(torch.zeros(1, 5, 8), Positions.for_tokens(torch.full((1, 5), 7), 1))
+
+
+def test_positions_come_from_the_padding_mask():
+    pos = Positions.for_tokens(TOKENS, padding_idx=1)
+    assert pos.q.tolist() == [[0, 0, 0, 1, 2], [0, 1, 2, 3, 4], [0, 1, 0, 0, 0]]
+    assert Positions.for_tokens(TOKENS[1:2], 1).q.shape == (1, 5)
+    assert Positions.for_tokens(TOKENS, 1, last_only=True).q.tolist() == [[2], [4], [0]]
+    rel = Positions(torch.arange(2, 5).unsqueeze(0), torch.arange(5).unsqueeze(0)).rel
+    assert rel.tolist() == [[j - i for j in range(5)] for i in range(2, 5)]
+
+
+# ---- PEAttention -------------------------------------------------------------------------------------
+class ToyBias(PositionalEncoding):
+    """Test-only encoding with every attention hook: an ALiBi-like bias, a value shift, a value bias."""
+
+    name, level = "toy", "attention"
+
+    def score_bias(self, q, pos, layer):
+        return -0.3 * pos.rel.abs().float()[None, None]  # (1,1,Tq,Tk)
+
+    def transform_values(self, v, k_pos, layer):
+        return v + 0.01 * k_pos.view(k_pos.size(0), 1, -1, 1).float()
+
+    def value_bias(self, probs, pos, layer):
+        return 0.5 * probs.sum(-1, keepdim=True)  # (B,H,Tq,1)
+
+
+def _naive(mha, x, kpm, causal, pe):
+    """Independent reference: the equations of pe_attention's docstring, written as loops over heads."""
+    T, B, C = x.shape
+    H, d = mha.num_heads, mha.head_dim
+    q = mha.q_proj(x) * d ** -0.5
+    k, v = mha.k_proj(x), mha.v_proj(x)
+    nonpad = ~kpm
+    pos_abs = (nonpad.long().cumsum(1) - 1).clamp_min(0) * nonpad.long()
+    out = torch.zeros(T, B, C)
+    for b in range(B):
+        for h in range(H):
+            sl = slice(h * d, (h + 1) * d)
+            vv = v[:, b, sl] + (0.01 * pos_abs[b].float()[:, None] if pe else 0)
+            e = q[:, b, sl] @ k[:, b, sl].T
+            if pe:
+                e = e - 0.3 * (torch.arange(T)[None] - torch.arange(T)[:, None]).abs().float()
+            e = e.masked_fill(kpm[b][None], float("-inf"))
+            if causal:
+                e = e.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+            a = e.softmax(-1)
+            out[:, b, sl] = a @ vv + (0.5 * a.sum(-1, keepdim=True) if pe else 0)
+    return mha.out_proj(out)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_pe_attention_without_contribution_equals_fairseq(causal):
+    torch.manual_seed(0)
+    stock = MultiheadAttention(16, 4, self_attention=True)
+    ours = PEAttention(16, 4, PositionalEncoding(None, _dims(dim=16)), layer=0)
+    ours.load_state_dict(stock.state_dict())
+    x = torch.randn(6, 3, 16)
+    kpm = torch.zeros(3, 6, dtype=torch.bool)
+    kpm[0, :2] = True  # left padding
+    mask = torch.triu(torch.full((6, 6), float("-inf")), 1) if causal else None
+    ref, _ = stock(x, x, x, key_padding_mask=None if causal else kpm, attn_mask=mask, need_weights=False)
+    out, _ = ours(x, x, x, key_padding_mask=None if causal else kpm, attn_mask=mask, need_weights=False)
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_pe_attention_applies_every_hook_in_training_mode(need_weights):
+    torch.manual_seed(0)
+    ours = PEAttention(16, 4, ToyBias(None, _dims(dim=16)), layer=0).train()
+    x = torch.randn(6, 3, 16)
+    kpm = torch.zeros(3, 6, dtype=torch.bool)
+    kpm[0, :2] = True
+    kpm[2, 4:] = True
+    out, _ = ours(x, x, x, key_padding_mask=kpm, need_weights=need_weights)
+    ref = _naive(ours, x, kpm, causal=False, pe=True)
+    real = ~kpm.T.unsqueeze(-1)  # outputs at pad queries are never used
+    torch.testing.assert_close(out * real, ref * real, atol=1e-5, rtol=1e-5)
+
+
+def test_pe_attention_incremental_equals_full_pass():
+    torch.manual_seed(0)
+    attn = PEAttention(16, 4, ToyBias(None, _dims("decoder", dim=16)), layer=0).eval()
+    x = torch.randn(5, 2, 16)
+    full, _ = attn(x, x, x, attn_mask=torch.triu(torch.full((5, 5), float("-inf")), 1), need_weights=False)
+    state, steps = {}, []
+    for t in range(5):
+        y, _ = attn(x[t: t + 1], x[t: t + 1], x[t: t + 1], incremental_state=state, need_weights=False)
+        steps.append(y)
+        if t == 2:  # beam reordering permutes the cache along the batch
+            attn.reorder_incremental_state(state, torch.tensor([0, 1]))
+    torch.testing.assert_close(torch.cat(steps), full, atol=1e-5, rtol=1e-5)
+    ref = _naive(attn, x, torch.zeros(2, 5, dtype=torch.bool), causal=True, pe=True)
+    torch.testing.assert_close(full, ref, atol=1e-5, rtol=1e-5)
