@@ -58,3 +58,37 @@ def test_train_generate_resume_average(pe, data_bin, tmp_path):
         cwd=REPO, env=ENV).stdout
     assert "averaged 2 checkpoints" in out
     assert n_hypotheses(generate(data_bin, avg)) == 16
+
+
+def test_eval_bleu_checkpoint_loads_safely_everywhere(data_bin, tmp_path):
+    """A checkpoint trained with --eval-bleu stores numpy BLEU counts; it loads in fairseq-generate,
+    fairseq-interactive and training resume with weights_only=True, and pe_plugin's allow-list is needed."""
+    save = tmp_path / "ck"
+    train(data_bin, save, "transformer_sape_tiny", max_update=2, extra=[
+        "--eval-bleu", "--eval-bleu-args", '{"beam": 1}', "--eval-bleu-detok", "space",
+        "--best-checkpoint-metric", "bleu", "--maximize-best-checkpoint-metric"])
+    ckpt = save / "checkpoint_last.pt"
+    probe = (
+        "import sys, torch, pickle\n"
+        "try:\n"
+        f"    torch.load({str(ckpt)!r}, weights_only=True)\n"
+        "except pickle.UnpicklingError as e:\n"
+        "    print('REJECTED', str(e).splitlines()[0]); sys.exit(0)\n"
+        "print('LOADED')\n"
+    )
+    import subprocess
+    import sys
+
+    plain = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=ENV).stdout
+    assert "REJECTED" in plain  # torch's default refuses it: the allow-list is what makes it load
+    assert n_hypotheses(generate(data_bin, ckpt)) == 16
+    inter = subprocess.run(
+        [sys.executable, "-m", "fairseq_cli.interactive", data_bin, "--user-dir", PLUGIN, "--path", ckpt,
+         "--beam", "4", "--cpu", "--source-lang", "en", "--target-lang", "de"],
+        input="w1 w2 w3\nw4 w5\n", capture_output=True, text=True, env=ENV)
+    assert inter.returncode == 0, inter.stderr[-3000:]
+    assert sum(1 for line in inter.stdout.splitlines() if line.startswith("H-")) == 2
+    log = train(data_bin, save, "transformer_sape_tiny", max_update=3, extra=[
+        "--eval-bleu", "--eval-bleu-args", '{"beam": 1}', "--eval-bleu-detok", "space",
+        "--best-checkpoint-metric", "bleu", "--maximize-best-checkpoint-metric"])
+    assert re.search(r"Loaded checkpoint .*checkpoint_last\.pt \(epoch \d+ @ 2 updates\)", log)

@@ -1,0 +1,449 @@
+"""scripts/evaluate.py against independent references: sacrebleu's own CLI (scores, CIs, p-values,
+signatures), perl's compound-split one-liner plus a closed-form BLEU-4, and direct sacrebleu calls.
+No expected number here comes from evaluate.py itself."""
+import csv
+import functools
+import importlib.util
+import json
+import math
+import os
+import random
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sacrebleu.metrics import BLEU, CHRF
+from sacremoses import MosesTokenizer
+
+REPO = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("pe_evaluate", REPO / "scripts" / "evaluate.py")
+ev = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(ev)
+
+WORDS = ("der die das Haus Auto-Bahn Welt ist groß klein und oder nicht sehr gut Stadt-Rand Mann Frau Kind "
+         "geht läuft sieht , . ! ? \" 's (heute) 3,5 E-Mail Haus. „Zug“ well-known").split()
+N_SEG = 60
+
+
+def _perturb(line, rate, rng):
+    out = []
+    for tok in line.split():
+        x = rng.random()
+        if x < rate / 3:
+            continue  # drop
+        out += [rng.choice(WORDS)] if x < 2 * rate / 3 else [tok, rng.choice(WORDS)] if x < rate else [tok]
+    return " ".join(out)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """ref.de and hypotheses of three quality levels; two runs (seeds) each."""
+    d = tmp_path_factory.mktemp("corpus")
+    rng = random.Random(11)
+    ref = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(6, 20))) for _ in range(N_SEG)]
+    (d / "ref.de").write_text("\n".join(ref) + "\n", encoding="utf-8")
+    for name, rate in [("base", 0.3), ("good", 0.15), ("bad", 0.4)]:
+        for run in (1, 2):
+            r = random.Random(f"{name}{run}")
+            text = "\n".join(_perturb(s, rate, r) for s in ref) + "\n"
+            (d / f"{name}{run}.de").write_text(text, encoding="utf-8")
+    return d
+
+
+def evaluate(corpus, out, *extra):
+    """evaluate.py's main() run inside the corpus folder, so that file names stay short and relative."""
+    cwd = os.getcwd()
+    os.chdir(corpus)
+    try:
+        return ev.main(["--ref", "ref.de", "--trg-lang", "de", "--out-dir", str(out), *extra])
+    finally:
+        os.chdir(cwd)
+
+
+def load_json(out, prefix="results"):
+    return json.loads((out / f"{prefix}.json").read_text(encoding="utf-8"))
+
+
+def by_name(report):
+    return {s["name"]: s for s in report["systems"]}
+
+
+def sacrebleu_cli(cwd, args, seed=None):
+    env = {k: v for k, v in os.environ.items() if k != "SACREBLEU_SEED"}
+    if seed is not None:
+        env["SACREBLEU_SEED"] = str(seed)
+    res = subprocess.run([sys.executable, "-m", "sacrebleu", *args], cwd=cwd, env=env,
+                         capture_output=True, text=True, check=True)
+    return res.stdout
+
+
+def parse_cli_bootstrap(text):
+    """sacrebleu -f text -w 4 --no-color: cells 'score (mu ± ci)' row by row, then '(p = x)' per system."""
+    cells = [tuple(map(float, m)) for m in re.findall(r"(\d+\.\d+) \((\d+\.\d+) ± (\d+\.\d+)\)", text)]
+    pvals = [float(p) for p in re.findall(r"\(p = (\d\.\d+)\)", text)]
+    sigs = dict(re.findall(r"^ - (\S+)\s+(nrefs:\S+)$", text, flags=re.M))
+    return cells, pvals, sigs
+
+
+def assert_bootstrap_cell(mine, cli_cell, cli_p=None):
+    score, mu, ci = cli_cell
+    assert mine["score"] == pytest.approx(score, abs=6e-5)
+    assert mine["mu"] == pytest.approx(mu, abs=6e-5)
+    assert mine["ci95"] == pytest.approx(ci, abs=6e-5)
+    if cli_p is not None:
+        assert mine["p"] == pytest.approx(cli_p, abs=6e-5)
+
+
+# ------------------------------------------------------------------------------------------------
+# Agreement with sacrebleu's CLI
+
+
+def test_defaults_match_sacrebleu_cli_paired_bootstrap(corpus, tmp_path, monkeypatch):
+    """Default settings (1000 resamples, seed 12345) equal sacrebleu's CLI defaults, scores to p-values."""
+    monkeypatch.delenv("SACREBLEU_SEED", raising=False)
+    out = tmp_path / "out"
+    assert evaluate(corpus, out, "--baseline", "base=base1.de", "--system", "good=good1.de",
+                    "--system", "bad=bad1.de") == 0
+    text = sacrebleu_cli(corpus, ["ref.de", "-i", "base1.de", "good1.de", "bad1.de", "-m", "bleu", "chrf",
+                                  "--chrf-word-order", "2", "--paired-bs", "-f", "text", "-w", "4",
+                                  "--no-color"])
+    cells, pvals, sigs = parse_cli_bootstrap(text)
+    assert len(cells) == 6 and len(pvals) == 4
+    rep = by_name(load_json(out))
+    for i, name in enumerate(["base", "good", "bad"]):
+        run = rep[name]["runs"][0]["scores"]
+        p_bleu, p_chrf = (None, None) if i == 0 else pvals[2 * i - 2: 2 * i]
+        assert_bootstrap_cell(run["bleu"], cells[2 * i], p_bleu)
+        assert_bootstrap_cell(run["chrf"], cells[2 * i + 1], p_chrf)
+    report = load_json(out)
+    assert report["metrics"]["bleu"]["signature"] == sigs["BLEU"]
+    assert report["metrics"]["chrf"]["signature"] == sigs["chrF2++"]
+    assert "bs:1000|seed:12345" in sigs["BLEU"]
+
+
+def test_approximate_randomisation_matches_sacrebleu_cli(corpus, tmp_path):
+    out = tmp_path / "out"
+    assert evaluate(corpus, out, "--baseline", "base=base1.de", "--system", "good=good1.de",
+                    "--system", "bad=bad1.de", "--paired", "ar", "--n-samples", "400", "--seed", "4242") == 0
+    cli = json.loads(sacrebleu_cli(corpus, ["ref.de", "-i", "base1.de", "good1.de", "bad1.de", "-m", "bleu",
+                                            "chrf", "--chrf-word-order", "2", "--paired-ar", "--paired-ar-n",
+                                            "400", "-f", "json"], seed=4242))
+    rep = by_name(load_json(out))
+    for name, row in zip(["base", "good", "bad"], cli):
+        mine = rep[name]["runs"][0]["scores"]
+        assert mine["bleu"]["score"] == pytest.approx(row["BLEU"]["score"], abs=1e-9)
+        assert mine["chrf"]["score"] == pytest.approx(row["chrF2++"]["score"], abs=1e-9)
+        if name != "base":
+            assert mine["bleu"]["p"] == pytest.approx(row["BLEU"]["p_value"], abs=1e-12)
+            assert mine["chrf"]["p"] == pytest.approx(row["chrF2++"]["p_value"], abs=1e-12)
+        assert mine["bleu"]["ci95"] > 0  # AR runs come with bootstrap CIs as well
+    sig = load_json(out)["metrics"]["bleu"]["signature"]
+    assert "ar:400" in sig and "seed:4242" in sig
+
+
+# ------------------------------------------------------------------------------------------------
+# Compound-split BLEU
+
+
+def perl_compound_split(lines):
+    """fairseq scripts/compound_split_bleu.sh, step for step: the perl one-liner itself."""
+    res = subprocess.run(["perl", "-ple", r"s{(\S)-(\S)}{$1 ##AT##-##AT## $2}g"], input="\n".join(lines) + "\n",
+                         capture_output=True, text=True, check=True)
+    return res.stdout.split("\n")[:-1]
+
+
+def closed_form_bleu4(hyps, refs):
+    """Corpus BLEU-4 on whitespace tokens: clipped n-gram precisions, geometric mean, brevity penalty."""
+    match, total, hyp_len, ref_len = [0] * 4, [0] * 4, 0, 0
+    for h, r in zip(hyps, refs):
+        h, r = h.split(), r.split()
+        hyp_len, ref_len = hyp_len + len(h), ref_len + len(r)
+        for n in range(1, 5):
+            hc = Counter(tuple(h[i:i + n]) for i in range(len(h) - n + 1))
+            rc = Counter(tuple(r[i:i + n]) for i in range(len(r) - n + 1))
+            match[n - 1] += sum(min(c, rc[g]) for g, c in hc.items())
+            total[n - 1] += max(len(h) - n + 1, 0)
+    assert all(match), "test data must have matches at every order (no smoothing here)"
+    log_prec = sum(math.log(m / t) for m, t in zip(match, total)) / 4
+    bp = 1.0 if hyp_len >= ref_len else math.exp(1 - ref_len / hyp_len)
+    return 100 * bp * math.exp(log_prec)
+
+
+def test_compound_split_recipe_on_known_strings():
+    assert ev.compound_split(['Das well-known Auto "Haus" (heute) E-Mail&Co.'], "de") == [
+        "Das well @ ##AT##-##AT## @ known Auto &quot; Haus &quot; ( heute ) E @ ##AT##-##AT## @ Mail &amp; Co."]
+    # without Moses -a (tensor2tensor's get_ende_bleu.sh): perl's non-overlapping /g leaves "b-c" alone
+    assert ev.compound_split(["a-b-c well-known"], "de", aggressive=False) == perl_compound_split(
+        ["a-b-c well-known"]) == ["a ##AT##-##AT## b-c well ##AT##-##AT## known"]
+
+
+@pytest.mark.skipif(shutil.which("perl") is None, reason="perl runs the reference compound-split one-liner")
+def test_compound_split_bleu_matches_cli_and_closed_form(corpus, tmp_path):
+    tok = MosesTokenizer(lang="de")
+    names = ["ref", "base1", "good1"]
+    for name in names:
+        lines = (corpus / f"{name}.de").read_text(encoding="utf-8").split("\n")[:-1]
+        moses = [tok.tokenize(s, aggressive_dash_splits=True, escape=True, return_str=True) for s in lines]
+        (tmp_path / f"{name}.tok").write_text("\n".join(perl_compound_split(moses)) + "\n", encoding="utf-8")
+    out = tmp_path / "out"
+    assert evaluate(corpus, out, "--baseline", "base=base1.de", "--system", "good=good1.de",
+                    "--n-samples", "200", "--seed", "99") == 0
+    text = sacrebleu_cli(tmp_path, ["ref.tok", "-i", "base1.tok", "good1.tok", "-m", "bleu", "--tokenize", "none",
+                                    "--force", "--paired-bs", "--paired-bs-n", "200", "-f", "text", "-w", "4",
+                                    "--no-color"], seed=99)
+    cells, pvals, _ = parse_cli_bootstrap(text)
+    rep = by_name(load_json(out))
+    assert_bootstrap_cell(rep["base"]["runs"][0]["scores"]["bleu_cs"], cells[0])
+    assert_bootstrap_cell(rep["good"]["runs"][0]["scores"]["bleu_cs"], cells[1], pvals[0])
+    ref = (tmp_path / "ref.tok").read_text(encoding="utf-8").split("\n")[:-1]
+    for name, file in [("base", "base1"), ("good", "good1")]:
+        hyp = (tmp_path / f"{file}.tok").read_text(encoding="utf-8").split("\n")[:-1]
+        assert rep[name]["runs"][0]["scores"]["bleu_cs"]["score"] == pytest.approx(
+            closed_form_bleu4(hyp, ref), abs=1e-6)
+    assert "tok:none" in rep["good"]["summary"]["bleu_cs"]["signature"]
+    assert "pre:moses-de-a+compound-split" in rep["good"]["summary"]["bleu_cs"]["signature"]
+
+
+@pytest.mark.parametrize("delta, p, expected", [
+    (1.2, 0.001, "++"), (0.3, 0.0499, "++"), (0.3, 0.05, "+"), (0.3, 0.0999, "+"), (0.3, 0.10, ""),
+    (0.3, 0.6, ""), (-0.4, 0.01, "--"), (-0.4, 0.07, "-"), (-0.4, 0.2, ""), (0.0, 0.001, ""), (0.5, None, ""),
+])
+def test_significance_marks(delta, p, expected):
+    """'++' p < 0.05 and '+' p < 0.10 when better than the baseline; '--'/'-' when worse."""
+    assert ev.mark(delta, p) == expected
+
+
+def test_lines_are_split_like_the_sacrebleu_cli(corpus, tmp_path):
+    """Only '\\n' ends a line (CRLF, form feed and U+2028 do not), as in sacrebleu's CLI."""
+    d = tmp_path / "in"
+    shutil.copytree(corpus, d)
+    lines = (d / "good1.de").read_text(encoding="utf-8").split("\n")[:-1]
+    lines[3] = lines[3].replace(" ", "\u2028", 1)
+    lines[5] = lines[5].replace(" ", "\x0c", 1)
+    (d / "odd.de").write_bytes(("\r\n".join(lines) + "\r\n").encode("utf-8"))
+    out = tmp_path / "out"
+    assert evaluate(d, out, "--baseline", "base=base1.de", "--system", "odd=odd.de", "--n-samples", "50") == 0
+    scores = by_name(load_json(out))["odd"]["runs"][0]["scores"]
+    for metric, key, cli_args in [("bleu", "score", ["-m", "bleu"]),
+                                  ("chrf", "score", ["-m", "chrf", "--chrf-word-order", "2"])]:
+        cli = json.loads(sacrebleu_cli(d, ["ref.de", "-i", "odd.de", *cli_args, "-f", "json", "-w", "6"]))
+        assert scores[metric]["score"] == pytest.approx(cli["score"], abs=1e-6)
+
+
+# ------------------------------------------------------------------------------------------------
+# Several runs per system
+
+
+def test_several_runs_mean_sd_and_per_run_tests(corpus, tmp_path):
+    out = tmp_path / "out"
+    assert evaluate(corpus, out, "--baseline", "base=base1.de,base2.de", "--system", "good=good1.de,good2.de",
+                    "--system", "bad=bad1.de,bad2.de", "--n-samples", "150", "--seed", "7") == 0
+    rep = by_name(load_json(out))
+    ref = (corpus / "ref.de").read_text(encoding="utf-8").split("\n")[:-1]
+    for name in ["base", "good", "bad"]:
+        direct = [CHRF(word_order=2).corpus_score((corpus / f"{name}{r}.de").read_text(encoding="utf-8")
+                                                  .split("\n")[:-1], [ref]).score for r in (1, 2)]
+        summary = rep[name]["summary"]["chrf"]
+        assert summary["mean"] == pytest.approx(statistics.mean(direct), abs=1e-9)
+        assert summary["sd"] == pytest.approx(statistics.stdev(direct), abs=1e-9)
+    # run r of a system is tested against run r of the baseline: same p as a two-system CLI call
+    for r in (1, 2):
+        text = sacrebleu_cli(corpus, ["ref.de", "-i", f"base{r}.de", f"good{r}.de", f"bad{r}.de", "-m", "bleu",
+                                      "--paired-bs", "--paired-bs-n", "150", "-f", "text", "-w", "4",
+                                      "--no-color"], seed=7)
+        _, pvals, _ = parse_cli_bootstrap(text)
+        assert rep["good"]["runs"][r - 1]["scores"]["bleu"]["p"] == pytest.approx(pvals[0], abs=6e-5)
+        assert rep["bad"]["runs"][r - 1]["scores"]["bleu"]["p"] == pytest.approx(pvals[1], abs=6e-5)
+        assert rep["good"]["runs"][r - 1]["scores"]["bleu"]["baseline_run"] == r
+    # the table's mark holds for every run: it follows the largest p-value and the shared sign
+    for name in ["good", "bad"]:
+        for key in ["bleu", "chrf", "bleu_cs"]:
+            runs = [run["scores"][key] for run in rep[name]["runs"]]
+            p = max(x["p"] for x in runs)
+            signs = {math.copysign(1, x["delta"]) for x in runs}
+            expect = "" if len(signs) > 1 or p >= 0.10 else ("+" if signs == {1.0} else "-") * (2 if p < 0.05 else 1)
+            assert rep[name]["summary"][key]["mark"] == expect
+    table = list(csv.DictReader((out / "results.csv").open(encoding="utf-8")))
+    assert [row["runs"] for row in table] == ["2", "2", "2"] and table[1]["chrf_sd"] != ""
+    assert len(list(csv.DictReader((out / "results_runs.csv").open(encoding="utf-8")))) == 6
+
+
+def test_single_baseline_run_pairs_with_every_system_run(corpus, tmp_path):
+    out = tmp_path / "out"
+    assert evaluate(corpus, out, "--baseline", "base=base1.de", "--system", "good=good1.de,good2.de",
+                    "--n-samples", "100") == 0
+    runs = by_name(load_json(out))["good"]["runs"]
+    assert [run["scores"]["bleu"]["baseline_run"] for run in runs] == [1, 1]
+
+
+# ------------------------------------------------------------------------------------------------
+# Bad input: a clear error, exit code 2, and no output at all
+
+
+def _bad_utf8(d):
+    (d / "latin1.de").write_bytes((d / "good1.de").read_bytes().replace(b"\n", b"\n\xe4 ", 3))
+    return ["--baseline", "base=base1.de", "--system", "x=latin1.de"], ["latin1.de", "UTF-8", "line 2"]
+
+
+def _short(d):
+    (d / "short.de").write_text("\n".join((d / "good1.de").read_text(encoding="utf-8").split("\n")[:-3]) + "\n")
+    return ["--baseline", "base=base1.de", "--system", "x=short.de"], ["short.de", "ref.de", f"{N_SEG - 2} lines",
+                                                                      f"{N_SEG} lines"]
+
+
+def _empty(d):
+    (d / "empty.de").write_bytes(b"")
+    return ["--baseline", "base=empty.de", "--system", "good=good1.de"], ["empty.de", "empty"]
+
+
+BAD_INPUTS = {
+    "line counts differ": _short,
+    "empty file": _empty,
+    "not UTF-8": _bad_utf8,
+    "no baseline": lambda d: (["--system", "good=good1.de"], ["baseline", "--baseline"]),
+    "baseline file missing": lambda d: (["--baseline", "base=nope.de", "--system", "good=good1.de"],
+                                        ["nope.de", "not found"]),
+    "no NAME=": lambda d: (["--baseline", "base1.de", "--system", "good=good1.de"], ["NAME=FILE"]),
+    "duplicate name": lambda d: (["--baseline", "base=base1.de", "--system", "base=good1.de"], ["'base'"]),
+    "run counts differ": lambda d: (["--baseline", "base=base1.de,base2.de", "--system", "good=good1.de"],
+                                    ["good has 1 runs", "base has 2"]),
+    "seed 0": lambda d: (["--baseline", "base=base1.de", "--system", "good=good1.de", "--seed", "0"],
+                         ["--seed 0", "unseeded"]),
+    "bad meta": lambda d: ((d / "bad.json").write_text("{oops") and [
+        "--baseline", "base=base1.de", "--system", "good=good1.de", "--meta", "good=bad.json"], ["bad.json", "JSON"]),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUTS))
+def test_bad_input_is_reported_and_nothing_is_written(case, corpus, tmp_path, capsys, monkeypatch):
+    d = tmp_path / "in"
+    shutil.copytree(corpus, d)
+    monkeypatch.chdir(d)
+    argv, words = BAD_INPUTS[case](d)
+    out = tmp_path / "out"
+    assert ev.main(["--ref", "ref.de", "--trg-lang", "de", "--out-dir", str(out), "--ngram-analysis", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("evaluate.py: error: ")
+    for word in words:
+        assert word in err
+    assert not out.exists()
+
+
+# ------------------------------------------------------------------------------------------------
+# sacrebleu quirks and their workarounds
+
+
+def test_json_holds_numpy2_float32_values(corpus, tmp_path):
+    with pytest.raises(TypeError):
+        json.dumps({"mean": np.float32(27.5)})  # the CLI's --paired-bs JSON crash under numpy 2
+    assert json.loads(json.dumps(ev.to_jsonable({"m": [np.float32(27.5), np.float64(1.0)], "n": np.int64(3)}))) \
+        == {"m": [27.5, 1.0], "n": 3}
+    out = tmp_path / "out"
+    assert evaluate(corpus, out, "--baseline", "base=base1.de", "--system", "good=good1.de", "--n-samples", "100") == 0
+    good = by_name(load_json(out))["good"]["runs"][0]["scores"]["bleu"]
+    assert isinstance(good["mu"], float) and isinstance(good["ci95"], float)
+
+
+def test_seed_is_ours_and_reproducible_whatever_the_environment(corpus, tmp_path, monkeypatch):
+    monkeypatch.setenv("SACREBLEU_SEED", "0")  # would unseed sacrebleu's paired tests
+    ps = []
+    for i in range(2):
+        out = tmp_path / f"out{i}"
+        assert evaluate(corpus, out, "--baseline", "base=base1.de", "--system", "bad=bad1.de",
+                        "--n-samples", "100", "--seed", "31") == 0
+        ps.append([run["scores"][k]["p"] for run in by_name(load_json(out))["bad"]["runs"]
+                   for k in ("bleu", "chrf", "bleu_cs")])
+    assert ps[0] == ps[1]
+    assert os.environ["SACREBLEU_SEED"] == "0"  # restored
+    assert "seed:31" in load_json(tmp_path / "out0")["metrics"]["chrf"]["signature"]
+
+
+def test_two_bleu_variants_do_not_collide(corpus, tmp_path):
+    """sacreBLEU and compound-split BLEU are both named 'BLEU'; each must keep its own numbers."""
+    out = tmp_path / "out"
+    assert evaluate(corpus, out, "--baseline", "base=base1.de", "--system", "good=good1.de", "--n-samples", "100") == 0
+    rep = by_name(load_json(out))
+    ref = (corpus / "ref.de").read_text(encoding="utf-8").split("\n")[:-1]
+    hyp = (corpus / "good1.de").read_text(encoding="utf-8").split("\n")[:-1]
+    tok = MosesTokenizer(lang="de")
+    split = [re.sub(r"(\S)-(\S)", r"\1 ##AT##-##AT## \2",
+                    tok.tokenize(s, aggressive_dash_splits=True, escape=True, return_str=True)) for s in ref + hyp]
+    cs = BLEU(tokenize="none", force=True).corpus_score(split[len(ref):], [split[:len(ref)]]).score
+    scores = rep["good"]["runs"][0]["scores"]
+    assert scores["bleu"]["score"] == pytest.approx(BLEU().corpus_score(hyp, [ref]).score, abs=1e-9)
+    assert scores["bleu_cs"]["score"] == pytest.approx(cs, abs=1e-9)
+    assert scores["bleu"]["score"] != pytest.approx(scores["bleu_cs"]["score"], abs=1e-3)
+    assert scores["bleu"]["p"] != scores["bleu_cs"]["p"] or scores["bleu"]["mu"] != scores["bleu_cs"]["mu"]
+
+
+# ------------------------------------------------------------------------------------------------
+# Figure 4 analysis, metadata, report files
+
+
+def test_ngram_analysis_csv_png_and_order_one_gap(corpus, tmp_path):
+    out = tmp_path / "out"
+    assert evaluate(corpus, out, "--baseline", "base=base1.de", "--system", "good=good1.de",
+                    "--system", "bad=bad1.de", "--n-samples", "100", "--ngram-analysis") == 0
+    rows = list(csv.DictReader((out / "results_ngram.csv").open(encoding="utf-8")))
+    assert len(rows) == 2 * (30 + 8 + 8)
+    assert (out / "results_ngram.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    ref = (corpus / "ref.de").read_text(encoding="utf-8").split("\n")[:-1]
+    hyps = {n: (corpus / f"{n}1.de").read_text(encoding="utf-8").split("\n")[:-1] for n in ("base", "good", "bad")}
+    metrics = {"chrf_char": lambda n: CHRF(char_order=n, word_order=0),
+               "chrf_word": lambda n: CHRF(char_order=6, word_order=n),
+               "bleu": lambda n: BLEU(max_ngram_order=n)}
+
+    @functools.lru_cache(maxsize=None)
+    def direct(analysis, system, n):
+        return metrics[analysis](n).corpus_score(hyps[system], [ref]).score
+
+    for row in rows:
+        key, name, n = row["analysis"], row["system"], int(row["order"])
+        if n == 1:  # the gap at order 1 is the difference of the two scores
+            assert float(row["gap"]) == pytest.approx(direct(key, name, 1) - direct(key, "base", 1), abs=1e-9)
+        if n in (2, 3, 8, 17, 30):  # and any order is scored as sacrebleu scores it directly
+            assert float(row["system_score"]) == pytest.approx(direct(key, name, n), abs=1e-9)
+            assert float(row["baseline_score"]) == pytest.approx(direct(key, "base", n), abs=1e-9)
+    bleu_sigs = {r["signature"] for r in rows if r["analysis"] == "bleu"}
+    assert len(bleu_sigs) == 8 and all(f"ngram:{n}|" in " ".join(bleu_sigs) for n in range(1, 9))
+    assert len(load_json(out)["ngram_analysis"]) == len(rows)
+
+
+def test_meta_sidecar_and_override_reach_every_output(corpus, tmp_path):
+    d = tmp_path / "in"
+    shutil.copytree(corpus, d)
+    (d / "good1.de.meta.json").write_text(json.dumps({"pe_signature": "pe:posnet|side:encoder", "seed": 1}))
+    (d / "sape.json").write_text(json.dumps({"pe_signature": "pe:sinusoidal"}))
+    out = tmp_path / "out"
+    assert evaluate(d, out, "--baseline", "base=" + str(d / "base1.de"), "--system", "good=" + str(d / "good1.de"),
+                    "--meta", "base=" + str(d / "sape.json"), "--n-samples", "100") == 0
+    rep = by_name(load_json(out))
+    assert rep["good"]["meta"]["seed"] == 1 and rep["good"]["runs"][0]["meta"]["seed"] == 1
+    assert rep["base"]["pe_signature"] == "pe:sinusoidal"
+    md = (out / "results.md").read_text(encoding="utf-8")
+    assert "| `pe:posnet\\|side:encoder` |" in md and "| `pe:sinusoidal` |" in md  # '|' escaped in a table
+    table = {r["system"]: r for r in csv.DictReader((out / "results.csv").open(encoding="utf-8"))}
+    assert table["good"]["pe_signature"] == "pe:posnet|side:encoder"
+
+
+def test_markdown_table_marks_follow_p_and_sign(corpus, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert evaluate(corpus, out, "--baseline", "base=base1.de", "--system", "good=good1.de",
+                    "--system", "bad=bad1.de", "--n-samples", "200", "--prefix", "t1") == 0
+    md = (out / "t1.md").read_text(encoding="utf-8")
+    assert capsys.readouterr().out == md
+    rep = by_name(load_json(out, "t1"))
+    rows = {line.split(" | ")[0].strip("| "): line for line in md.splitlines() if line.startswith("| ")}
+    for name in ["good", "bad"]:
+        s = rep[name]["runs"][0]["scores"]["bleu"]
+        expect = "" if s["p"] >= 0.10 else ("+" if s["delta"] > 0 else "-") * (2 if s["p"] < 0.05 else 1)
+        assert s["mark"] == expect
+        assert f"{s['score']:.2f}{expect} (" in rows[name]
+    assert "base (baseline)" in rows
+    assert sorted(p.name for p in out.iterdir()) == ["t1.csv", "t1.json", "t1.md", "t1_runs.csv"]  # no temp files
