@@ -8,6 +8,6 @@ setup(
     python_requires=">=3.8",
     # fairseq is installed by scripts/setup_env.sh (ve-fairseq 0.12.3 --no-deps on Python >= 3.11,
     # fairseq 0.12.2 below); listing it here would pull torchaudio and another torch.
-    install_requires=["sacrebleu>=2.3", "sacremoses", "subword-nmt"],
+    install_requires=["sacrebleu>=2.3", "sacremoses", "subword-nmt", "sentencepiece", "regex"],
     extras_require={"dev": ["pytest"], "plots": ["matplotlib"]},
 )

@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
 PYTHON=${PYTHON:-python3}
-STAMP="$VENV/.pe_plugin_setup_v1"
+STAMP="$VENV/.pe_plugin_setup_v2"
 
 pyver=$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null) || {
   echo "error: '$PYTHON' not found; set PYTHON=/path/to/python3.8+ and re-run" >&2; exit 2; }
@@ -47,6 +47,6 @@ fi
 
 echo "[setup] installing pe_plugin (editable) with its extras"
 "${PIP[@]}" --no-deps -e .
-"${PIP[@]}" "sacrebleu>=2.3" sacremoses subword-nmt matplotlib pytest
+"${PIP[@]}" "sacrebleu>=2.3" sacremoses subword-nmt sentencepiece matplotlib pytest
 touch "$STAMP"
 echo "[setup] ready: $VENV (Python $pyver)"

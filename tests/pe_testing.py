@@ -4,7 +4,6 @@ parser, and the incremental-vs-full re-scoring check.
 Everything is generated here; no test reads shared data or the network.
 """
 import os
-import random
 import subprocess
 import sys
 from argparse import Namespace
@@ -13,6 +12,9 @@ from pathlib import Path
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+from toy_corpus import write_corpus  # noqa: E402,F401  (re-exported for the tests)
+
 PLUGIN = str(REPO / "pe_plugin")
 
 # flags every tiny training run shares (dropout off unless a test turns it on)
@@ -22,22 +24,6 @@ TRAIN_FLAGS = [
     "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
     "--dropout", "0.0", "--num-workers", "0", "--log-format", "simple",
 ]
-
-
-def write_corpus(out_dir: Path, n_train: int = 240, n_valid: int = 24, n_test: int = 16, seed: int = 0):
-    """A toy translation task that needs word order: the target is the reversed source, upper-cased."""
-    rng = random.Random(seed)
-    words = [f"w{i}" for i in range(30)]
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for split, n in (("train", n_train), ("valid", n_valid), ("test", n_test)):
-        src, tgt = [], []
-        for _ in range(n):
-            sent = [rng.choice(words) for _ in range(rng.randint(2, 9))]
-            src.append(" ".join(sent))
-            tgt.append(" ".join(w.upper() for w in reversed(sent)))
-        (out_dir / f"{split}.en").write_text("\n".join(src) + "\n")
-        (out_dir / f"{split}.de").write_text("\n".join(tgt) + "\n")
-    return out_dir
 
 
 def run(module: str, args, cwd=None, check=True, env=None) -> subprocess.CompletedProcess:

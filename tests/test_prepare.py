@@ -1,0 +1,628 @@
+"""examples/wmt14/prepare.sh end to end on tiny WMT-like archives served from 127.0.0.1.
+
+The fixture builds every archive of examples/wmt14/corpora.toml (same file names, same member
+paths, SGM test sets, a plain tar with .gz members for giga-fren) with a few dozen synthetic
+sentences, and serves them over HTTP with Range support, so resumed downloads are real.
+Tests marked slow run fairseq-preprocess (about 5 s each); the rest take a second or less.
+"""
+import gzip
+import hashlib
+import importlib.util
+import io
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+import tomllib
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+PREPARE = REPO / "examples" / "wmt14" / "prepare.sh"
+TABLE = REPO / "examples" / "wmt14" / "corpora.toml"
+
+
+def load_module():
+    spec = importlib.util.spec_from_file_location("prepare_data", REPO / "scripts" / "prepare_data.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["prepare_data"] = module  # so worker processes can unpickle its functions
+    spec.loader.exec_module(module)
+    return module
+
+
+prep = load_module()
+
+
+def tokenize(line, lang, test=False):
+    """The reference pipeline, straight from sacremoses (EVALUATION.md §2.4)."""
+    import regex
+    from sacremoses import MosesPunctNormalizer, MosesTokenizer
+
+    if test:
+        line = line.replace("\u2019", "'")
+    else:
+        line = regex.sub(r"\p{C}", " ", MosesPunctNormalizer(lang, perl_parity=True).normalize(line))
+    return MosesTokenizer(lang).tokenize(line, aggressive_dash_splits=True, escape=True, return_str=True)
+
+
+# --------------------------------------------------------------------------------- fixture data
+WORDS = "the house is small red car dog cat sees big old new tree river green fast slow walks eats".split()
+SPECIAL_PAIRS = [  # (en, other), placed in the middle of the en-de commoncrawl corpus
+    ("The Auto\u00admobile is red .", "Thede Auto\u00admobil Isde Redde ."),  # soft hyphen -> space
+    ("a well-known dog sees the cat .", "Ade well-known Dogde Seesde Thede Catde ."),  # -> well @-@ known
+    ("carriage\x85return stays inside the line .", "carriage\rreturn stays inside the line ."),  # no line ends
+    ("pipe | sign in the river .", "pipe | sign in the river ."),  # escaped to &#124;
+    ("she says hello to the dog .", "she says \u201ehello\u201c to the dog ."),  # normalised quotes
+    ("RATIOMARK " + " ".join(WORDS * 2), "ja ."),  # length ratio > 1.5: dropped
+    (" ".join(["LONGMARK"] + WORDS * 14), " ".join(["LONGMARK"] + WORDS * 14)),  # 267 tokens: dropped
+    ("", ""),  # empty: dropped
+]
+
+
+def sentences(seed, n, lang):
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        words = [rng.choice(WORDS) for _ in range(rng.randint(4, 9))]
+        out.append(" ".join(w if lang == "en" else w.capitalize() + lang for w in words) + " .")
+    return out
+
+
+def sgm(segs, setid):
+    docs, lines = [segs[:3], segs[3:]], [f'<srcset setid="{setid}" srclang="any">']
+    n = 0
+    for d, doc in enumerate(docs):
+        lines.append(f'<doc sysid="ref" docid="doc{d}" genre="news" origlang="en">')
+        for seg in doc:
+            n += 1
+            lines.append(f'<seg id="{n}">{seg}</seg>')
+        lines.append("</doc>")
+    return "\n".join(lines + ["</srcset>", ""])
+
+
+TEST_SEGS = {  # newstest2014 stand-ins: a ’ in the source (fairseq maps it to ') and „…“ in the reference
+    "en": ["It\u2019s a small house .", "The red car .", "A well-known tree .", "Old dog , new tricks .",
+           "Two  spaces here .", "The end ."],
+    "de": ["Es ist ein kleines Haus .", "\u201eDas rote Auto\u201c .", "Ein bekannter Baum .",
+           "Alter Hund , neue Tricks .", "Zwei Leerzeichen .", "Das Ende ."],
+    "fr": ["C\u2019est une petite maison .", "La voiture rouge .", "Un arbre connu .", "Vieux chien .",
+           "Deux espaces .", "La fin ."],
+}
+
+
+def member_text(pair, split, side, entry, index):
+    """Synthetic content for one corpus side; `side` is the language code."""
+    if entry["src"].endswith(".sgm"):
+        if split == "test":
+            return sgm(TEST_SEGS[side], "newstest2014")
+        return sgm(sentences(100, 5, side), "newstest2013")
+    lines = sentences(7 * index + (1 if pair == "en-de" else 50), 30 + 10 * index, side)
+    if pair == "en-de" and "commoncrawl" in entry["src"]:
+        specials = [en if side == "en" else other for en, other in SPECIAL_PAIRS]
+        lines = lines[:10] + specials + lines[10:]
+    return "".join(line + "\n" for line in lines)
+
+
+def build_archives(table, root):
+    """Write every archive of `table` under root/<url path>; return {archive name: bytes}."""
+    members = {}
+    for pair, spec in table["pair"].items():
+        src, tgt = pair.split("-")
+        for split in ("train", "valid", "test"):
+            entries = spec[split] if isinstance(spec[split], list) else [spec[split]]
+            for i, e in enumerate(entries):
+                for key, lang in (("src", src), ("tgt", tgt)):
+                    data = member_text(pair, split, lang, e, i).encode()
+                    if e[key].endswith(".gz"):
+                        data = gzip.compress(data, mtime=0)
+                    members.setdefault(e["archive"], {})[e[key]] = data
+    blobs = {}
+    for name, files in members.items():
+        url = table["archive"][name]["url"]
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w" if url.endswith(".tar") else "w:gz") as tar:
+            for path, data in sorted(files.items()) + [("README", b"fixture\n")]:
+                info = tarfile.TarInfo(path)
+                info.size, info.mtime = len(data), 0
+                tar.addfile(info, io.BytesIO(data))
+        blobs[name] = buf.getvalue()
+        dest = root / url.split("://", 1)[1].split("/", 1)[1]
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_bytes(blobs[name])
+    return blobs
+
+
+def toml_value(v):
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{k} = {toml_value(x)}" for k, x in v.items()) + " }"
+    if isinstance(v, list):
+        return "[\n  " + ",\n  ".join(toml_value(x) for x in v) + ",\n]"
+    return json.dumps(v)
+
+
+def write_table(table, path):
+    lines = []
+    for section in ("archive", "pair"):
+        for name, entry in table[section].items():
+            lines.append(f"[{section}.{name}]")
+            lines += [f"{k} = {toml_value(v)}" for k, v in entry.items()]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def fixture_table(blobs, **overrides):
+    """The real table with the fixture's sizes and sha256 (and the fixture's SGM sentence counts)."""
+    table = tomllib.loads(TABLE.read_text())
+    for name, entry in table["archive"].items():
+        entry.pop("md5", None)
+        entry.update(size=len(blobs[name]), sha256=hashlib.sha256(blobs[name]).hexdigest())
+        entry.update(overrides.get(name, {}))
+        for key in [k for k, v in entry.items() if v is None]:
+            del entry[key]
+    for spec in table["pair"].values():
+        spec["valid"]["lines"], spec["test"]["lines"] = 5, len(TEST_SEGS["en"])
+    return table
+
+
+# ----------------------------------------------------------------------------------- the server
+class Server:
+    """Serves a folder on 127.0.0.1 with Range support; can cut a response off halfway."""
+
+    def __init__(self, root):
+        self.root, self.log, self.cut_once = root, [], set()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                path = server.root / self.path.lstrip("/")
+                if not path.is_file():
+                    self.send_error(404)
+                    server.log.append((self.path, None, 404, 0))
+                    return
+                data, rng, start = path.read_bytes(), self.headers.get("Range"), 0
+                if rng:
+                    start = int(re.fullmatch(r"bytes=(\d+)-", rng).group(1))
+                    if start >= len(data):
+                        self.send_response(416)
+                        self.send_header("Content-Range", f"bytes */{len(data)}")
+                        self.send_header("Content-Length", "0")
+                        self.end_headers()
+                        server.log.append((self.path, rng, 416, 0))
+                        return
+                    self.send_response(206)
+                    self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+                else:
+                    self.send_response(200)
+                body = data[start:]
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                if self.path in server.cut_once:  # announce the whole body, send half, hang up
+                    server.cut_once.discard(self.path)
+                    body = body[: len(body) // 2]
+                self.wfile.write(body)
+                server.log.append((self.path, rng, 206 if rng else 200, len(body)))
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def requests(self, suffix):
+        return [entry for entry in self.log if entry[0].endswith(suffix)]
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def prepare(*args, cwd=None):
+    env = {**os.environ, "PYTHON": sys.executable}
+    result = subprocess.run(["bash", str(PREPARE), *map(str, args)], capture_output=True, text=True, env=env, cwd=cwd)
+    result.output = result.stdout + result.stderr
+    return result
+
+
+def net_args(server, table_path, downloads):
+    return ["--corpora", table_path, "--base-url", server.url, "--download-dir", downloads, "--retry-wait", "0"]
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    root = tmp_path_factory.mktemp("site")
+    blobs = build_archives(tomllib.loads(TABLE.read_text()), root)
+    server = Server(root)
+    yield server, blobs, root
+    server.close()
+
+
+@pytest.fixture(scope="module")
+def ende(site, tmp_path_factory):
+    """One full en-de run: download (europarl cut off halfway), extract, ..., binarise."""
+    server, blobs, _ = site
+    tmp = tmp_path_factory.mktemp("ende")
+    table = write_table(fixture_table(blobs), tmp / "corpora.toml")
+    server.cut_once.add("/wmt13/training-parallel-europarl-v7.tgz")
+    args = ["en-de", *net_args(server, table, tmp / "archives"), "--out", tmp / "out", "--bpe-merges", 200,
+            "--workers", 1]
+    start = time.time()
+    first = prepare(*args)
+    assert first.returncode == 0, first.output
+    return {"out": tmp / "out", "archives": tmp / "archives", "args": args, "result": first,
+            "seconds": time.time() - start, "blobs": blobs, "server": server}
+
+
+def lines(path):
+    return path.read_text(encoding="utf-8").split("\n")[:-1]
+
+
+def unbpe(line):
+    return line.replace("@@ ", "")
+
+
+# ------------------------------------------------------------------------------------ en-de e2e
+@pytest.mark.slow
+def test_download_cut_off_halfway_is_resumed(ende):
+    requests = ende["server"].requests("training-parallel-europarl-v7.tgz")
+    size = len(ende["blobs"]["europarl-v7"])
+    assert requests[0][1] is None and requests[0][3] == size // 2  # the cut one
+    assert requests[1] == ("/wmt13/training-parallel-europarl-v7.tgz", f"bytes={size // 2}-", 206, size - size // 2)
+    assert f"download of training-parallel-europarl-v7.tgz stopped at byte {size // 2}" in ende["result"].output
+    archive = ende["archives"] / "training-parallel-europarl-v7.tgz"
+    assert hashlib.sha256(archive.read_bytes()).hexdigest() == hashlib.sha256(ende["blobs"]["europarl-v7"]).hexdigest()
+    assert not list(ende["archives"].glob("*.part")) and not list(ende["archives"].glob("*.corrupt"))
+
+
+@pytest.mark.slow
+def test_train_is_normalised_and_tokenised_like_moses(ende):
+    tok = lines(ende["out"] / "work" / "tok.train.en")
+    tok_de = lines(ende["out"] / "work" / "tok.train.de")
+    assert len(tok) == len(tok_de) == 30 + 40 + 50 + len(SPECIAL_PAIRS)  # europarl, commoncrawl, nc-v9
+    assert "The Auto mobile is red ." in tok  # soft hyphen replaced by a space, not deleted
+    assert "a well @-@ known dog sees the cat ." in tok
+    assert "carriage return stays inside the line ." in tok  # U+0085 (\p{C}) is a space, not a line end
+    assert "carriagereturn stays inside the line ." in tok_de  # normalize-punctuation.perl: s/\r//g
+    assert "pipe &#124; sign in the river ." in tok
+    assert "she says &quot; hello &quot; to the dog ." in tok_de  # normalize-punctuation: „“ -> "
+    raw = lines(ende["out"] / "work" / "raw.train.en")
+    assert [tokenize(s, "en") for s in raw] == tok
+
+
+@pytest.mark.slow
+def test_cleaning_after_bpe_drops_ratio_length_and_empty(ende):
+    bpe, final = lines(ende["out"] / "work" / "bpe.train.en"), lines(ende["out"] / "text" / "train.en")
+    assert any(unbpe(line).startswith("RATIOMARK") for line in bpe)
+    long_line = next(line for line in bpe if unbpe(line).startswith("LONGMARK"))
+    assert len(long_line.split()) > 250 and "" in bpe
+    kept = [unbpe(line) for line in final]
+    assert not any("RATIOMARK" in line or "LONGMARK" in line or not line.strip() for line in kept)
+    assert len(kept) == len(bpe) - 3 == len(lines(ende["out"] / "text" / "train.de"))
+    assert "clean train: 128 pairs in, 125 kept (dropped: 1 ratio, 1 length, 1 empty)" in ende["result"].output
+
+
+@pytest.mark.slow
+def test_test_set_is_every_sgml_segment_in_order(ende):
+    for lang in ("en", "de"):
+        got = [unbpe(line) for line in lines(ende["out"] / "text" / f"test.{lang}")]
+        assert got == [tokenize(seg, lang, test=True) for seg in TEST_SEGS[lang]]
+    assert unbpe(lines(ende["out"] / "text" / "test.en")[0]) == "It &apos;s a small house ."
+    assert "\u201e" in lines(ende["out"] / "text" / "test.de")[1]  # the test set is not punctuation-normalised
+
+
+@pytest.mark.slow
+def test_valid_is_newstest2013(ende):
+    got = [unbpe(line) for line in lines(ende["out"] / "text" / "valid.de")]
+    assert got == [tokenize(s, "de") for s in sentences(100, 5, "de")]
+
+
+@pytest.mark.slow
+def test_binarised_data_loads_with_fairseq(ende):
+    from fairseq.data import Dictionary, data_utils
+
+    bin_dir = ende["out"]
+    assert (bin_dir / "dict.en.txt").read_text() == (bin_dir / "dict.de.txt").read_text()  # joined
+    dictionary = Dictionary.load(str(bin_dir / "dict.en.txt"))
+    for split in ("train", "valid", "test"):
+        for lang in ("en", "de"):
+            dataset = data_utils.load_indexed_dataset(str(bin_dir / f"{split}.en-de.{lang}"), dictionary)
+            text = lines(ende["out"] / "text" / f"{split}.{lang}")
+            assert len(dataset) == len(text) > 0
+            assert [len(dataset[i]) for i in range(len(text))] == [len(t.split()) + 1 for t in text]  # + </s>
+            if split == "train":  # every symbol of train is in the dictionary
+                assert [dictionary.string(dataset[i]) for i in range(len(text))] == text
+
+
+@pytest.mark.slow
+def test_rerun_skips_every_step(ende):
+    before = {p: p.stat().st_mtime_ns for p in ende["out"].rglob("*") if p.is_file()}
+    n_requests = len(ende["server"].log)
+    start = time.time()
+    again = prepare(*ende["args"])
+    assert again.returncode == 0, again.output
+    assert len(ende["server"].log) == n_requests  # nothing downloaded again
+    assert "binarize: done before, skipped" in again.stdout and "tokenize-train.en: done before" in again.stdout
+    assert {p: p.stat().st_mtime_ns for p in ende["out"].rglob("*") if p.is_file()} == before
+    assert time.time() - start < ende["seconds"]
+
+
+# ------------------------------------------------------------------------------ bad downloads
+def test_interrupted_download_resumes_on_the_next_run(site, tmp_path):
+    server, blobs, _ = site
+    table = write_table(fixture_table(blobs), tmp_path / "corpora.toml")
+    server.cut_once.add("/wmt14/training-parallel-nc-v9.tgz")
+    args = ["en-de", *net_args(server, table, tmp_path / "a"), "--out", tmp_path / "o", "--download-only"]
+    first = prepare(*args, "--retries", 0)
+    assert first.returncode == 1
+    part = tmp_path / "a" / "training-parallel-nc-v9.tgz.part"
+    assert f"The partial file {part} ({len(blobs['nc-v9']) // 2} bytes) is kept: re-run to resume" in first.stderr
+    assert part.stat().st_size == len(blobs["nc-v9"]) // 2
+    second = prepare(*args)
+    assert second.returncode == 0, second.output
+    assert server.requests("nc-v9.tgz")[-1][1] == f"bytes={len(blobs['nc-v9']) // 2}-"
+    assert (tmp_path / "a" / "training-parallel-nc-v9.tgz").read_bytes() == blobs["nc-v9"]
+
+
+def test_checksum_mismatch_is_rejected_and_not_trusted(site, tmp_path):
+    server, blobs, _ = site
+    table = write_table(fixture_table(blobs, **{"nc-v9": {"sha256": "0" * 64}}), tmp_path / "corpora.toml")
+    args = ["en-de", *net_args(server, table, tmp_path / "a"), "--out", tmp_path / "o", "--download-only"]
+    first = prepare(*args)
+    archive = tmp_path / "a" / "training-parallel-nc-v9.tgz"
+    assert first.returncode == 1
+    assert f"error: {archive} is corrupt: its sha256 is {hashlib.sha256(blobs['nc-v9']).hexdigest()}" in first.stderr
+    assert "Fix: re-run to download it again" in first.stderr and "[archive.nc-v9]" in first.stderr
+    assert not archive.exists() and archive.with_name(archive.name + ".corrupt").exists()
+    n = len(server.requests("nc-v9.tgz"))
+    second = prepare(*args)
+    assert second.returncode == 1 and "is corrupt" in second.stderr
+    assert len(server.requests("nc-v9.tgz")) == n + 1 and server.requests("nc-v9.tgz")[-1][1] is None
+
+
+def test_file_missing_on_the_server_is_named(site, tmp_path):
+    server, blobs, _ = site
+    table = fixture_table(blobs)
+    table["archive"]["test-full"]["url"] = "https://www.statmt.org/wmt14/gone.tgz"
+    table = write_table(table, tmp_path / "corpora.toml")
+    result = prepare("en-de", *net_args(server, table, tmp_path / "a"), "--out", tmp_path / "o", "--download-only")
+    assert result.returncode == 1
+    assert f"error: {server.url}/wmt14/gone.tgz answered HTTP 404" in result.stderr and "--raw-dir" in result.stderr
+
+
+def test_truncated_archive_without_checksum_is_rejected(site, tmp_path):
+    server, blobs, root = site
+    whole = root / "wmt14" / "test-full.tgz"
+    cut = root / "cut" / "wmt14" / "test-full.tgz"  # the server's own copy is truncated
+    cut.parent.mkdir(parents=True)
+    cut.write_bytes(blobs["test-full"][: len(blobs["test-full"]) * 2 // 3])
+    table = fixture_table(blobs, **{"test-full": {"size": None, "sha256": None}})
+    table["archive"]["test-full"]["url"] = "https://www.statmt.org/cut/wmt14/test-full.tgz"
+    table = write_table(table, tmp_path / "corpora.toml")
+    args = ["en-de", *net_args(server, table, tmp_path / "a"), "--out", tmp_path / "o", "--download-only"]
+    first = prepare(*args)
+    archive = tmp_path / "a" / "test-full.tgz"
+    assert first.returncode == 1
+    assert f"error: {archive} is corrupt: it is truncated or not a valid archive" in first.stderr
+    assert not archive.exists() and archive.with_name("test-full.tgz.corrupt").exists()
+    cut.write_bytes(whole.read_bytes())  # the mirror is fixed: the re-run downloads a new copy
+    second = prepare(*args)
+    assert second.returncode == 0, second.output
+    assert archive.read_bytes() == blobs["test-full"] and server.requests("cut/wmt14/test-full.tgz")[-1][1] is None
+
+
+def test_raw_dir_archives_are_checked_and_never_moved(site, tmp_path):
+    server, blobs, root = site
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    table = write_table(fixture_table(blobs, **{"test-full": {"size": None, "sha256": None}}), tmp_path / "c.toml")
+    args = ["en-de", "--corpora", table, "--raw-dir", raw, "--out", tmp_path / "o"]
+    missing = prepare(*args)
+    assert missing.returncode == 1 and f"--raw-dir {raw} lacks 5 archive(s)" in missing.stderr
+    assert "test-full.tgz: https://www.statmt.org/wmt14/test-full.tgz" in missing.stderr
+    for path in root.glob("wmt1*/*"):
+        (raw / path.name).write_bytes(path.read_bytes())
+    truncated = blobs["test-full"][:-200]
+    (raw / "test-full.tgz").write_bytes(truncated)
+    bad = prepare(*args)
+    assert bad.returncode == 1
+    assert f"{raw / 'test-full.tgz'} (from --raw-dir) is corrupt: it is truncated" in bad.stderr
+    assert "Fix: replace it with a complete copy of https://www.statmt.org/wmt14/test-full.tgz" in bad.stderr
+    assert (raw / "test-full.tgz").read_bytes() == truncated and not list(raw.glob("*.corrupt"))
+
+
+def test_missing_archive_member_is_named(site, tmp_path):
+    server, blobs, root = site
+    table = fixture_table(blobs)
+    table["pair"]["en-de"]["test"]["src"] = "test-full/newstest2014-deen-src.xx.sgm"
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for path in root.glob("wmt1[34]/*"):
+        (raw / path.name).write_bytes(path.read_bytes())
+    result = prepare("en-de", "--corpora", write_table(table, tmp_path / "c.toml"), "--raw-dir", raw,
+                     "--out", tmp_path / "o")
+    assert result.returncode == 1
+    assert f"{raw / 'test-full.tgz'} has no member test-full/newstest2014-deen-src.xx.sgm (it has: " in result.stderr
+    assert "test-full/newstest2014-deen-src.en.sgm" in result.stderr and "correct the member path" in result.stderr
+
+
+@pytest.mark.slow
+def test_en_fr_from_raw_dir(site, tmp_path):
+    """The En-Fr table (UN, a plain tar of .gz files for Giga-fren) through the whole pipeline, offline."""
+    server, blobs, root = site
+    table = write_table(fixture_table(blobs), tmp_path / "c.toml")
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for path in root.glob("wmt1*/*"):
+        (raw / path.name).write_bytes(path.read_bytes())
+    n = len(server.log)
+    result = prepare("en-fr", "--corpora", table, "--raw-dir", raw, "--out", tmp_path / "o", "--bpe-merges", 150,
+                     "--workers", 1, "--valid-split", "--valid-every", 20)
+    assert result.returncode == 0, result.output
+    assert len(server.log) == n  # nothing was downloaded
+    raw_en = lines(tmp_path / "o" / "work" / "raw.train.en") + lines(tmp_path / "o" / "work" / "raw.valid.en")
+    corpora = [sentences(7 * i + 50, 30 + 10 * i, "en") for i in range(5)]
+    everything = [s for c in corpora for s in c]
+    assert sorted(raw_en) == sorted(everything)  # the giga-fren .gz members were gunzipped
+    assert lines(tmp_path / "o" / "work" / "raw.valid.en") == everything[19::20]  # fairseq's NR % N == 0
+    assert len(lines(tmp_path / "o" / "text" / "test.fr")) == len(TEST_SEGS["fr"])
+    assert (tmp_path / "o" / "train.en-fr.fr.idx").exists()
+
+
+# ---------------------------------------------------------------------------- the CLI's errors
+def write_corpus(prefix, src_lines, tgt_lines, src="en", tgt="de"):
+    Path(f"{prefix}.{src}").write_text("".join(s + "\n" for s in src_lines))
+    Path(f"{prefix}.{tgt}").write_text("".join(s + "\n" for s in tgt_lines))
+
+
+def test_misaligned_files_are_rejected_with_their_line_counts(tmp_path):
+    write_corpus(tmp_path / "train", ["a b ."] * 5, ["x y ."] * 4)
+    write_corpus(tmp_path / "test", ["a ."] * 2, ["x ."] * 2)
+    result = prepare("raw", "--src", "en", "--tgt", "de", "--train", tmp_path / "train", "--valid-split",
+                     "--test", tmp_path / "test", "--out", tmp_path / "o")
+    assert result.returncode == 1
+    assert (f"misaligned parallel corpus: {tmp_path / 'train.en'} has 5 lines but {tmp_path / 'train.de'} has 4"
+            in result.stderr)
+    assert not (tmp_path / "o" / "work" / "raw.train.en").exists()
+
+
+def test_unknown_pair_and_missing_files_name_the_fix(tmp_path):
+    unknown = prepare("en-ru")
+    assert unknown.returncode == 1 and "unknown pair 'en-ru'" in unknown.stderr
+    assert "defines en-de, en-fr" in unknown.stderr and "`raw`" in unknown.stderr
+    missing = prepare("raw", "--src", "en", "--tgt", "de", "--train", tmp_path / "nope", "--valid", tmp_path / "v",
+                      "--test", tmp_path / "t", "--out", tmp_path / "o")
+    assert missing.returncode == 1
+    assert f"--train {tmp_path / 'nope'}: {tmp_path / 'nope.en'} and {tmp_path / 'nope.de'} not found" in missing.stderr
+    flags = prepare("raw", "--src", "en", "--tgt", "de", "--out", tmp_path / "o")
+    assert flags.returncode == 1 and "`raw` needs --train, --test, --valid" in flags.stderr
+
+
+def test_raw_corpus_end_to_end_with_few_merges(tmp_path):
+    """The demo's path: a tiny synthetic corpus, 30 merges, valid split off train."""
+    en, de = sentences(3, 220, "en"), sentences(3, 220, "de")
+    write_corpus(tmp_path / "train", en[:200], de[:200])
+    write_corpus(tmp_path / "test", en[200:], de[200:])
+    out = tmp_path / "o"
+    result = prepare("raw", "--src", "en", "--tgt", "de", "--train", tmp_path / "train", "--valid-split",
+                     "--valid-every", 10, "--test", tmp_path / "test", "--out", out, "--bpe-merges", 30, "--no-binarize")
+    assert result.returncode == 0, result.output
+    assert len(lines(out / "text" / "bpe.codes")) == 31  # '#version' + 30 merges
+    assert lines(out / "work" / "raw.valid.en") == en[9:200:10]
+    assert len(lines(out / "work" / "raw.train.en")) == 180
+    assert 0 < len(lines(out / "text" / "valid.en")) <= 20 and 0 < len(lines(out / "text" / "train.en")) <= 180
+    assert "@@" in (out / "text" / "train.en").read_text()
+    assert not list(out.glob("dict.*"))
+    stale = out / "work" / "tok.train.en.tmp12345"  # left by a killed run
+    stale.write_text("half a file")
+    again = prepare(*result.args[2:])
+    assert again.returncode == 0 and "learn-bpe: done before, skipped" in again.stdout
+    assert not stale.exists()
+
+
+# ---------------------------------------------------------------------------------- unit level
+@pytest.mark.parametrize("src, tgt, kept", [
+    ("a b c", "x y", True),  # ratio exactly 1.5
+    ("a b c d", "x y", False),  # ratio 2
+    ("x y", "a b c d", False),  # either direction
+    (" ".join("w" * 250), "w " * 200, True),  # 250 tokens is allowed ...
+    (" ".join("w" * 251), " ".join("w" * 251), False),  # ... 251 is not
+    ("", "x", False),
+    ("a  \t b", "x\u00a0y", True),  # whitespace runs collapse (perl \s: Unicode White_Space)
+    ("a " + "b" * 1001, "x y", False),  # a 1001-character word
+])
+def test_clean_corpus_rules(tmp_path, src, tgt, kept):
+    write_corpus(tmp_path / "c", ["ok fine", src], ["gut fein", tgt])
+    prep.clean_corpus(tmp_path / "c.en", tmp_path / "c.de", tmp_path / "o.en", tmp_path / "o.de", 1, 250, 1.5)
+    out_en = lines(tmp_path / "o.en")
+    assert len(out_en) == 1 + kept and len(lines(tmp_path / "o.de")) == len(out_en)
+    if kept:
+        assert out_en[1] == re.sub(r"\s+", " ", src).strip()
+
+
+def test_clean_corpus_removes_pipes_unless_factored(tmp_path):
+    write_corpus(tmp_path / "c", ["plain text", "a|b c"], ["x y", "u|v w"])
+    prep.clean_corpus(tmp_path / "c.en", tmp_path / "c.de", tmp_path / "o.en", tmp_path / "o.de", 1, 250, 1.5)
+    assert lines(tmp_path / "o.en") == ["plain text", "ab c"]
+
+
+def test_non_printing_characters_become_spaces():
+    line_fn = prep.make_line_fn("tok-train", "de")
+    assert line_fn("Auto\u00admobil und\u200bZug\tTab") == "Auto mobil und Zug Tab"  # sacremoses would delete
+    assert line_fn("ein Gute-Nacht-Kuss") == "ein Gute @-@ Nacht @-@ Kuss"
+    assert prep.make_line_fn("tok-test", "en")("It\u2019s") == "It &apos;s"
+
+
+def test_parallel_workers_keep_line_order(tmp_path, monkeypatch):
+    monkeypatch.setattr(prep, "CHUNK_LINES", 7)
+    src = tmp_path / "in.en"
+    src.write_text("".join(f"line {i} is a well-known line .\n" for i in range(100)))
+    prep.map_lines(src, tmp_path / "one", "tok-train", "en", 1, "t")
+    prep.map_lines(src, tmp_path / "two", "tok-train", "en", 2, "t")
+    assert (tmp_path / "one").read_text() == (tmp_path / "two").read_text()
+    assert lines(tmp_path / "two")[99] == "line 99 is a well @-@ known line ."
+
+
+def test_an_interrupted_step_leaves_nothing_trusted(tmp_path):
+    stamps, src, dst = prep.Stamps(tmp_path), tmp_path / "in", tmp_path / "out"
+    src.write_text("a\n")
+
+    def broken():
+        with prep.atomic(dst) as tmp:
+            tmp.write_text("half")
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        stamps.run("step", [src], [dst], {}, broken)
+    assert not dst.exists() and not list(tmp_path.glob("out.tmp*")) and not (tmp_path / ".stamps").exists()
+    calls = []
+
+    def good():
+        calls.append(1)
+        with prep.atomic(dst) as tmp:
+            tmp.write_text("whole")
+
+    assert stamps.run("step", [src], [dst], {"n": 1}, good) and calls == [1]
+    assert not stamps.run("step", [src], [dst], {"n": 1}, good) and calls == [1]  # stamp matches: skipped
+    assert stamps.run("step", [src], [dst], {"n": 2}, good) and calls == [1, 1]  # new settings: redone
+    src.write_text("bb\n")  # a new size: mtimes are coarse (one kernel tick), sizes are not
+    assert stamps.run("step", [src], [dst], {"n": 2}, good) and len(calls) == 3  # new input: redone
+    dst.write_text("edited")
+    assert stamps.run("step", [src], [dst], {"n": 2}, good) and len(calls) == 4  # output changed: redone
+
+
+def test_sgm_sets_are_counted_by_segment_and_checked_against_the_table(tmp_path):
+    (tmp_path / "src.en.sgm").write_text(sgm(TEST_SEGS["en"], "t"))
+    (tmp_path / "ref.de.sgm").write_text(sgm(TEST_SEGS["de"], "t"))
+    corpus = prep.Corpus(tmp_path / "src.en.sgm", tmp_path / "ref.de.sgm", lines=6)
+    assert prep.check_aligned(corpus) == 6 and prep.sgm_segments(corpus.src) == TEST_SEGS["en"]
+    corpus.lines = 3003
+    with pytest.raises(prep.PrepareError, match="have 6 sentences, the corpora table expects 3003"):
+        prep.check_aligned(corpus)
+
+
+def test_two_runs_never_share_an_output_folder(tmp_path):
+    with prep.exclusive(tmp_path, "--out"):
+        with pytest.raises(prep.PrepareError, match=f"another prepare run is using {tmp_path}"):
+            with prep.exclusive(tmp_path, "--out"):
+                pass
+    with prep.exclusive(tmp_path, "--out"):  # released
+        pass
+
+
+def test_sentencepiece_option(tmp_path):
+    en, de = sentences(5, 300, "en"), sentences(5, 300, "de")
+    write_corpus(tmp_path / "train", en[:260], de[:260])
+    write_corpus(tmp_path / "test", en[260:], de[260:])
+    out = tmp_path / "o"
+    result = prepare("raw", "--src", "en", "--tgt", "de", "--train", tmp_path / "train", "--valid-split",
+                     "--test", tmp_path / "test", "--out", out, "--bpe", "sentencepiece", "--spm-vocab-size", 60,
+                     "--no-binarize")
+    assert result.returncode == 0, result.output
+    assert (out / "text" / "spm.model").exists() and "\u2581" in (out / "text" / "train.en").read_text()
