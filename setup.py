@@ -5,9 +5,9 @@ setup(
     version="0.1.0",
     description="Positional encodings for fairseq NMT: no-PE, SAPE, LAPE, RPE, T5, Adaptive-T5, PosNet",
     packages=find_packages(include=["pe_plugin", "pe_plugin.*"]),
-    python_requires=">=3.8",
+    python_requires=">=3.9",
     # fairseq is installed by scripts/setup_env.sh (ve-fairseq 0.12.3 --no-deps on Python >= 3.11,
     # fairseq 0.12.2 below); listing it here would pull torchaudio and another torch.
-    install_requires=["sacrebleu>=2.3", "sacremoses", "subword-nmt", "sentencepiece", "regex"],
+    install_requires=["sacrebleu>=2.3", "sacremoses", "subword-nmt", "sentencepiece", "regex", "tomli; python_version<'3.11'"],
     extras_require={"dev": ["pytest"], "plots": ["matplotlib"]},
 )

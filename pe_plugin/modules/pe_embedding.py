@@ -38,7 +38,9 @@ class PositionSlot(nn.Module):
         pos = Positions.for_tokens(tokens, self.padding_idx, last_only=incremental_state is not None)
         self.current = pos
         if self.pe.embed_after_dropout:
-            return None
+            # nothing to add before dropout; a (1,1,1) zero rather than None, because the encoder adds the
+            # slot's output unconditionally (``embed + embed_positions(tokens)``)
+            return self._embed_tokens[0].weight.new_zeros(1, 1, 1)
         # hooks that run before dropout are additive (x + P(pos)), so fairseq's ``x + embed_positions``
         # receives P(pos) = embed(0, pos)
         weight = self._embed_tokens[0].weight
