@@ -1,0 +1,188 @@
+#!/usr/bin/env python
+"""Train and decode the WMT14 recipe: examples/wmt14/methods.toml joined into one fairseq command.
+
+    python scripts/launch.py train METHOD [--pair en-de] [--size base] [--seed 1] [--gpus N] [--dry-run] [-- FLAGS]
+    python scripts/launch.py generate RUN_DIR [--data DIR] [--subset test] [--checkpoints 5] [--no-detok]
+
+train: one run directory RUNS/METHOD.PAIR.SIZE.seedN holds the checkpoints, train.log (all output) and the resolved
+command (command.txt, command.json); re-running the same command resumes from its checkpoint_last.pt.
+generate: averages the last update checkpoints, decodes with the paper's settings (beam 4, lenpen 0.6,
+max length 1 x source + 50), and writes RUN/gen/hyp.detok.TGT and ref.detok.TGT in the corpus order, with
+hyp.detok.TGT.meta.json (the encoding signature) for scripts/evaluate.py.
+"""
+import argparse
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+TABLE = REPO / "examples" / "wmt14" / "methods.toml"
+PAPER_UPDATE_FREQ = 8
+
+
+def load_table(path=TABLE) -> dict:
+    with open(path, "rb") as f:
+        return tomllib.load(f)
+
+
+def train_argv(table, method, pair, size, seed, data, run_dir, gpus=1, extra=()) -> list:
+    """The fairseq-train argv of one run; raises ValueError naming the valid choices."""
+    methods, sizes = table["method"], table["size"]
+    if method not in methods:
+        raise ValueError(f"unknown method {method!r}; valid methods: {', '.join(methods)}")
+    if size not in sizes or pair not in sizes[size]["arch"]:
+        raise ValueError(f"no size {size!r} for pair {pair!r} in {TABLE.name}")
+    if gpus < 1 or PAPER_UPDATE_FREQ % gpus:
+        raise ValueError(f"--gpus {gpus}: must divide {PAPER_UPDATE_FREQ} to keep 4096 x 8 tokens per update")
+    entry = methods[method]
+    argv = [str(data), "--user-dir", str(REPO / "pe_plugin"),
+            "--arch", f"transformer_{entry.get('pe', method)}_{sizes[size]['arch'][pair]}",
+            "--source-lang", pair.split("-")[0], "--target-lang", pair.split("-")[1],
+            *table["common"]["flags"], *sizes[size]["flags"], *entry["flags"], "--seed", str(seed),
+            "--save-dir", str(run_dir)]
+    if gpus > 1:
+        argv += ["--distributed-world-size", str(gpus), "--update-freq", str(PAPER_UPDATE_FREQ // gpus)]
+    if "--cpu" not in extra and _cuda():
+        argv.append("--fp16")
+    return argv + list(extra)
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def train(a) -> int:
+    data = Path(a.data or f"data-bin/wmt14_{a.pair.replace('-', '_')}")
+    run_dir = Path(a.runs_dir) / f"{a.method}.{a.pair}.{a.size}.seed{a.seed}"
+    try:
+        argv = train_argv(load_table(), a.method, a.pair, a.size, a.seed, data, run_dir, a.gpus, a.extra)
+    except ValueError as e:
+        return _error(str(e))
+    cmd = [sys.executable, "-m", "fairseq_cli.train", *argv]
+    if not a.dry_run and not (data / f"dict.{a.pair.split('-')[0]}.txt").exists():
+        return _error(f"data directory {data} has no fairseq dictionary; prepare it with "
+                      f"examples/wmt14/prepare.sh {a.pair} (or pass --data DIR)")
+    print(shlex.join(cmd), flush=True)
+    if a.dry_run:
+        return 0
+    run_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write(run_dir / "command.txt", shlex.join(cmd) + "\n")
+    atomic_write(run_dir / "command.json", json.dumps(
+        {"method": a.method, "pair": a.pair, "size": a.size, "seed": a.seed, "data": str(data), "argv": cmd}, indent=1))
+    return tee(cmd, run_dir / "train.log")
+
+
+def tee(cmd, log: Path) -> int:
+    """Run ``cmd``, its output to the terminal and appended to ``log`` (a resumed run appends)."""
+    with open(log, "a", encoding="utf-8") as f, subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1) as proc:
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            f.write(line)
+            f.flush()
+    return proc.returncode
+
+
+def generate(a) -> int:
+    run_dir = Path(a.run_dir)
+    if not (run_dir / "command.json").exists():
+        return _error(f"{run_dir} has no command.json; is it a run directory of `launch.py train`?")
+    meta = json.loads((run_dir / "command.json").read_text())
+    data, (src, tgt) = Path(a.data or meta["data"]), meta["pair"].split("-")
+    found = sorted((int(m.group(1)), p) for p in run_dir.glob("checkpoint_*_*.pt")
+                   if (m := re.search(r"checkpoint_\d+_(\d+)\.pt$", p.name)))
+    paths = [str(p) for _, p in found[-a.checkpoints:]]
+    if not paths:
+        return _error(f"{run_dir} has no update checkpoints checkpoint_E_U.pt (train with --save-interval-updates)")
+    if len(paths) < a.checkpoints:
+        print(f"warning: averaging {len(paths)} checkpoints, fewer than the {a.checkpoints} asked for", file=sys.stderr)
+    out = run_dir / "gen"
+    out.mkdir(exist_ok=True)
+    avg = out / f"checkpoint.avg{len(paths)}.pt"
+    rc = subprocess.call([sys.executable, str(REPO / "scripts" / "average_checkpoints.py"),
+                          "--inputs", *paths, "--output", str(avg)])
+    if rc:
+        return rc
+    cmd = [sys.executable, "-m", "fairseq_cli.generate", str(data), "--user-dir", str(REPO / "pe_plugin"),
+           "--path", str(avg), "--gen-subset", a.subset, "--source-lang", src, "--target-lang", tgt,
+           "--beam", "4", "--lenpen", "0.6", "--max-len-a", "1", "--max-len-b", "50", "--batch-size", "128",
+           "--remove-bpe"] + (["--fp16"] if _cuda() else ["--cpu"])
+    print(shlex.join(cmd), flush=True)
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
+    atomic_write(out / f"generate.{a.subset}.out", proc.stdout)
+    if proc.returncode:
+        return proc.returncode
+    return write_outputs(proc.stdout, out, tgt, run_dir / "train.log", a.no_detok)
+
+
+def write_outputs(text: str, out: Path, tgt: str, train_log: Path, no_detok: bool) -> int:
+    """H-/T- lines of fairseq-generate, sorted by sentence id, detokenised, written atomically."""
+    hyps = {int(m[1]): m[2] for m in re.finditer(r"^H-(\d+)\t[^\t]*\t(.*)$", text, re.M)}
+    refs = {int(m[1]): m[2] for m in re.finditer(r"^T-(\d+)\t(.*)$", text, re.M)}
+    if not hyps or sorted(hyps) != list(range(len(hyps))) or sorted(refs) != sorted(hyps):
+        return _error(f"fairseq-generate output has {len(hyps)} hypotheses, ids not 0..N-1; see {out}")
+    detok = (lambda s: s) if no_detok else _detokenizer(tgt)
+    for name, lines in (("hyp", hyps), ("ref", refs)):
+        atomic_write(out / f"{name}.detok.{tgt}", "".join(detok(lines[i]) + "\n" for i in range(len(lines))))
+    sig = re.findall(r"\| params total .* \| (pe:.*)$", train_log.read_text(), re.M) if train_log.exists() else []
+    if not sig:
+        print(f"warning: no encoding signature in {train_log}; meta file left without pe_signature", file=sys.stderr)
+    meta = {"pe_signature": sig[-1]} if sig else {}
+    atomic_write(out / f"hyp.detok.{tgt}.meta.json", json.dumps(meta, indent=1) + "\n")
+    print(f"wrote {len(hyps)} sentences: {out / f'hyp.detok.{tgt}'}, {out / f'ref.detok.{tgt}'}")
+    return 0
+
+
+def _detokenizer(lang: str):
+    from sacremoses import MosesDetokenizer
+
+    md = MosesDetokenizer(lang=lang)
+    return lambda s: md.detokenize(s.split())
+
+
+def _error(msg: str) -> int:
+    print(f"error: {msg}", file=sys.stderr)
+    return 2
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    argv = argv[: argv.index("--")] if "--" in argv else argv
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    t = sub.add_parser("train", help="train one method (flags after -- go to fairseq-train)")
+    t.add_argument("method")
+    t.add_argument("--pair", choices=["en-de", "en-fr"], default="en-de")
+    t.add_argument("--size", choices=["base", "big", "tiny"], default="base")
+    t.add_argument("--seed", type=int, default=1)
+    t.add_argument("--gpus", type=int, default=1, help="world size; --update-freq becomes 8 / N")
+    t.add_argument("--data", help="fairseq data directory (default data-bin/wmt14_SRC_TGT)")
+    t.add_argument("--runs-dir", default="runs")
+    t.add_argument("--dry-run", action="store_true", help="print the fairseq command and stop")
+    g = sub.add_parser("generate", help="average, decode and detokenise one run")
+    g.add_argument("run_dir")
+    g.add_argument("--data", help="fairseq data directory (default: the one the run trained on)")
+    g.add_argument("--subset", default="test")
+    g.add_argument("--checkpoints", type=int, default=5, help="average the last N update checkpoints")
+    g.add_argument("--no-detok", action="store_true", help="skip Moses detokenisation")
+    a = p.parse_args(argv)
+    a.extra = extra
+    return train(a) if a.cmd == "train" else generate(a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,180 @@
+"""The WMT14 recipe: examples/wmt14/methods.toml against the registry, scripts/launch.py (train.sh,
+generate.sh) end to end on the tiny corpus, and the multi-process path (two gloo ranks on CPU equal one
+process with twice the update frequency)."""
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from pe_testing import PLUGIN, REPO
+
+sys.path.insert(0, str(REPO / "scripts"))
+import launch  # noqa: E402
+
+from pe_plugin.encodings import PE_REGISTRY  # noqa: E402
+
+TABLE = launch.load_table()
+TINY_RUN = ["--max-tokens", "200", "--update-freq", "1", "--save-interval-updates", "2", "--cpu",
+            "--dropout", "0", "--num-workers", "0", "--log-interval", "1"]
+
+
+def shell(script, *args):
+    env = dict(os.environ, PYTHON=sys.executable, PYTHONWARNINGS="ignore")
+    return subprocess.run(["bash", str(REPO / "examples" / "wmt14" / script), *map(str, args)], env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_methods_table_is_the_registry():
+    methods = TABLE["method"]
+    assert set(PE_REGISTRY) <= set(methods), f"no recipe entry for {set(PE_REGISTRY) - set(methods)}"
+    for name, entry in methods.items():
+        assert entry.get("pe", name) in PE_REGISTRY, f"{name}: encoding {entry.get('pe', name)!r} is not registered"
+        assert name in PE_REGISTRY or "pe" in entry, f"{name}: a variant must name its encoding with pe = ..."
+        assert len(entry["flags"]) <= 10
+
+
+@pytest.mark.parametrize("size", ["tiny", "base", "big"])
+@pytest.mark.parametrize("method", list(TABLE["method"]))
+def test_every_entry_parses_with_fairseq(method, size, tmp_path):
+    from fairseq import options
+
+    pair = "en-fr" if size == "big" else "en-de"
+    argv = launch.train_argv(TABLE, method, pair, size, 1, tmp_path, tmp_path / "run", extra=["--cpu"])
+    args = options.parse_args_and_arch(options.get_training_parser(), argv)
+    assert args.user_dir == PLUGIN and args.pe == TABLE["method"][method].get("pe", method)
+    assert args.adam_eps == 1e-9 and args.lr == [7e-4] and args.label_smoothing == 0.1
+    if method == "posnet_embed_released":
+        assert args.posnet_sides == "encoder" and args.max_source_positions == 512
+
+
+def test_dry_run_prints_the_paper_command(capsys):
+    assert launch.main(["train", "posnet_embed", "--seed", "3", "--dry-run"]) == 0
+    cmd = capsys.readouterr().out
+    for flag in ["--arch transformer_posnet_embed_wmt_en_de ", "--adam-betas '(0.9, 0.98)'", "--adam-eps 1e-9",
+                 "--lr 7e-4 --lr-scheduler inverse_sqrt --warmup-updates 4000 --warmup-init-lr 1e-7",
+                 "--criterion label_smoothed_cross_entropy --label-smoothing 0.1", "--max-tokens 4096 --update-freq 8",
+                 "--share-all-embeddings", "--clip-norm 0", "--weight-decay 0", "--max-update 150000",
+                 "--save-interval-updates 1000 --keep-interval-updates 10", "--seed 3",
+                 "--save-dir runs/posnet_embed.en-de.base.seed3"]:
+        assert flag in cmd, flag
+
+
+def test_gpus_keep_the_effective_batch(capsys):
+    assert launch.main(["train", "sape", "--gpus", "8", "--size", "big", "--pair", "en-fr", "--dry-run"]) == 0
+    cmd = capsys.readouterr().out.split()
+    assert cmd[cmd.index("--arch") + 1] == "transformer_sape_wmt_en_fr_big"
+    assert cmd[cmd.index("--distributed-world-size") + 1] == "8"
+    assert cmd[len(cmd) - 1 - cmd[::-1].index("--update-freq") + 1] == "1"  # the last one wins in argparse
+    assert launch.main(["train", "sape", "--gpus", "3", "--dry-run"]) == 2
+    assert "must divide 8" in capsys.readouterr().err
+
+
+def test_unknown_method_and_missing_data(capsys, tmp_path):
+    assert launch.main(["train", "posnet", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown method 'posnet'" in err and all(name in err for name in PE_REGISTRY)
+    assert launch.main(["train", "sape", "--data", str(tmp_path / "nowhere")]) == 2
+    err = capsys.readouterr().err
+    assert str(tmp_path / "nowhere") in err and "prepare.sh" in err
+
+
+@pytest.mark.slow
+def test_train_resume_and_generate(data_bin, raw_corpus, tmp_path):
+    runs = tmp_path / "runs"
+    first = shell("train.sh", "posnet_embed", "--size", "tiny", "--data", data_bin, "--runs-dir", runs,
+                  "--", "--max-update", "4", *TINY_RUN)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    run_dir = runs / "posnet_embed.en-de.tiny.seed1"
+    saved = json.loads((run_dir / "command.json").read_text())
+    assert saved["method"] == "posnet_embed" and saved["argv"][-len(TINY_RUN):] == TINY_RUN
+    assert (run_dir / "command.txt").read_text().strip().endswith(" ".join(TINY_RUN))
+    assert {"checkpoint_1_2.pt", "checkpoint_1_4.pt", "checkpoint_last.pt"} <= {p.name for p in run_dir.iterdir()}
+
+    again = shell("train.sh", "posnet_embed", "--size", "tiny", "--data", data_bin, "--runs-dir", runs,
+                  "--", "--max-update", "6", *TINY_RUN)
+    assert again.returncode == 0, again.stdout[-3000:]
+    assert re.search(r"[Ll]oaded checkpoint .*checkpoint_last\.pt \(epoch 1 @ 4 updates\)", again.stdout), again.stdout[-3000:]
+    assert (run_dir / "checkpoint_1_6.pt").exists() and not (run_dir / "checkpoint_1_8.pt").exists()
+
+    gen = shell("generate.sh", run_dir, "--no-detok")
+    assert gen.returncode == 0, gen.stdout[-3000:] + gen.stderr[-3000:]
+    assert "averaging 3 checkpoints, fewer than the 5" in gen.stderr
+    ref = (raw_corpus / "test.de").read_text().splitlines()
+    hyp = (run_dir / "gen" / "hyp.detok.de").read_text().splitlines()
+    assert (run_dir / "gen" / "ref.detok.de").read_text().splitlines() == ref  # original order, every line
+    assert len(hyp) == len(ref)
+    meta = json.loads((run_dir / "gen" / "hyp.detok.de.meta.json").read_text())
+    assert meta["pe_signature"].startswith("pe:posnet_embed|")
+    assert not list((run_dir / "gen").glob("*.tmp"))
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _first_update(output: str) -> dict:
+    line = next((ln for ln in output.splitlines() if "num_updates=1," in ln), None)
+    assert line is not None, output[-3000:]
+    return {k: v for k, v in re.findall(r"(\w+)=([^,\s]+)", line) if k in ("loss", "nll_loss", "wpb", "bsz", "gnorm")}
+
+
+@pytest.mark.slow
+def test_two_processes_equal_one_with_double_update_freq(data_bin, tmp_path):
+    """For every encoding: --gpus 2 (world size 2, update-freq 4) on two gloo ranks on CPU gives the same first
+    update as one process with update-freq 8 (loss, words and sentences per update, gradient norm).
+    One driver process per rank trains every encoding in turn (see _drive), to pay fairseq's import once."""
+    flags = ["--cpu", "--dropout", "0", "--max-update", "1", "--max-tokens", "100", "--log-interval", "1",
+             "--disable-validation", "--no-save", "--num-workers", "0"]
+    dist = ["--distributed-no-spawn", "--distributed-backend", "gloo", "--ddp-backend", "legacy_ddp",
+            "--distributed-init-method", f"tcp://127.0.0.1:{_free_port()}", "--device-id", "0"]
+    table, jobs = launch.load_table(), {}
+    for method in PE_REGISTRY:
+        single = launch.train_argv(table, method, "en-de", "tiny", 1, data_bin, tmp_path / "one", 1, flags)
+        double = launch.train_argv(table, method, "en-de", "tiny", 1, data_bin, tmp_path / "two", 2, flags + dist)
+        assert single[single.index("--update-freq") + 1] == "8" and double[-len(flags + dist) - 1] == "4"
+        jobs[method] = [single] + [double + ["--distributed-rank", str(r)] for r in (0, 1)]
+    procs = []
+    for k in range(3):
+        (tmp_path / f"jobs{k}.json").write_text(json.dumps({m: argvs[k] for m, argvs in jobs.items()}))
+        procs.append(subprocess.Popen([sys.executable, __file__, str(tmp_path / f"jobs{k}.json")],
+                                      env=dict(os.environ, PYTHONWARNINGS="ignore", PYTHONPATH=str(REPO)), cwd=tmp_path,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    outs = [p.communicate(timeout=900)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], "\n".join(o[-3000:] for o in outs)
+    one, two = _by_method(outs[0]), _by_method(outs[1])
+    assert list(one) == list(two) == list(PE_REGISTRY)
+    for method in PE_REGISTRY:
+        first, second = _first_update(one[method]), _first_update(two[method])
+        assert set(first) == {"loss", "nll_loss", "wpb", "bsz", "gnorm"}, method
+        assert (first["wpb"], first["bsz"]) == (second["wpb"], second["bsz"]), method  # the same batches
+        for key in ("loss", "nll_loss", "gnorm"):  # logged with 3 decimals: allow one unit of rounding
+            assert float(first[key]) == pytest.approx(float(second[key]), abs=1.5e-3), (method, key)
+
+
+def _by_method(output: str) -> dict:
+    parts = re.split(r"^@@ method (\w+)$", output, flags=re.M)
+    return dict(zip(parts[1::2], parts[2::2]))
+
+
+def _drive(jobs_file: str) -> int:
+    """Train each {method: argv} of ``jobs_file`` in this process (fairseq keeps one process group)."""
+    from fairseq import distributed_utils, options
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from fairseq_cli import train
+
+    for method, argv in json.loads(open(jobs_file).read()).items():
+        print(f"@@ method {method}", flush=True)
+        args = options.parse_args_and_arch(options.get_training_parser(), argv)
+        distributed_utils.call_main(convert_namespace_to_omegaconf(args), train.main)
+        sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_drive(sys.argv[1]))
