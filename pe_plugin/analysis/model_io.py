@@ -1,0 +1,88 @@
+"""What the analysis tools share: loading a checkpoint with its task, per-language token counts of a
+binarised data directory, and atomic JSON output (NaN -> null, +-inf -> "inf"/"-inf")."""
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Dict, Optional, Tuple
+
+import numpy as np
+
+
+def load_model(checkpoint: str, data: str, cpu: bool = True):
+    """(model, task) of a fairseq checkpoint of this project, with the dictionaries of ``data``; eval mode, fp32."""
+    import pe_plugin  # noqa: F401  (registers the model and the checkpoint allow-list)
+    from fairseq import checkpoint_utils
+
+    models, _cfg, task = checkpoint_utils.load_model_ensemble_and_task(
+        [str(checkpoint)], arg_overrides={"data": str(data)}
+    )
+    model = models[0].float().eval()
+    if not cpu and __import__("torch").cuda.is_available():
+        model = model.cuda()
+    return model, task
+
+
+def token_counts(data: str, split: str, src: str, tgt: str, lang: str, dict_size: int) -> Optional[np.ndarray]:
+    """Occurrences of each dictionary id on the ``lang`` side of ``split`` (None if the split is missing)."""
+    from fairseq.data import indexed_dataset
+
+    for pair in (f"{src}-{tgt}", f"{tgt}-{src}"):
+        prefix = os.path.join(data, f"{split}.{pair}.{lang}")
+        if indexed_dataset.dataset_exists(prefix, impl="mmap"):
+            ds = indexed_dataset.MMapIndexedDataset(prefix)
+            tokens = np.frombuffer(ds._bin_buffer, dtype=ds._index.dtype)  # every sentence, concatenated
+            return np.bincount(tokens.astype(np.int64), minlength=dict_size)[:dict_size]
+    return None
+
+
+def language_masks(task, data: str, split: str = "train") -> Tuple[Optional[np.ndarray], Optional[np.ndarray]]:
+    """For a joined dictionary: (source-side, target-side) masks of the ids seen more often on that side of
+    ``split``; (None, None) for separate dictionaries (each already holds one language) or a missing split."""
+    src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
+    if src_dict is not tgt_dict and src_dict.symbols != tgt_dict.symbols:
+        return None, None
+    src, tgt = task.cfg.source_lang, task.cfg.target_lang
+    counts = [token_counts(data, split, src, tgt, lang, len(src_dict)) for lang in (src, tgt)]
+    if counts[0] is None or counts[1] is None:
+        return None, None
+    return counts[0] > counts[1], counts[1] > counts[0]
+
+
+def to_jsonable(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return to_jsonable(obj.tolist())
+    if isinstance(obj, (np.floating, float)):
+        x = float(obj)
+        return None if math.isnan(x) else ("inf" if x > 0 else "-inf") if math.isinf(x) else x
+    if isinstance(obj, np.integer):
+        return int(obj)
+    return obj
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write under a temporary name in the same folder, then rename (readers never see a partial file)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the file the usual permissions
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def write_json(path: Path, report: Dict[str, Any]) -> None:
+    text = json.dumps(to_jsonable(report), indent=1, allow_nan=False, ensure_ascii=False) + "\n"
+    write_atomic(path, text.encode("utf-8"))
