@@ -1,13 +1,33 @@
-"""Shared measurement helpers for the benchmarks: wall time of a callable and its peak memory."""
+"""Shared measurement helpers for the benchmarks: wall time of a callable, peak memory, isolated runs and
+markdown tables.
+
+Peak memory on CPU is the peak resident set size, which the kernel only ever raises (on Linux
+``reset_peak_rss()`` lowers it to the current RSS). To compare candidates, measure each one in a fresh
+interpreter with ``run_isolated``; inside it, ``current_rss_bytes()`` before the work and ``peak_rss_bytes()``
+after it bound what the work added (``peak_memory_bytes`` does both).
+"""
 import gc
+import json
 import resource
+import subprocess
+import sys
 import time
+from pathlib import Path
+from typing import Dict, List, Sequence
 
 import torch
+
+_SCRIPTS = Path(__file__).resolve().parents[1]
+_RESULT = "@@bench-result@@"
 
 
 def time_call(fn, repeats: int = 10, warmup: int = 2) -> float:
     """Median seconds of ``fn()`` over ``repeats`` runs after ``warmup`` runs."""
+    return sorted(time_calls(fn, repeats, warmup))[repeats // 2]
+
+
+def time_calls(fn, repeats: int = 10, warmup: int = 2) -> List[float]:
+    """Seconds of each of ``repeats`` runs of ``fn()`` after ``warmup`` runs."""
     for _ in range(warmup):
         fn()
     times = []
@@ -19,13 +39,44 @@ def time_call(fn, repeats: int = 10, warmup: int = 2) -> float:
         if torch.cuda.is_available():
             torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
-    times.sort()
-    return times[len(times) // 2]
+    return times
+
+
+def current_rss_bytes() -> int:
+    """Resident set size of this process now (Linux /proc; elsewhere the peak so far)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * resource.getpagesize()
+    except OSError:
+        return peak_rss_bytes()
+
+
+def peak_rss_bytes() -> int:
+    """Peak resident set size of this process since it started or since ``reset_peak_rss()``.
+
+    Linux: VmHWM of /proc/self/status. Not ``ru_maxrss``: that one starts a child at its parent's RSS at
+    fork time, so a child of a big parent would report the parent's size as its own peak."""
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
+    except (OSError, StopIteration):
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak if sys.platform == "darwin" else peak * 1024  # bytes on macOS, KiB on Linux
+
+
+def reset_peak_rss() -> bool:
+    """Lower the peak RSS to the current RSS (Linux >= 4.0); False where that is not possible."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
 
 
 def peak_memory_bytes(fn) -> int:
     """Peak memory of one ``fn()``: CUDA peak allocation when CUDA is used, else the growth of the peak
-    resident set of this process (a lower bound: run each candidate in a fresh process for exact figures)."""
+    resident set of this process (a lower bound unless this process is fresh: see ``run_isolated``)."""
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
@@ -33,6 +84,33 @@ def peak_memory_bytes(fn) -> int:
         fn()
         torch.cuda.synchronize()
         return torch.cuda.max_memory_allocated() - base
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    before = current_rss_bytes() if reset_peak_rss() else peak_rss_bytes()
     fn()
-    return (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024
+    return peak_rss_bytes() - before
+
+
+def run_isolated(module: str, func: str, kwargs: Dict, timeout: float = None) -> Dict:
+    """``module.func(**kwargs)`` in a fresh interpreter (``module`` importable from scripts/, e.g.
+    ``bench.models``); returns its JSON-serialisable result. Raises with the child's output on failure."""
+    code = (
+        "import json, sys; sys.path[:0] = [sys.argv[1], sys.argv[2]]; import importlib; "
+        f"r = getattr(importlib.import_module({module!r}), {func!r})(**json.loads(sys.argv[3])); "
+        f"print({_RESULT!r} + json.dumps(r), flush=True)"
+    )
+    argv = [sys.executable, "-c", code, str(_SCRIPTS), str(_SCRIPTS.parent), json.dumps(kwargs)]
+    proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith(_RESULT):
+            return json.loads(line[len(_RESULT):])
+    raise RuntimeError(f"{module}.{func}({kwargs}) failed (exit {proc.returncode}):\n{proc.stdout[-4000:]}")
+
+
+def markdown_table(headers: Sequence[str], rows: Sequence[Sequence]) -> str:
+    """A GitHub markdown table; numbers right-aligned."""
+    def cell(v):
+        return v if isinstance(v, str) else f"{v:,}" if isinstance(v, int) else f"{v:.3g}"
+
+    body = [[cell(v) for v in row] for row in rows]
+    align = ["---:" if rows and not isinstance(rows[0][i], str) else "---" for i in range(len(headers))]
+    lines = [headers, align, *body]
+    return "\n".join("| " + " | ".join(line) + " |" for line in lines)

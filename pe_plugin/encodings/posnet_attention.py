@@ -1,0 +1,68 @@
+"""PosNet-Attn: positional kernels on the values of self-attention (Zhang et al., ACL 2023, Eq. 20/21/23).
+
+Per head (d = C/H), for key j at position p_j (0-based, from the padding mask):
+    Attn(Q, K, V) = softmax(Q K^T / sqrt(d) + mask) V',    v'_j = v_j + Dropout_pk( ReLU( v_j phi_{p_j} ) )
+    phi (L_max, d, d): PosNet-Embed without W1/W2 (Fig. 5 caption); no biases
+No code was released. Choices (ENCODINGS.md 4.2, 7.6): one kernel tensor shared by all heads and all
+self-attention layers (Table 1's +1.03M over SAPE fits L_max * 64^2 with L_max ~ 250; one per layer would be
+>= 6x more), and by the encoder and decoder self-attention (--posnet-share enc-dec, as PosNet-Embed's released
+module); --posnet-attn-per-layer gives each layer its own (layer i of the decoder then shares layer i of the
+encoder's unless --posnet-share none). Cross-attention is unchanged. Parameters: (1 | layers) * L_max * d^2.
+
+The product is one bmm over positions on values in (T, B*H, d) layout (``positional_matmul``). Only new
+values are transformed: in incremental decoding v'_t is computed once, with phi_t, and the cache
+(prev_value) holds the transformed values (pe_attention.PEAttention).
+Flags --posnet-sides/-share/-init/-dropout, L_max and the length check: see posnet_kernels; "released" init
+applies PosNet-Embed's 3-D xavier_normal to each layer's (L_max, d, d) tensor.
+Layer-1 queries and keys carry no position, so layer-1 attention weights are position-blind; later layers
+see order only through earlier layers' transformed values (ENCODINGS.md 4.2).
+"""
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from . import register_pe
+from .posnet_kernels import PosNetBase, PosNetConfig, init_kernels, positional_matmul
+
+
+@dataclass
+class PosNetAttnConfig(PosNetConfig):
+    posnet_attn_per_layer: bool = field(
+        default=False, metadata={"help": "one kernel tensor per self-attention layer instead of one for all"}
+    )
+
+
+@register_pe
+class PosNetAttention(PosNetBase):
+    name = "posnet_attn"
+    order = 65
+    level = "attention"
+    paper = "Zhang et al. 2023"
+    config_cls = PosNetAttnConfig
+
+    @classmethod
+    def make_kernels(cls, cfg, dims, lmax):
+        n = dims.num_layers if cfg.posnet_attn_per_layer else 1
+        phi = torch.empty(n, lmax, dims.head_dim, dims.head_dim)  # (1|layers, L_max, d, d)
+        for layer_phi in phi:
+            init_kernels(layer_phi, cfg.posnet_init)
+        return nn.ParameterDict({"phi": nn.Parameter(phi)})
+
+    @classmethod
+    def check_shareable(cls, kernels, dims):
+        n, _, d, _ = kernels["phi"].shape
+        if d != dims.head_dim or n not in (1, dims.num_layers):
+            raise ValueError(
+                f"shared PosNet-Attn kernels ({n} x {d}x{d}) do not fit the {dims.side}'s {dims.num_layers} layers "
+                f"of head dim {dims.head_dim}; pass --posnet-share none"
+            )
+
+    def transform_values(self, v, k_pos, layer):
+        self.check_length(k_pos)
+        phi = self.kernels["phi"]
+        phi = phi[layer if phi.size(0) > 1 else 0]  # (L_max, d, d)
+        u = v.permute(2, 0, 1, 3)  # (B,H,T,d) -> (T,B,H,d)
+        y = positional_matmul(u, phi, k_pos).permute(1, 2, 0, 3)  # (T,B,H,d) -> (B,H,T,d)
+        return v + self.dropout(F.relu(y))  # (B,H,T,d)

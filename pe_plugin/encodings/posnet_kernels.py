@@ -1,0 +1,114 @@
+"""PosNet's shared pieces (Zhang et al., ACL 2023): the positional kernel product, kernel initialisation, the
+flags common to posnet_embed and posnet_attn, and their side selection / encoder-decoder sharing / L_max.
+
+The kernel product (Eq. 16) [U (x) phi]_j = u_j phi_{p_j} is one batched matmul over positions
+(``positional_matmul``), memory O(T B d); the released ``U.unsqueeze(2).matmul(phi[:T])`` broadcasts phi to a
+(B,T,d,d) copy, and its backward builds a phi gradient of that size (ENCODINGS.md 4.1).
+
+Flags (ENCODINGS.md 0, 4, 7):
+  --posnet-sides {both,encoder,decoder}  default both (the paper's text); the other side gets no encoding
+  --posnet-share {enc-dec,none}          default enc-dec: one module for both sides (the released code)
+  --posnet-init {released,per-matrix}    xavier_normal_ on the 3-D phi, std sqrt(2/(d^2 + L_max d)) (released),
+                                         or on each phi_p, std d^-1/2
+  --posnet-dropout P                     Dropout_pk of the branch, default 0 (the released value)
+L_max is the side's --max-source/target-positions; a module shared by both sides takes the larger of the two
+(fairseq still filters each side by its own limit). Longer inputs raise ``check_length``'s error.
+"""
+from dataclasses import dataclass, field
+
+import torch
+from fairseq.dataclass import ChoiceEnum, FairseqDataclass
+from torch import Tensor, nn
+
+from .base import PositionalEncoding
+
+
+def positional_matmul(u: Tensor, phi: Tensor, pos: Tensor) -> Tensor:
+    """y[t,b,n] = u[t,b,n] phi[pos[b,t]] for u (T,B,N,d), phi (L,d,e), pos (B|1,T); returns (T,B,N,e).
+
+    A (1,T) ``pos`` (no padding, or one decoding step) is a contiguous range: one bmm with phi[start:start+T].
+    Per-row positions (left padding): scatter each row, rotated, into a position-major (P,B,N,d) buffer so the
+    token of position p sits in slot p (pads take the free slots), bmm with phi[:W] (W = longest row), gather
+    back. Pads get some kernel or zero; their outputs are masked downstream.
+    """
+    t, b, n, d = u.shape
+    if pos.size(0) == 1:
+        kernels = phi.narrow(0, int(pos[0, 0]), t)  # (T,d,e)
+        return torch.bmm(u.reshape(t, b * n, d), kernels).view(t, b, n, -1)
+    top, last = pos.max(dim=1)  # (B,) largest position of each row and its column
+    width = int(top.max()) + 1  # W
+    slots = max(width, t)  # P (> T only for a decoding step of a left-padded prefix)
+    off = (last - top).unsqueeze(0)  # (1,B) column of position 0 (real tokens are contiguous)
+    cols, rows = torch.arange(t, device=pos.device).unsqueeze(1), torch.arange(b, device=pos.device)
+    dest = (((cols - off) % slots) * b + rows).reshape(-1)  # (T*B,) buffer row p*B+b of token row c*B+b
+    buf = u.new_zeros(slots * b, n * d).index_copy(0, dest, u.reshape(t * b, n * d))  # (P*B, N*d)
+    y = torch.bmm(buf.view(slots, b * n, d)[:width], phi[:width])  # (W, B*N, e)
+    if width < slots:
+        y = torch.cat([y, y.new_zeros(slots - width, b * n, y.size(-1))])  # (P, B*N, e)
+    y = y.reshape(slots * b, -1).index_select(0, dest).view(t, b, n, -1)  # (T,B,N,e)
+    single = top.eq(0).nonzero().squeeze(1)  # rows with one real token: all their positions read 0
+    if t > 1 and single.numel():
+        y = y.index_copy(1, single, torch.matmul(u.index_select(1, single), phi[0]))
+    return y
+
+
+def init_kernels(phi: Tensor, how: str) -> None:
+    """Initialise one (L, d, e) kernel tensor in place (see the module docstring)."""
+    with torch.no_grad():
+        if how == "released":
+            nn.init.xavier_normal_(phi)  # fan_in d*e, fan_out L*d
+        else:
+            phi.normal_(0.0, (2.0 / (phi.size(-2) + phi.size(-1))) ** 0.5)
+
+
+@dataclass
+class PosNetConfig(FairseqDataclass):
+    posnet_sides: ChoiceEnum(["both", "encoder", "decoder"]) = field(
+        default="both", metadata={"help": "stacks that get PosNet (the released script: encoder; the other gets none)"}
+    )
+    posnet_share: ChoiceEnum(["enc-dec", "none"]) = field(
+        default="enc-dec", metadata={"help": "one PosNet module for encoder and decoder (released) or one per side"}
+    )
+    posnet_init: ChoiceEnum(["released", "per-matrix"]) = field(
+        default="released", metadata={"help": "xavier_normal on the 3-D kernel tensor (released) or per kernel"}
+    )
+    posnet_dropout: float = field(default=0.0, metadata={"help": "dropout of the PosNet branch (released: 0)"})
+
+
+class PosNetBase(PositionalEncoding):
+    """Side selection, encoder-decoder sharing and L_max of both PosNet variants."""
+
+    def __init__(self, cfg, dims, kernels: nn.ParameterDict):
+        super().__init__(cfg, dims)
+        self.kernels = kernels  # shared: the same module under encoder.pe and decoder.pe
+        self.dropout = nn.Dropout(cfg.posnet_dropout)
+
+    @classmethod
+    def build(cls, cfg, dims, shared):
+        if cfg.posnet_sides not in ("both", dims.side):
+            return None
+        both = cfg.posnet_sides == "both" and cfg.posnet_share == "enc-dec"
+        lmax = max(dims.max_positions, dims.max_positions_model or 0) if both else dims.max_positions
+        kernels = shared.get(cls.name) if both else None
+        if kernels is None:
+            kernels = cls.make_kernels(cfg, dims, lmax)
+            if both:
+                shared[cls.name] = kernels
+        cls.check_shareable(kernels, dims)
+        return cls(cfg, dims, kernels)
+
+    @classmethod
+    def make_kernels(cls, cfg, dims, lmax: int) -> nn.ParameterDict:
+        """The parameters (including the kernels "phi", (..., L_max, d, e)) of one side, or of both when shared."""
+        raise NotImplementedError
+
+    @classmethod
+    def check_shareable(cls, kernels: nn.ParameterDict, dims) -> None:
+        """Raise when kernels built for one side do not fit the other."""
+
+    @property
+    def max_positions(self) -> int:
+        return self.kernels["phi"].size(-3)
+
+    def signature(self) -> str:
+        return f"{super().signature()}|lmax:{self.max_positions}"

@@ -1,0 +1,83 @@
+"""RPE: learned relative position representations (Shaw et al., 2018), in self-attention only.
+
+Per layer l (and per head with --rpe-per-head), tables W^K, W^V in R^{(2k+1) x d}, with the row
+idx(i,j) = clip(j - i, -k, k) + k. With q already scaled by d^-1/2 (as fairseq does):
+    e_ij = q_i . k_j + q_i . W^K[idx(i,j)]                 (the score hook adds the second term)
+    z_i  = sum_j a_ij v_j + sum_j a_ij W^V[idx(i,j)]        (the value hook adds the second term)
+Neither term builds a (Tq,Tk,d) tensor (ENCODINGS.md section 2):
+    key term:   R = q W^K^T (B,H,Tq,2k+1), then gather R along the last axis with idx      O(B H Tq (2k+1) d)
+    value term: P = scatter_add of the (dropped-out) weights a into their buckets (B,H,Tq,2k+1), then P W^V
+Tables are initialised N(0, d^-1/2) (the paper does not say; ENCODINGS.md [rec]). No absolute encoding is
+added (the paper found no gain from adding sinusoids). Clipping makes every distance beyond k share row k.
+"""
+from dataclasses import dataclass, field
+
+import torch
+from fairseq.dataclass import FairseqDataclass
+from torch import nn
+
+from . import register_pe
+from .base import PositionalEncoding
+from .relative import clipped_index
+
+
+@dataclass
+class ShawConfig(FairseqDataclass):
+    rpe_max_relative_position: int = field(
+        default=16, metadata={"help": "clipping distance k of the relative tables (Shaw: 16 base, 8 big)"}
+    )
+    rpe_per_head: bool = field(
+        default=False,
+        metadata={"help": "one table per head (Shaw's base text) instead of one per layer shared by heads"},
+    )
+    rpe_no_keys: bool = field(default=False, metadata={"help": "drop the key term q . a^K (ablation)"})
+    rpe_no_values: bool = field(default=False, metadata={"help": "drop the value term sum_j a_ij a^V_ij (ablation)"})
+
+
+@register_pe
+class ShawRelativePositionalEncoding(PositionalEncoding):
+    name = "rpe"
+    order = 30
+    level = "attention"
+    paper = "Shaw et al. 2018"
+    config_cls = ShawConfig
+    size_defaults = {
+        "tiny": {"rpe_max_relative_position": 4},
+        "base": {"rpe_max_relative_position": 16},
+        "big": {"rpe_max_relative_position": 8},
+    }
+
+    def __init__(self, cfg, dims):
+        super().__init__(cfg, dims)
+        self.k = cfg.rpe_max_relative_position
+        if self.k < 0:
+            raise ValueError(f"--rpe-max-relative-position must be >= 0, got {self.k}")
+        heads = dims.num_heads if cfg.rpe_per_head else 1
+        shape = (dims.num_layers, heads, 2 * self.k + 1, dims.head_dim)  # (L, H|1, 2k+1, d)
+        std = dims.head_dim ** -0.5
+        self.key_table = None if cfg.rpe_no_keys else nn.Parameter(torch.randn(shape) * std)
+        self.value_table = None if cfg.rpe_no_values else nn.Parameter(torch.randn(shape) * std)
+
+    @staticmethod
+    def _table(table: torch.Tensor, dtype) -> torch.Tensor:
+        # a table shared by heads drops its head axis, so the product below is one matrix product
+        return (table[0] if table.size(0) == 1 else table).to(dtype)  # (2k+1, d) or (H, 2k+1, d)
+
+    def _index(self, pos, like: torch.Tensor) -> torch.Tensor:
+        idx = clipped_index(pos.rel, self.k)  # (Tq, Tk)
+        return idx.expand(like.size(0), like.size(1), *idx.shape)  # (B,H,Tq,Tk), a view
+
+    def score_bias(self, q, pos, layer):
+        if self.key_table is None:
+            return None
+        table = self._table(self.key_table[layer], q.dtype)
+        r = q @ table.transpose(-1, -2)  # (B,H,Tq,d) @ ([H,]d,2k+1) -> (B,H,Tq,2k+1)
+        return r.gather(-1, self._index(pos, q))  # (B,H,Tq,Tk)
+
+    def value_bias(self, probs, pos, layer):
+        if self.value_table is None:
+            return None
+        b, h, tq, _ = probs.shape
+        mass = probs.new_zeros(b, h, tq, 2 * self.k + 1)
+        mass = mass.scatter_add(-1, self._index(pos, probs), probs)  # (B,H,Tq,2k+1): weight per bucket
+        return mass @ self._table(self.value_table[layer], probs.dtype)  # (B,H,Tq,2k+1) @ ([H,]2k+1,d) -> (B,H,Tq,d)

@@ -1,0 +1,373 @@
+"""PosNet-Embed and PosNet-Attn (Zhang et al., 2023): the kernel product against independent references (a
+per-token loop of the equations, the released broadcast formulation), padding-independence, incremental
+decoding, length limits, fp16, gradient accumulation and closed-form parameter counts.
+
+    python tests/test_posnet.py      # prints the base-size parameter table (40k joined vocabulary)
+"""
+import sys
+import tempfile
+from argparse import Namespace
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]  # also as a script
+from pe_testing import PLUGIN, TRAIN_FLAGS, batch, build_model, rescore_max_diff, run  # noqa: E402
+
+from pe_plugin.encodings.base import Dims, Positions  # noqa: E402
+from pe_plugin.encodings.posnet_attention import PosNetAttention, PosNetAttnConfig  # noqa: E402
+from pe_plugin.encodings.posnet_embedding import PosNetEmbedConfig, PosNetEmbedding  # noqa: E402
+from pe_plugin.encodings.posnet_kernels import positional_matmul  # noqa: E402
+from pe_plugin.models.validation import PEConfigError, pe_parameter_count  # noqa: E402
+
+EMBED, ATTN = "transformer_posnet_embed_tiny", "transformer_posnet_attn_tiny"
+RELEASED = ["--posnet-sides", "encoder", "--max-source-positions", "512"]  # the released configuration
+# the tiny random models' branches are small under the released init; per-matrix init makes them O(1), so a
+# wrong position anywhere would show far above the tolerances below
+VARIANTS = [(EMBED, []), (EMBED, ["--posnet-init", "per-matrix"]), (EMBED, RELEASED + ["--posnet-init", "per-matrix"]),
+            (ATTN, ["--posnet-init", "per-matrix"]), (ATTN, ["--posnet-attn-per-layer", "--posnet-init", "per-matrix"])]
+IDS = ["embed", "embed-permatrix", "embed-released-cfg", "attn", "attn-per-layer"]
+
+
+def padded_positions(lengths, t, left):
+    """(B,T) positions and nonpad mask of rows of the given lengths, padded on the left or the right."""
+    nonpad = torch.zeros(len(lengths), t, dtype=torch.bool)
+    for b, n in enumerate(lengths):
+        nonpad[b, slice(t - n, None) if left else slice(0, n)] = True
+    return Positions.from_padding(nonpad, t, "cpu"), nonpad
+
+
+def loop_matmul(u, phi, pos, nonpad):
+    """The reference: y[t,b,n] = u[t,b,n] phi[pos[b,t]], one token at a time (pads: 0)."""
+    y = u.new_zeros(*u.shape[:3], phi.size(-1))
+    for b in range(u.size(1)):
+        for t in range(u.size(0)):
+            if nonpad[b, t]:
+                y[t, b] = u[t, b] @ phi[pos[b if pos.size(0) > 1 else 0, t]]
+    return y
+
+
+# ---- the kernel product ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("lengths,left", [
+    ([7, 7, 7], False), ([7, 5, 1, 3], True), ([7, 5, 1, 3], False), ([1, 1], True), ([6, 2], True)])
+def test_positional_matmul_matches_per_token_loop_and_gradients(lengths, left):
+    torch.manual_seed(0)
+    t, b, n, d = max(lengths), len(lengths), 2, 4
+    pos, nonpad = padded_positions(lengths, t, left)
+    u = torch.randn(t, b, n, d, dtype=torch.double, requires_grad=True)
+    phi = torch.randn(9, d, 3, dtype=torch.double, requires_grad=True)
+    mask = nonpad.t().reshape(t, b, 1, 1)  # (T,B,1,1): pads are masked downstream, so compare real tokens
+    y, ref = positional_matmul(u, phi, pos) * mask, loop_matmul(u, phi, pos, nonpad)
+    torch.testing.assert_close(y, ref, rtol=1e-12, atol=1e-12)
+    w = torch.randn_like(y)
+    grads = torch.autograd.grad((y * w).sum(), (u, phi))
+    ref_grads = torch.autograd.grad((ref * w).sum(), (u, phi))
+    for g, r in zip(grads, ref_grads):
+        torch.testing.assert_close(g, r, rtol=1e-12, atol=1e-12)
+
+
+def test_positional_matmul_decoding_step_uses_its_own_position():
+    torch.manual_seed(0)
+    u, phi = torch.randn(1, 3, 1, 4), torch.randn(9, 4, 4)
+    for pos in (torch.tensor([[5]]), torch.tensor([[5], [2], [0]])):  # shared step / per-row (left-padded prefix)
+        torch.testing.assert_close(positional_matmul(u, phi, pos), loop_matmul(u, phi, pos, torch.ones(3, 1)))
+
+
+def _module(cls, cfg_cls, lmax=12, **cfg):
+    cfg = cfg_cls(**{"posnet_init": "per-matrix", **cfg})
+    dims = Dims(embed_dim=16, num_heads=2, num_layers=2, max_positions=lmax, padding_idx=1, side="encoder")
+    return cls.build(cfg, dims, {}).eval()
+
+
+def test_embed_equals_released_broadcast_and_per_token_loop():
+    torch.manual_seed(0)
+    pe = _module(PosNetEmbedding, PosNetEmbedConfig, posnet_dim=8)
+    w1, w2, phi = (pe.kernels[k] for k in ("w1", "w2", "phi"))
+    x = torch.randn(3, 6, 16)
+    # released (posnet/modules.py): (X W1).unsqueeze(2).matmul(phi[:T]), ReLU, W2, dropout, residual
+    released = x + F.relu((x @ w1).unsqueeze(2).matmul(phi[:6]).squeeze(2)) @ w2
+    torch.testing.assert_close(pe.embed(x, Positions.for_tokens(torch.zeros(3, 6).long(), 1)), released)
+    pos, nonpad = padded_positions([6, 4, 1], 6, left=True)
+    loop = torch.stack([torch.stack([x[b, t] + F.relu(x[b, t] @ w1 @ phi[pos[b, t]]) @ w2 for t in range(6)])
+                        for b in range(3)])
+    got = pe.embed(x, Positions(pos, pos, nonpad))
+    torch.testing.assert_close(got[nonpad], loop[nonpad])
+    # a position off by one would be caught: the branch depends on the position far above the tolerances used
+    assert (pe.embed(x, Positions(pos + 1, pos + 1, nonpad)) - got)[nonpad].abs().max() > 1e-2
+
+
+def test_attn_transform_values_equals_per_token_loop():
+    torch.manual_seed(0)
+    pe = _module(PosNetAttention, PosNetAttnConfig, posnet_attn_per_layer=True)
+    v = torch.randn(3, 2, 6, 8)  # (B,H,T,d)
+    pos, nonpad = padded_positions([6, 4, 1], 6, left=True)
+    for layer in (0, 1):
+        phi = pe.kernels["phi"][layer]
+        got = pe.transform_values(v, pos, layer)
+        for b, t in nonpad.nonzero().tolist():
+            for h in (0, 1):
+                torch.testing.assert_close(got[b, h, t], v[b, h, t] + F.relu(v[b, h, t] @ phi[pos[b, t]]))
+    assert not torch.allclose(pe.transform_values(v, pos, 0), pe.transform_values(v, pos, 1))  # per-layer kernels
+
+
+def test_benchmark_candidates_compute_the_same_thing():
+    """scripts/bench/posnet_kernel.py: the released broadcast and the bmm give the same outputs and gradients."""
+    scripts = str(Path(__file__).resolve().parents[1] / "scripts")
+    sys.path.insert(0, scripts)  # only while importing: scripts/ holds generic module names
+    try:
+        from bench.posnet_kernel import setup
+    finally:
+        sys.path.remove(scripts)
+
+    runs = []
+    for candidate in ("released", "bmm"):
+        step, forward, leaves = setup(candidate, batch=3, length=5, dim=16, posnet_dim=4, lmax=8)
+        step()
+        with torch.no_grad():
+            runs.append([forward()] + [t.grad for t in leaves])
+    for a, b in zip(*runs):
+        torch.testing.assert_close(a, b)
+
+
+# ---- model level -------------------------------------------------------------------------------------------
+def collate(task, ids, left_pad_source=True, split="test"):
+    task.load_dataset(split)
+    ds = task.dataset(split)
+    ds.left_pad_source = left_pad_source
+    return ds.collater([ds[i] for i in ids])
+
+
+def per_sentence(model, sample, pad):
+    """{sentence id: (encoder states of its real tokens (n,C), decoder logits of its real targets)}."""
+    src, lens, prev = (sample["net_input"][k] for k in ("src_tokens", "src_lengths", "prev_output_tokens"))
+    with torch.no_grad():
+        enc = model.encoder(src, lens)["encoder_out"][0].transpose(0, 1)  # (B,T,C)
+        logits, _ = model(src, lens, prev)
+    tgt_real = sample["target"].ne(pad)
+    return {int(i): (enc[b][src[b].ne(pad)], logits[b][tgt_real[b]]) for b, i in enumerate(sample["id"])}
+
+
+@pytest.mark.parametrize("arch,extra", VARIANTS, ids=IDS)
+def test_outputs_do_not_depend_on_padding_side_or_batch(arch, extra, data_bin):
+    task, model, _ = build_model(data_bin, arch, extra)
+    pad = task.target_dictionary.pad()
+    ids = list(range(8))
+    left, right = (per_sentence(model, collate(task, ids, lp), pad) for lp in (True, False))
+    for i in ids:
+        alone = per_sentence(model, collate(task, [i]), pad)[i]
+        for other in (right[i], alone):
+            for a, b in zip(left[i], other):
+                torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+    # --left-pad-source has no effect on beam search results
+    gen = task.build_generator([model], Namespace(beam=4, max_len_b=20, max_len_a=0, min_len=1))
+    hyps = [task.inference_step(gen, [model], collate(task, ids, lp)) for lp in (True, False)]
+    for a, b in zip(*hyps):
+        for ha, hb in zip(a, b):
+            assert torch.equal(ha["tokens"], hb["tokens"])
+            torch.testing.assert_close(ha["positional_scores"], hb["positional_scores"], rtol=0, atol=1e-5)
+
+
+def test_embedding_branch_runs_after_the_embedding_dropout(data_bin):
+    task, model, _ = build_model(data_bin, EMBED, ["--dropout", "0.3"])
+    model.train()
+    enc, src = model.encoder, collate(task, range(4))["net_input"]["src_tokens"]
+    torch.manual_seed(3)
+    got, _ = enc.forward_embedding(src)
+    torch.manual_seed(3)
+    dropped = F.dropout(enc.embed_scale * enc.embed_tokens(src), 0.3, training=True)
+    expected = enc.pe.embed(dropped, Positions.for_tokens(src, 1))  # h = d(x) + branch(d(x)), as released
+    torch.testing.assert_close(got, expected)
+
+
+@pytest.mark.parametrize("arch,extra", VARIANTS, ids=IDS)
+def test_incremental_decoding_equals_full_pass(arch, extra, data_bin):
+    task, model, _ = build_model(data_bin, arch, extra)
+    assert rescore_max_diff(task, model, batch(task, n=8), beam=4) < 1e-4
+
+
+def test_attn_cache_holds_values_transformed_once(data_bin):
+    task, model, _ = build_model(data_bin, ATTN, ["--posnet-init", "per-matrix"])
+    dec, pe = model.decoder, model.decoder.pe
+    sample = collate(task, range(4))
+    src, lens, prev = (sample["net_input"][k] for k in ("src_tokens", "src_lengths", "prev_output_tokens"))
+    calls, method = [], pe.transform_values
+
+    def recording(v, k_pos, layer):
+        out = method(v, k_pos, layer)
+        calls.append((layer, v.size(2), out))
+        return out
+
+    pe.transform_values = recording
+    with torch.no_grad():
+        enc = model.encoder(src, lens)
+        dec(prev, encoder_out=enc)  # full pass: one call per layer over all T positions
+        full = {layer: out for layer, _, out in calls}
+        calls.clear()
+        state = {}
+        for t in range(1, prev.size(1) + 1):
+            dec(prev[:, :t], encoder_out=enc, incremental_state=state)
+    assert [n for _, n, _ in calls] == [1] * (2 * prev.size(1))  # each new value transformed once, then cached
+    for layer in (0, 1):
+        cached = dec.layers[layer].self_attn._get_input_buffer(state)["prev_value"]  # (B,H,T,d)
+        real = prev.ne(1).view(prev.size(0), 1, -1, 1)
+        torch.testing.assert_close(cached * real, full[layer] * real, rtol=0, atol=1e-5)
+
+
+# ---- lengths, sharing, flags -------------------------------------------------------------------------------
+@pytest.mark.parametrize("arch", [EMBED, ATTN])
+def test_max_positions_reach_fairseq_and_long_inputs_raise(arch, data_bin):
+    lims = ["--max-source-positions", "20", "--max-target-positions", "30"]
+    for share, lmax_enc in (("enc-dec", 30), ("none", 20)):
+        task, model, _ = build_model(data_bin, arch, lims + ["--posnet-share", share])
+        enc, dec = model.encoder, model.decoder
+        assert (enc.pe.max_positions, dec.pe.max_positions) == (lmax_enc, 30)  # shared: the larger limit
+        assert enc.embed_positions.max_positions == enc.pe.max_positions  # PositionSlot exposes L_max
+        assert model.max_positions() == (20, 30)  # what fairseq filters training pairs with
+        assert (enc.pe.kernels is dec.pe.kernels) == (share == "enc-dec")
+        src = torch.full((2, lmax_enc + 1), 5)
+        with pytest.raises(ValueError, match=f"exceeds the {lmax_enc} positions"):
+            enc(src, torch.tensor([lmax_enc + 1] * 2))
+        enc(src[:, :-1], torch.tensor([lmax_enc] * 2))  # L_max itself is fine
+    out, state = enc(src[:, :10], torch.tensor([10, 10])), {}
+    prev = torch.full((2, 31), 5)
+    with torch.no_grad(), pytest.raises(ValueError, match="decoder sequence of length 31 exceeds the 30"):
+        for t in range(1, 32):
+            dec(prev[:, :t], encoder_out=out, incremental_state=state)
+    assert t == 31  # the first 30 steps decode
+
+
+def test_sides_and_flag_validation(data_bin):
+    _, model, _ = build_model(data_bin, EMBED, ["--posnet-sides", "decoder"])
+    assert model.encoder.pe.name == "nope" and model.decoder.pe.name == "posnet_embed"
+    _, model, _ = build_model(data_bin, EMBED, RELEASED)
+    assert model.encoder.pe.max_positions == 512 and model.decoder.pe.name == "nope"  # no position signal
+    assert not model.decoder.pe.has_embedding_hook() and not model.decoder.pe.has_attention_hooks()
+    with pytest.raises(PEConfigError, match="--posnet-dim is a flag of pe 'posnet_embed'"):
+        build_model(data_bin, ATTN, ["--posnet-dim", "8"])
+    _, model, _ = build_model(data_bin, ATTN)
+    for layer in model.decoder.layers:  # self-attention carries the kernels, cross-attention is fairseq's own
+        assert type(layer.self_attn).__name__ == "PEAttention"
+        assert type(layer.encoder_attn).__name__ == "MultiheadAttention"
+
+
+def test_init_and_dropout_flags():
+    torch.manual_seed(0)
+    for init, std in (("released", (2 / (32 ** 2 + 500 * 32)) ** 0.5), ("per-matrix", 32 ** -0.5)):
+        phi = _module(PosNetEmbedding, PosNetEmbedConfig, lmax=500, posnet_dim=32, posnet_init=init).kernels["phi"]
+        assert abs(phi.std().item() / std - 1) < 0.01, (init, phi.std().item(), std)  # 512k samples
+    pe = _module(PosNetEmbedding, PosNetEmbedConfig, posnet_dim=8, posnet_dropout=0.5)
+    x, pos = torch.randn(2, 5, 16), Positions.for_tokens(torch.zeros(2, 5).long(), 1)
+    evaluated = pe.embed(x, pos)
+    branch = pe.train().embed(x, pos) - x  # the dropped-out branch: zeros or 2x the eval branch
+    kept = branch != 0
+    assert 0 < kept.float().mean() < 1
+    torch.testing.assert_close(branch[kept], 2 * (evaluated - x)[kept])
+
+
+# ---- fp16 --------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("left", [True, False])
+@pytest.mark.parametrize("cls,cfg_cls", [(PosNetEmbedding, PosNetEmbedConfig), (PosNetAttention, PosNetAttnConfig)])
+def test_half_precision_matches_float32(cls, cfg_cls, left):
+    """CPU float16 (bmm, matmul, relu, index ops all run in half on CPU, no bfloat16 stand-in needed) is within
+    2e-3 of the output's scale of float32 (measured ~5e-4, one half-precision rounding of the output)."""
+    torch.manual_seed(0)
+    pe = _module(cls, cfg_cls, lmax=64)
+    pos, nonpad = padded_positions([40, 25, 3], 40, left=True) if left else (torch.arange(40).unsqueeze(0), None)
+    x = torch.randn(3, 40, 16) if cls is PosNetEmbedding else torch.randn(3, 2, 40, 8)
+
+    def run_(m, t):
+        return m.embed(t, Positions(pos, pos, nonpad)) if cls is PosNetEmbedding else m.transform_values(t, pos, 0)
+
+    full = run_(pe, x)
+    half = run_(pe.half(), x.half())
+    assert half.dtype == torch.float16
+    err = (half.float() - full).abs().max() / full.abs().max()
+    assert err < 2e-3, err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", [EMBED, ATTN])
+def test_fp16_training_runs(arch, data_bin, tmp_path):
+    log = run("fairseq_cli.train", [data_bin, "--user-dir", PLUGIN, "--arch", arch, *TRAIN_FLAGS, "--fp16",
+                                    "--fp16-no-flatten-grads", "--max-update", "3", "--no-save",
+                                    "--save-dir", tmp_path]).stdout
+    assert "num_updates 3" in log or "num_updates=3" in log, log[-3000:]
+    assert "loss_scale" in log and " nan" not in log.lower()
+
+
+# ---- gradient accumulation ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("arch", [EMBED, ATTN])
+def test_two_half_batches_give_the_gradients_of_the_full_batch(arch, data_bin):
+    """What --update-freq 2 computes (fairseq sums the summed losses' gradients of the micro-batches, then
+    divides by the total sample size) equals one batch of twice the size."""
+    task, model, args = build_model(data_bin, arch, ["--posnet-init", "per-matrix"])
+    model.double().train()
+    criterion = task.build_criterion(args)
+
+    def grads(ids):
+        model.zero_grad()
+        loss, sample_size, _ = criterion(model, collate(task, ids, split="train"))
+        loss.backward()
+        return {n: p.grad.clone() for n, p in model.named_parameters()}, sample_size
+
+    (g1, n1), (g2, n2), (g, n) = grads(range(0, 6)), grads(range(6, 12)), grads(range(12))
+    assert n1 + n2 == n
+    for name in g:
+        torch.testing.assert_close((g1[name] + g2[name]) / n, g[name] / n, rtol=1e-9, atol=1e-12, msg=name)
+    assert g[next(k for k in g if "phi" in k)].abs().max() > 0  # the kernels are trained
+
+
+# ---- parameter counts --------------------------------------------------------------------------------------
+def closed_form(pe, c, h, dp, lmax):
+    return 2 * c * dp + lmax * dp * dp if pe == "posnet_embed" else lmax * (c // h) ** 2
+
+
+@pytest.mark.parametrize("arch,pe,extra,count", [
+    (EMBED, "posnet_embed", [], 2 * 64 * 16 + 1024 * 16 ** 2),
+    (EMBED, "posnet_embed", ["--posnet-share", "none"], 2 * (2 * 64 * 16 + 1024 * 16 ** 2)),
+    (ATTN, "posnet_attn", [], 1024 * 32 ** 2),
+    (ATTN, "posnet_attn", ["--posnet-attn-per-layer"], 2 * 1024 * 32 ** 2)])
+def test_tiny_parameter_counts_are_closed_form(arch, pe, extra, count, data_bin):
+    _, model, _ = build_model(data_bin, arch, extra)
+    assert count == pe_parameter_count(model)
+    assert closed_form(pe, 64, 2, 16, 1024) * (2 if extra else 1) == count
+
+
+def parameter_table(vocab=40000):
+    """Rows (arch, L_max, total, PosNet-only) at base size with a dummy joined dictionary of ``vocab``."""
+    from fairseq import options, tasks
+
+    rows = []
+    with tempfile.TemporaryDirectory() as data:
+        for lang in ("en", "de"):  # + 4 special symbols
+            Path(data, f"dict.{lang}.txt").write_text("".join(f"w{i} 1\n" for i in range(vocab - 4)))
+        for pe, lmax in (("sape", 1024), ("posnet_embed", 1024), ("posnet_embed", 512), ("posnet_embed", 200),
+                         ("posnet_attn", 1024), ("posnet_attn", 200)):
+            argv = [data, "--user-dir", PLUGIN, "--arch", f"transformer_{pe}_wmt_en_de", "-s", "en", "-t", "de",
+                    "--share-all-embeddings", "--max-source-positions", lmax, "--max-target-positions", lmax]
+            args = options.parse_args_and_arch(options.get_training_parser(), list(map(str, argv)))
+            model = tasks.setup_task(args).build_model(args)
+            rows.append((pe, lmax, sum(p.numel() for p in model.parameters()), pe_parameter_count(model)))
+            del model
+    return rows
+
+
+@pytest.mark.slow
+def test_base_parameter_counts():
+    rows = parameter_table()
+    sape = rows[0][2]
+    for pe, lmax, total, own in rows[1:]:
+        assert own == closed_form(pe, 512, 8, 128, lmax) and total == sape + own
+    assert [own for pe, lmax, _, own in rows if lmax == 200] == [3_407_872, 819_200]  # Table 1: +3.41M, +1.03M
+
+
+if __name__ == "__main__":
+    paper = {"sape": 63.08, "posnet_embed": 66.49, "posnet_attn": 64.11}  # Table 1, total parameters (M)
+    print("| model | L_max | params total | PosNet-only | vs SAPE | paper total (vs SAPE) |")
+    print("|---|---:|---:|---:|---:|---:|")
+    rows = parameter_table()
+    for pe, lmax, total, own in rows:
+        print(f"| transformer_{pe}_wmt_en_de | {lmax} | {total:,} ({total / 1e6:.2f}M) | {own:,} ({own / 1e6:.2f}M) | "
+              f"+{(total - rows[0][2]) / 1e6:.2f}M | {paper[pe]:.2f}M (+{paper[pe] - paper['sape']:.2f}M) |")

@@ -1,0 +1,419 @@
+"""Relative encodings (rpe, t5, at5): each against an independent, materialised reference.
+
+* module level: ``PEAttention`` with each encoding equals attention computed naively from the paper's
+  formulas (Shaw's [Tq,Tk,d] tensors built explicitly, T5 buckets from a scalar HF-style function, the
+  AT5 MLP evaluated on the whole (i, j) grid as the official code does), on padded batches, in both
+  stacks, on the fused and the explicit path, for gradients too, and step by step as in decoding;
+* the defining properties: the bias depends only on j - i, saturates (Shaw beyond k, T5 at the last
+  bucket, AT5 as f -> 1), T5 buckets match the table of ENCODINGS.md 3.1;
+* model level: beam search equals a full forward pass, the encoder output of a sentence does not depend
+  on padding side or batch, parameter counts are closed-form, fp16 matches fp32.
+"""
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import pe_testing
+from pe_plugin.encodings import PE_REGISTRY
+from pe_plugin.encodings.base import Dims, Positions
+from pe_plugin.encodings.relative import clipped_index, distinct_offsets, t5_bucket
+from pe_plugin.modules import pe_attention
+from pe_plugin.modules.pe_attention import PEAttention
+
+C, H, LAYERS = 16, 2, 2
+D = C // H
+
+# (test id, encoding, config overrides)
+CASES = [
+    ("rpe", "rpe", dict(rpe_max_relative_position=3)),
+    ("rpe_per_head", "rpe", dict(rpe_max_relative_position=3, rpe_per_head=True)),
+    ("rpe_keys_only", "rpe", dict(rpe_max_relative_position=3, rpe_no_values=True)),
+    ("rpe_values_only", "rpe", dict(rpe_max_relative_position=3, rpe_no_keys=True)),
+    ("t5", "t5", dict(t5_num_buckets=8, t5_max_distance=6)),
+    ("at5", "at5", dict(at5_all_layers=True)),
+]
+
+
+def make_pe(name, side, max_positions=64, **overrides):
+    cls = PE_REGISTRY[name]
+    pe = cls.build(cls.config_cls(**overrides), Dims(C, H, LAYERS, max_positions, 1, side), {})
+    excite(pe)
+    return pe.eval()
+
+
+def excite(pe):
+    """Large random encoding parameters, so that a missing or misplaced term shows in every comparison."""
+    torch.manual_seed(0)
+    for name, p in pe.named_parameters():
+        with torch.no_grad():
+            if name == "slope":  # slopes / L_max of 0.02 .. 0.3 per token
+                p.uniform_(0.02 * pe.max_length, 0.3 * pe.max_length)
+            else:
+                p.normal_(0, 1.0)
+
+
+def make_attention(pe, layer=1):
+    torch.manual_seed(1)
+    return PEAttention(C, H, pe, layer).eval()
+
+
+# ---- independent references -------------------------------------------------------------------------
+def hf_bucket(r, bidirectional, num_buckets=32, max_distance=128):
+    """HF T5Attention._relative_position_bucket for one distance r = key - query, in float32."""
+    ret, n = 0, -r
+    if bidirectional:
+        num_buckets //= 2
+        ret += num_buckets if n < 0 else 0
+        n = abs(n)
+    else:
+        n = max(n, 0)
+    exact = num_buckets // 2
+    if n < exact:
+        return ret + n
+    ratio = np.log(np.float32(n) / np.float32(exact)) / np.float32(math.log(max_distance / exact))
+    return ret + min(exact + int(ratio * np.float32(num_buckets - exact)), num_buckets - 1)
+
+
+def naive_bias_and_values(pe, q, pq, pk, layer):
+    """(B,H,Tq,Tk) logit term and a function probs -> (B,H,Tq,d) value term, from real positions pq, pk
+    (B,T) and per-pair materialised tensors."""
+    r = pk[:, None, :] - pq[:, :, None]  # (B,Tq,Tk) real-token distance
+    if pe.name == "rpe":
+        idx = torch.clamp(r, -pe.k, pe.k) + pe.k
+
+        def materialise(table):  # (H|1, 2k+1, d) -> (B,H,Tq,Tk,d)
+            table = table[layer].expand(H, -1, -1)
+            return torch.stack([table[h][idx] for h in range(H)], dim=1)
+
+        bias = 0 if pe.key_table is None else torch.einsum("bhid,bhijd->bhij", q, materialise(pe.key_table))
+        if pe.value_table is None:
+            return bias, lambda probs: 0
+        a_v = materialise(pe.value_table)
+        return bias, lambda probs: torch.einsum("bhij,bhijd->bhid", probs, a_v)
+    if pe.name == "t5":
+        cfg = pe.cfg
+        buckets = torch.tensor([[[hf_bucket(int(x), not pe.dims.causal, cfg.t5_num_buckets, cfg.t5_max_distance)
+                                  for x in row] for row in mat] for mat in r])  # (B,Tq,Tk)
+        return pe.table[buckets].permute(0, 3, 1, 2), lambda probs: 0
+    # at5: the official code's grid evaluation, one (i, j) pair at a time per head
+    out = torch.zeros(r.shape[0], H, *r.shape[1:])
+    for h in range(H):
+        for side, sel in ((0, r <= 0), (1, r > 0)):
+            if side >= pe.slope.size(0):
+                continue  # causal: future keys are masked
+            slope = torch.relu(pe.slope[side, h, 0]) / pe.max_length
+            f = 1 - torch.exp(-slope * r[sel].abs().float())  # (P,)
+            x = torch.sigmoid(f[:, None] * pe.w1[side, h, 0] + pe.c1[side, h, 0])  # (P, l1)
+            x = torch.sigmoid(x @ pe.w2[side, h] + pe.c2[side, h, 0])  # (P, l2)
+            out[:, h][sel] = (x @ pe.w3[side, h])[:, 0] + pe.c3[side, h, 0, 0]
+    return out, lambda probs: 0
+
+
+def naive_attention(attn, x, pad, causal):
+    """Attention of x (T,B,C) with key padding ``pad`` (B,T), materialised pair by pair. (T,B,C)"""
+    t, b, _ = x.shape
+    split = lambda y: y.view(t, b, H, D).permute(1, 2, 0, 3)  # noqa: E731  (T,B,C) -> (B,H,T,d)
+    q, k, v = split(attn.q_proj(x) * D ** -0.5), split(attn.k_proj(x)), split(attn.v_proj(x))
+    p = (~pad).long().cumsum(1) - 1  # (B,T) real-token positions
+    bias, value_term = naive_bias_and_values(attn.pe, q, p, p, attn.layer)
+    logits = q @ k.transpose(-1, -2) + bias
+    logits = logits.masked_fill(pad[:, None, None, :], float("-inf"))
+    if causal:
+        logits = logits.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
+    probs = logits.softmax(-1)
+    z = probs @ v + value_term(probs)  # (B,H,T,d)
+    return attn.out_proj(z.permute(2, 0, 1, 3).reshape(t, b, C))
+
+
+def padded_input(side, t=11, lengths=(11, 7, 4)):
+    torch.manual_seed(2)
+    x = torch.randn(t, len(lengths), C)
+    cols = torch.arange(t)
+    if side == "encoder":  # left-padded, as fairseq's sources
+        pad = torch.stack([cols < t - n for n in lengths])
+    else:  # right-padded, as fairseq's targets
+        pad = torch.stack([cols >= n for n in lengths])
+    return x, pad
+
+
+def future_mask(t):
+    return torch.full((t, t), float("-inf")).triu(1)
+
+
+# ---- pure functions -----------------------------------------------------------------------------------
+# ENCODINGS.md 3.1 (N=32, max distance 128): first distance n = i - j of each log bucket
+BIDIRECTIONAL_STARTS = [8, 12, 16, 23, 32, 46, 64, 91]  # buckets 8..15 (16..31 for keys to the right)
+CAUSAL_STARTS = [16, 19, 21, 24, 27, 31, 35, 40, 46, 52, 59, 67, 77, 87, 99, 113]  # buckets 16..31
+
+
+@pytest.mark.parametrize(
+    "bidirectional,bucket,start",
+    [(True, 8 + i, s) for i, s in enumerate(BIDIRECTIONAL_STARTS)]
+    + [(False, 16 + i, s) for i, s in enumerate(CAUSAL_STARTS)],
+)
+def test_t5_bucket_starts(bidirectional, bucket, start):
+    n = torch.tensor([start - 1, start])
+    assert t5_bucket(-n, bidirectional).tolist() == [bucket - 1, bucket]  # key to the left
+    if bidirectional:
+        assert t5_bucket(n, bidirectional).tolist() == [bucket + 15, bucket + 16]  # key to the right
+
+
+def test_t5_bucket_exact_range_saturation_and_causal_future():
+    n = torch.arange(0, 2000)
+    assert t5_bucket(-n[:8], True).tolist() == list(range(8))
+    assert t5_bucket(n[1:8], True).tolist() == list(range(17, 24))
+    assert t5_bucket(-n[:16], False).tolist() == list(range(16))
+    assert set(t5_bucket(-n[91:], True).tolist()) == {15} and set(t5_bucket(n[91:], True).tolist()) == {31}
+    assert set(t5_bucket(-n[113:], False).tolist()) == {31}
+    assert set(t5_bucket(n, False).tolist()) == {0}  # every future key (and self) in bucket 0
+
+
+@pytest.mark.parametrize("bidirectional", [True, False])
+@pytest.mark.parametrize("num_buckets,max_distance", [(32, 128), (64, 128), (8, 6)])
+def test_t5_bucket_matches_hf_reference(bidirectional, num_buckets, max_distance):
+    r = torch.arange(-400, 401)
+    expected = [hf_bucket(int(x), bidirectional, num_buckets, max_distance) for x in r]
+    assert t5_bucket(r, bidirectional, num_buckets, max_distance).tolist() == expected
+
+
+def test_clipping_and_distinct_offsets():
+    rel = Positions(torch.arange(3, 9)[None], torch.arange(9)[None]).rel  # a decoding step: 6 queries, 9 keys
+    assert torch.equal(clipped_index(torch.arange(-6, 7), 2), torch.tensor([0] * 5 + [1, 2, 3] + [4] * 5))
+    offsets, index = distinct_offsets(rel)
+    assert torch.equal(offsets[index], rel) and offsets.tolist() == list(range(-8, 6))
+
+
+# ---- module level -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("side", ["encoder", "decoder"])
+@pytest.mark.parametrize("case,name,overrides", CASES, ids=[c[0] for c in CASES])
+def test_attention_matches_naive_reference(case, name, overrides, side):
+    attn = make_attention(make_pe(name, side, **overrides))
+    x, pad = padded_input(side)
+    mask = future_mask(x.size(0)) if side == "decoder" else None
+    expected = naive_attention(attn, x, pad, causal=side == "decoder")
+    real = ~pad.t()  # (T,B)
+    for need_weights in (False, True):  # the fused path (bias-only encodings) and the explicit one
+        out, _ = attn(x, x, x, key_padding_mask=pad, attn_mask=mask, need_weights=need_weights)
+        assert (out - expected)[real].abs().max() < 1e-5
+
+
+@pytest.mark.parametrize("case,name,overrides", CASES, ids=[c[0] for c in CASES])
+def test_gradients_match_naive_reference(case, name, overrides):
+    """Gradients reach the encoding's parameters through the fused kernel's float mask, and are right."""
+    grads = []
+    for fn in ("module", "naive"):
+        attn = make_attention(make_pe(name, "encoder", **overrides))
+        x, pad = padded_input("encoder")
+        if fn == "module":
+            out, _ = attn(x, x, x, key_padding_mask=pad, need_weights=False)
+        else:
+            out = naive_attention(attn, x, pad, causal=False)
+        (out[~pad.t()] ** 2).sum().backward()
+        grads.append({n: p.grad for n, p in attn.pe.named_parameters()})
+    for n, g in grads[0].items():
+        assert g is not None and g.abs().max() > 0 and torch.allclose(g, grads[1][n], atol=1e-4, rtol=1e-4), n
+
+
+@pytest.mark.parametrize("case,name,overrides", CASES, ids=[c[0] for c in CASES])
+def test_incremental_steps_equal_full_pass(case, name, overrides):
+    attn = make_attention(make_pe(name, "decoder", **overrides))
+    torch.manual_seed(3)
+    x = torch.randn(9, 2, C)
+    full, _ = attn(x, x, x, attn_mask=future_mask(9), need_weights=False)
+    state = {}
+    steps = [attn(x[t:t + 1], x[t:t + 1], x[t:t + 1], incremental_state=state, need_weights=False)[0] for t in range(9)]
+    assert (torch.cat(steps) - full).abs().max() < 1e-5
+
+
+@pytest.mark.parametrize("side", ["encoder", "decoder"])
+@pytest.mark.parametrize("case,name,overrides", CASES, ids=[c[0] for c in CASES])
+def test_bias_depends_only_on_distance(case, name, overrides, side):
+    """Same q at every position: the bias is Toeplitz (a function of j - i), whatever the offset of the
+    positions; a decoding step's row equals the full pass's last row."""
+    pe = make_pe(name, side, **overrides)
+    q = torch.randn(1, H, 1, D).expand(2, H, 12, D)
+    full = pe.score_bias(q, Positions(torch.arange(12)[None], torch.arange(12)[None]), 1)
+    if full is None:
+        return  # values-only Shaw: no logit term
+    full = full.expand(2, H, 12, 12)
+    for s in range(1, 12):
+        assert torch.equal(full[..., s:, s:], full[..., :-s, :-s])
+    shifted = pe.score_bias(q, Positions(torch.arange(5, 17)[None], torch.arange(5, 17)[None]), 1)
+    assert torch.equal(shifted.expand_as(full), full)
+    step = pe.score_bias(q[:, :, -1:], Positions(torch.arange(11, 12)[None], torch.arange(12)[None]), 1)
+    assert torch.allclose(step.expand(2, H, 1, 12), full[:, :, -1:], atol=1e-6)
+
+
+def test_rpe_clips_beyond_k():
+    pe = make_pe("rpe", "encoder", rpe_max_relative_position=3)
+    q = torch.randn(1, H, 1, D).expand(1, H, 20, D)
+    pos = Positions(torch.arange(20)[None], torch.arange(20)[None])
+    bias = pe.score_bias(q, pos, 0)[0, :, 10]  # (H, Tk): query 10
+    assert (bias[:, :7] == bias[:, :1]).all() and (bias[:, 13:] == bias[:, 19:]).all()  # |j - i| >= 3
+    assert len({round(v, 5) for v in bias[0, 7:13].tolist()}) == 6  # the 2k+1 = 7 rows between are distinct
+    probs = torch.full((1, H, 20, 20), 1 / 20)  # uniform attention
+    out = pe.value_bias(probs, pos, 0)[:, :, 10:]  # query 10
+    table = pe.value_table[0, 0]  # (2k+1, d)
+    expected = (8 * table[0] + table[1] + table[2] + table[3] + table[4] + table[5] + 7 * table[6]) / 20
+    assert torch.allclose(out[0, 0, 0], expected, atol=1e-6)
+
+
+def test_t5_bias_is_query_independent_and_keeps_the_fused_kernel(monkeypatch):
+    attn = make_attention(make_pe("t5", "encoder", t5_num_buckets=8, t5_max_distance=6))
+    x, pad = padded_input("encoder")
+    bias = attn.pe.score_bias(torch.randn(3, H, 11, D), Positions(torch.arange(11)[None], torch.arange(11)[None]), 0)
+    assert bias.shape == (1, H, 11, 11)
+    calls = []
+    sdpa = F.scaled_dot_product_attention
+    spy = lambda *a, **k: calls.append(1) or sdpa(*a, **k)  # noqa: E731
+    monkeypatch.setattr(pe_attention.F, "scaled_dot_product_attention", spy)
+    attn(x, x, x, key_padding_mask=pad, need_weights=False)
+    assert calls == [1]
+
+
+def test_at5_saturates_and_uses_the_right_branch():
+    pe = make_pe("at5", "encoder")
+    r = torch.tensor([-10 ** 6, -1, 0, 1, 10 ** 6])
+    g = pe.offset_bias(r)  # (H, 5)
+    ones = torch.ones(1)
+    for h in range(H):
+        for side, col in ((0, 0), (1, 4)):  # f -> 1 far to the left (g-) and far to the right (g+)
+            x = torch.sigmoid(ones[:, None] * pe.w1[side, h, 0] + pe.c1[side, h, 0])
+            x = torch.sigmoid(x @ pe.w2[side, h] + pe.c2[side, h, 0])
+            assert torch.allclose(g[h, col], (x @ pe.w3[side, h])[0, 0] + pe.c3[side, h, 0, 0], atol=1e-5)
+    assert not torch.allclose(g[:, 0], g[:, 4])  # separate MLPs per direction
+    causal = make_pe("at5", "decoder")
+    assert causal.slope.size(0) == 1 and (causal.offset_bias(torch.arange(1, 5)) == 0).all()
+
+
+def test_at5_decoding_step_bias_is_the_full_row_not_the_official_constant():
+    """The official code slices its bias grid to [:1, :1] at each decoding step and broadcasts the
+    distance-0 value over all keys (ENCODINGS.md 0.9); ours is the full pass's row for the last query."""
+    pe = make_pe("at5", "decoder")
+    t = 10
+    q = torch.zeros(1, H, t, D)
+    full = pe.score_bias(q, Positions(torch.arange(t)[None], torch.arange(t)[None]), 0)  # (1,H,T,T)
+    step = pe.score_bias(q[:, :, -1:], Positions(torch.tensor([[t - 1]]), torch.arange(t)[None]), 0)  # (1,H,1,T)
+    assert torch.allclose(step, full[:, :, -1:], atol=1e-6)
+    official = full[:, :, :1, :1].expand_as(step)  # distance 0, broadcast
+    assert (step - official).abs().max() > 0.1
+
+
+@pytest.mark.parametrize("case,name,overrides", CASES, ids=[c[0] for c in CASES])
+def test_fp16_matches_fp32(case, name, overrides):
+    """CPU half: biases cast to half without overflow (masks are -inf, never a large finite constant) and
+    the output matches fp32 within 2e-2 (outputs are O(1); fp16 has 11 significant bits)."""
+    attn = make_attention(make_pe(name, "decoder", **overrides))
+    x, pad = padded_input("decoder")
+    mask = future_mask(x.size(0))
+    ref, _ = attn(x, x, x, key_padding_mask=pad, attn_mask=mask, need_weights=False)
+    attn.half()
+    for pe_dtype in (torch.float32, torch.float16):  # the encoding left in fp32, then converted as by model.half()
+        attn.pe.to(pe_dtype)
+        for need_weights in (False, True):
+            out, _ = attn(*[x.half()] * 3, key_padding_mask=pad, attn_mask=mask, need_weights=need_weights)
+            assert out.dtype == torch.float16 and torch.isfinite(out).all()
+            assert (out.float() - ref)[~pad.t()].abs().max() < 2e-2
+
+
+# ---- model level ---------------------------------------------------------------------------------------
+MODELS = [
+    ("rpe", "transformer_rpe_tiny", []),
+    ("rpe_per_head", "transformer_rpe_tiny", ["--rpe-per-head"]),
+    ("t5", "transformer_t5_tiny", []),
+    ("at5", "transformer_at5_tiny", []),
+    ("at5_all_layers", "transformer_at5_tiny", ["--at5-all-layers"]),
+]
+
+
+def build_excited(data_bin, arch, extra=()):
+    task, model, args = pe_testing.build_model(data_bin, arch, extra)
+    for stack in (model.encoder, model.decoder):
+        excite(stack.pe)
+    return task, model
+
+
+@pytest.mark.parametrize("case,arch,extra", MODELS, ids=[m[0] for m in MODELS])
+def test_beam_search_equals_full_forward(data_bin, case, arch, extra):
+    task, model = build_excited(data_bin, arch, extra)
+    assert pe_testing.rescore_max_diff(task, model, pe_testing.batch(task), beam=4) < 1e-4
+
+
+def test_rescoring_catches_the_official_at5_decoding_bias(data_bin, monkeypatch):
+    """Negative control: with the official code's constant decoding bias the re-scoring check fails."""
+    cls = PE_REGISTRY["at5"]
+    task, model = build_excited(data_bin, "transformer_at5_tiny")
+    right = cls.score_bias
+
+    def official(self, q, pos, layer):
+        bias = right(self, q, pos, layer)
+        return bias[..., :1].expand_as(bias) if bias.size(2) == 1 else bias  # distance-0 value everywhere
+
+    monkeypatch.setattr(cls, "score_bias", official)
+    assert pe_testing.rescore_max_diff(task, model, pe_testing.batch(task), beam=4) > 1e-2
+
+
+@pytest.mark.parametrize("arch", ["transformer_rpe_tiny", "transformer_t5_tiny", "transformer_at5_tiny"])
+def test_encoder_output_ignores_padding_side_and_batch(data_bin, arch):
+    task, model = build_excited(data_bin, arch)
+
+    def outputs(sample, left):  # sentence id -> (len, C) encoder output of its real tokens
+        src, lengths = sample["net_input"]["src_tokens"], sample["net_input"]["src_lengths"]
+        with torch.no_grad():
+            enc = model.encoder(src, lengths)["encoder_out"][0]  # (T,B,C)
+        return {int(i): (enc[-n:, b] if left else enc[:n, b]) for b, (i, n) in enumerate(zip(sample["id"], lengths))}
+
+    left = outputs(pe_testing.batch(task, n=8, left_pad_source=True), True)
+    right = outputs(pe_testing.batch(task, n=8, left_pad_source=False), False)
+    small = outputs(pe_testing.batch(task, n=3, left_pad_source=True), True)
+    assert len(set(s.size(0) for s in left.values())) > 1  # the batch is padded
+    for i, out in left.items():
+        assert (out - right[i]).abs().max() < 1e-5
+        if i in small:
+            assert (out - small[i]).abs().max() < 1e-5
+
+
+def _pe_params(name, layers, heads, d, cfg):
+    """Closed-form encoding parameters of a whole model (both stacks)."""
+    if name == "rpe":
+        return 2 * layers * (heads if cfg.get("per_head") else 1) * (2 * cfg["k"] + 1) * d * 2
+    if name == "t5":
+        return 2 * 32 * heads
+    mlp = 2 * 32 + 32 * 4 + 2 * 4 + 1  # 1 -> 32 -> 4 -> 1 with biases
+    return (2 + 1) * heads * (1 + mlp)  # encoder: both directions; decoder: the left one
+
+
+@pytest.mark.parametrize(
+    "name,extra,cfg",
+    [("rpe", [], dict(k=4)), ("rpe", ["--rpe-per-head", "--rpe-max-relative-position", "6"], dict(k=6, per_head=True)),
+     ("t5", [], {}), ("at5", [], {})],
+)
+def test_parameter_counts_are_closed_form(data_bin, name, extra, cfg):
+    from pe_plugin.models.validation import pe_parameter_count
+
+    _, sape, _ = pe_testing.build_model(data_bin, "transformer_sape_tiny")
+    _, model, _ = pe_testing.build_model(data_bin, f"transformer_{name}_tiny", extra)
+    expected = _pe_params(name, 2, 2, 32, cfg)
+    assert pe_parameter_count(model) == expected
+    count = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
+    assert count(model) == count(sape) + expected
+
+
+@pytest.mark.parametrize("suffix,k", [("tiny", 4), ("wmt_en_de", 16), ("wmt_en_de_big", 8)])
+def test_rpe_size_defaults_and_flags(data_bin, suffix, k):
+    args = pe_testing.parse_train_args(data_bin, f"transformer_rpe_{suffix}")
+    assert args.rpe_max_relative_position == k
+    args = pe_testing.parse_train_args(data_bin, f"transformer_rpe_{suffix}", ["--rpe-max-relative-position", "2"])
+    assert args.rpe_max_relative_position == 2
+
+
+def test_at5_layer_placement(data_bin):
+    for extra, biased in (([], [True, False]), (["--at5-all-layers"], [True, True])):
+        _, model, _ = pe_testing.build_model(data_bin, "transformer_at5_tiny", extra)
+        for stack in (model.encoder, model.decoder):
+            assert [isinstance(layer.self_attn, PEAttention) for layer in stack.layers] == biased
+            assert stack.pe.max_length == 1024  # max(256, --max-*-positions 1024)
+        assert all(not isinstance(layer.encoder_attn, PEAttention) for layer in model.decoder.layers)
