@@ -7,8 +7,10 @@ Each encoding runs in its own fresh interpreter (peak RSS is monotonic, so shari
 every peak but the first): it builds ``transformer_<pe>_<size>`` through fairseq's parser with a dummy
 joined dictionary (``--vocab`` symbols, ``--share-all-embeddings``), then times full training steps
 (forward, cross-entropy, backward, Adam step) on one fixed random batch in training mode. SAPE runs on
-fairseq's stock fused attention, so every ratio includes the cost of leaving it. With ``--rounds R`` the
-encodings run round-robin R times and the median is kept, which evens out drift of the machine.
+fairseq's stock fused attention, so every ratio includes the cost of leaving it. The encodings run
+round-robin ``--rounds`` times and the fastest step of each is kept (wall and process CPU time): on a
+shared machine other processes only ever add time, so the minimum is the least disturbed figure; the
+median wall time is reported beside it.
 Memory: ``peak`` is the process's peak RSS (interpreter, model, Adam state, activations); ``step`` is the
 peak minus the RSS after the model was built, i.e. gradients, Adam state and activations.
 """
@@ -112,7 +114,7 @@ def run(args) -> int:
         r["cpu_s"] = min(t for x in runs[pe] for t in x["cpu_s"])
         r["wall_median_s"] = statistics.median(t for x in runs[pe] for t in x["wall_s"])
         for key in ("peak_bytes", "step_bytes"):
-            r[key] = statistics.median(x[key] for x in runs[pe])
+            r[key] = int(statistics.median(x[key] for x in runs[pe]))
         results.append(r)
     ref = next(r for r in results if r["pe"] == "sape")
     for r in results:
