@@ -2,7 +2,7 @@
 """A deterministic toy parallel corpus whose translation needs word order: the target is the source
 reversed and upper-cased (``w3 w1 w7`` -> ``W7 W1 W3``). Used by the tests and the smoke demo.
 
-    python scripts/toy_corpus.py OUT_DIR [--train 240 --valid 24 --test 16 --seed 0]
+    python scripts/toy_corpus.py OUT_DIR [--train 240 --valid 24 --test 13 --seed 0]
 writes OUT_DIR/{train,valid,test}.{en,de}.
 """
 import argparse
@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 
-def write_corpus(out_dir, n_train=240, n_valid=24, n_test=16, seed=0, vocab=30, max_len=9):
+def write_corpus(out_dir, n_train=240, n_valid=24, n_test=13, seed=0, vocab=30, max_len=9):
     rng = random.Random(seed)
     words = [f"w{i}" for i in range(vocab)]
     out_dir = Path(out_dir)
@@ -32,7 +32,7 @@ def main(argv=None) -> int:
     p.add_argument("out_dir")
     p.add_argument("--train", type=int, default=240)
     p.add_argument("--valid", type=int, default=24)
-    p.add_argument("--test", type=int, default=16)
+    p.add_argument("--test", type=int, default=13)
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
     write_corpus(a.out_dir, a.train, a.valid, a.test, a.seed)
