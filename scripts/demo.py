@@ -8,11 +8,14 @@
    reorders the source (case from position, adjective-noun swap, verb-final subordinate clauses);
 2. prepare: ``examples/wmt14/prepare.sh raw`` (Moses normalise and tokenise, joint BPE, clean, binarise);
 3. train: ``examples/wmt14/train.sh METHOD --size tiny`` for no-PE, SAPE and PosNet-Embed, then every other
-   registered encoding while the time budget allows (each one's cost is estimated from the slowest so far);
+   registered encoding while the time budget allows (each one's cost is estimated from the slowest so far),
+   two at a time on two cores;
 4. decode: ``examples/wmt14/generate.sh RUN --checkpoints 3`` (average, beam 4, detokenise);
 5. evaluate: ``scripts/evaluate.py`` (BLEU, chrF++, compound-split BLEU, paired bootstrap vs SAPE, n-gram
-   gap plot) and ``scripts/probe.py`` (identical-word attention heatmaps of the encoder);
-6. prints the Table-1 style report; every file is under ``--out`` (results/, probe/, runs/).
+   gap plot); analyse: ``scripts/probe.py`` (identical-word attention maps and indicators) and
+   ``scripts/swap_probe.py`` (output and NLL change under local/global word swaps) for every model;
+6. prints the Table-1 style report and the analysis tables; every file is under ``--out`` (results/,
+   analysis/, runs/, logs/).
 
 Every step is skipped when its output is complete, so an interrupted demo resumes where it stopped.
 """
@@ -23,6 +26,7 @@ import re
 import subprocess
 import sys
 import time
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -33,11 +37,11 @@ import grammar_corpus  # noqa: E402
 CORE = ("nope", "sape", "posnet_embed")  # always trained: the demo's point is their comparison
 SRC, TGT = "en", "de"
 # fairseq-train flags of the demo after the recipe's tiny-size flags (the last occurrence of a flag wins):
-# one process, no gradient accumulation, a short warm-up and a higher peak rate for a 400-update run.
-TRAIN_FLAGS = ["--cpu", "--update-freq", "1", "--lr", "3e-3", "--warmup-updates", "100", "--max-tokens", "4096",
-               "--save-interval-updates", "100", "--keep-interval-updates", "3", "--no-epoch-checkpoints",
-               "--log-interval", "50"]
-AVERAGE = 3  # checkpoints averaged for decoding
+# one process, no gradient accumulation, small batches (more updates per minute: the scalar biases of T5 and
+# Adaptive-T5 need many Adam steps), a short warm-up and a higher peak rate for an 800-update run.
+TRAIN_FLAGS = ["--cpu", "--update-freq", "1", "--lr", "3e-3", "--warmup-updates", "100", "--max-tokens", "2048",
+               "--no-epoch-checkpoints", "--log-interval", "50"]
+AVERAGE = 3  # checkpoints averaged for decoding: the last 3 of one every updates/4
 
 
 class Demo:
@@ -46,6 +50,7 @@ class Demo:
         self.out = Path(args.out).resolve()
         self.t0 = time.time()
         self.env = dict(os.environ, PYTHON=sys.executable, PYTHONUNBUFFERED="1")
+        self.interval = max(1, args.updates // 4)  # checkpoint (and validation) interval in updates
 
     def say(self, msg: str) -> None:
         print(f"[demo {self.elapsed() / 60:4.1f} min] {msg}", flush=True)
@@ -70,7 +75,8 @@ class Demo:
         raw = self.out / "raw"
         if not all((raw / f"{s}.{l}").exists() for s in ("train", "valid", "test") for l in (SRC, TGT)):
             self.say(f"corpus: {self.a.train:,} training pairs from scripts/grammar_corpus.py -> {raw}")
-            grammar_corpus.write_corpus(raw, self.a.train, 500, 500, seed=self.a.seed, src=SRC, tgt=TGT)
+            grammar_corpus.write_corpus(raw, self.a.train, self.a.heldout, self.a.heldout, seed=self.a.seed,
+                                        src=SRC, tgt=TGT)
         return raw
 
     def prepare(self, raw: Path) -> Path:
@@ -93,13 +99,14 @@ class Demo:
 
         def progress(line: str) -> None:
             m = re.search(r"valid on 'valid' subset \| loss ([\d.]+) \| nll_loss ([\d.]+).*num_updates (\d+)", line)
-            if m:
+            if m and int(m[3]) % self.interval == 0:  # the validations of the checkpoints, not those at epoch ends
                 self.say(f"{method:13s} update {int(m[3]):4d}/{self.a.updates}  valid loss {m[1]}  nll {m[2]}")
 
         self.say(f"{method}: train transformer_{method}_tiny ({self.a.updates} updates)")
         self.call(f"train {method}", ["bash", REPO / "examples/wmt14/train.sh", method, "--size", "tiny", "--data",
                                       data, "--runs-dir", self.out / "runs", "--seed", self.a.seed, "--",
-                                      *TRAIN_FLAGS, "--max-update", self.a.updates],
+                                      *TRAIN_FLAGS, "--max-update", self.a.updates, "--save-interval-updates",
+                                      self.interval, "--keep-interval-updates", AVERAGE],
                   self.out / "logs" / f"train.{method}.log", progress)
         self.call(f"decode {method}", ["bash", REPO / "examples/wmt14/generate.sh", run, "--checkpoints", AVERAGE],
                   self.out / "logs" / f"generate.{method}.log")
@@ -118,42 +125,98 @@ class Demo:
         self.call("evaluate", argv, self.out / "logs" / "evaluate.log")
         return results
 
-    def probe(self, methods, data: Path) -> None:
+    def analyse(self, methods, data: Path) -> Path:
+        """Identical-word probing (scripts/probe.py) and the word-swap probe (scripts/swap_probe.py) of every
+        model; their headline numbers as two markdown tables in results/analysis.md."""
         for method in methods:
-            out = self.out / "probe" / method
-            if (out / "probe.json").exists():
-                continue
-            self.call(f"probe {method}", [sys.executable, REPO / "scripts/probe.py",
-                                          self.run_dir(method) / "checkpoint_last.pt", "--data", data, "--length",
-                                          "32", "--words", "50", "--max-rank", "100", "--cpu", "--out", out],
-                      self.out / "logs" / f"probe.{method}.log")
-        self.say(f"probe: identical-word attention maps and indicators in {self.out / 'probe'}")
+            ckpt, out = self.run_dir(method) / "checkpoint_last.pt", self.out / "analysis" / method
+            if not (out / "probe.json").exists():
+                self.call(f"probe {method}", [sys.executable, REPO / "scripts/probe.py", ckpt, "--data", data,
+                                              "--length", "32", "--words", "50", "--max-rank", "100", "--cpu",
+                                              "--out", out], self.out / "logs" / f"probe.{method}.log")
+            if not (out / "swap_probe.json").exists():
+                self.call(f"swap probe {method}", [sys.executable, REPO / "scripts/swap_probe.py", ckpt, "--data",
+                                                   data, "--max-sentences", "200", "--cpu", "--out", out],
+                          self.out / "logs" / f"swap_probe.{method}.log")
+        path = self.out / "results" / "analysis.md"
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(analysis_tables(self.out / "analysis", methods), encoding="utf-8")
+        tmp.replace(path)
+        self.say(f"analysis: attention maps and indicators in {self.out / 'analysis'}, tables in {path}")
+        return path
 
-    def run(self) -> int:
+    def fits(self, costs) -> bool:
+        """Would one more model, started now, end within the budget? Its cost is taken as 1.2 x the slowest
+        model so far, and 2.5 minutes are kept for evaluation and analysis."""
+        return not costs or self.elapsed() + 1.2 * max(costs) + 150 <= self.a.budget_minutes * 60
+
+    def train_all(self, data: Path) -> dict:
+        """Train and decode no-PE, SAPE, PosNet-Embed, then the other encodings while the budget allows,
+        ``--jobs`` at a time (one torch thread each when several run: tiny models gain little from a second
+        thread, and two one-thread runs on two cores train about 1.7x faster than one two-thread run)."""
         from pe_plugin.encodings import PE_REGISTRY
 
-        budget = self.a.budget_minutes * 60
-        data = self.prepare(self.corpus())
-        systems, costs = {}, []
-        extras = [m for m in PE_REGISTRY if m not in CORE] if self.a.extra else []
-        for method in [*CORE, *extras]:
-            if method not in CORE and costs:
-                # reserve: the slowest model so far again, plus evaluation and probing (about 1.5 min)
-                needed = self.elapsed() + 1.2 * max(costs) + 90
-                if needed > budget:
-                    self.say(f"{method}: skipped, it would end past the {self.a.budget_minutes:g}-minute budget "
-                             f"(train it with --budget-minutes {needed / 60 + 1:.0f})")
-                    continue
+        if self.a.jobs > 1:
+            self.env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+        order = [*CORE, *(m for m in PE_REGISTRY if m not in CORE and self.a.extra)]
+        pending, running, systems, costs = list(order), {}, {}, []
+
+        def timed(method):
             t0 = time.time()
-            systems[method] = self.train_and_decode(method, data)
-            costs.append(time.time() - t0)
+            return self.train_and_decode(method, data), time.time() - t0
+
+        with ThreadPoolExecutor(self.a.jobs) as pool:
+            while pending or running:
+                while pending and len(running) < self.a.jobs:
+                    method = pending.pop(0)
+                    if method in CORE or self.fits(costs):
+                        running[pool.submit(timed, method)] = method
+                    else:
+                        self.say(f"{method}: skipped, it would end past the {self.a.budget_minutes:g}-minute budget "
+                                 f"(raise --budget-minutes to train it)")
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in done:
+                    systems[running.pop(future)], cost = future.result()
+                    costs.append(cost)
+        return {m: systems[m] for m in order if m in systems}
+
+    def run(self) -> int:
+        data = self.prepare(self.corpus())
+        systems = self.train_all(data)
         results = self.evaluate(systems)
-        self.probe([m for m in ("nope", "sape", "posnet_embed") if m in systems], data)
+        analysis = self.analyse(list(systems), data)
         report = json.loads((results / "results.json").read_text())
-        print((results / "results.md").read_text(), flush=True)
-        self.say(f"done: report {results / 'results.md'}, n-gram plot {results}/*.png, probe maps "
-                 f"{self.out / 'probe'}/*/*.png")
+        print((results / "results.md").read_text(), analysis.read_text(), sep="\n", flush=True)
+        self.say(f"done: {results / 'results.md'}, {analysis}, n-gram gap plot {results}/*.png, attention maps "
+                 f"{self.out / 'analysis'}/*/*.png")
         return check_order_matters(report)
+
+
+def analysis_tables(folder: Path, methods) -> str:
+    """Markdown: encoder indicators of identical-word probing (mean over layers, special tokens left out) and
+    the word-swap probe's output change and forced-decoding NLL change per perturbation."""
+    probe_keys = ("locality", "sym_code", "sym_abs", "aiv", "opr", "sd", "db20")
+    lines = ["Identical-word probing, encoder self-attention, mean over layers (scripts/probe.py, L = 32, 50 words):",
+             "", "| model | " + " | ".join(probe_keys) + " |", "|---|" + "---:|" * len(probe_keys)]
+    for m in methods:
+        ind = json.loads((folder / m / "probe.json").read_text())["indicators"]["encoder"]["without_special"]["mean"]
+        lines.append(f"| {m} | " + " | ".join(_num(ind.get(k)) for k in probe_keys) + " |")
+    swap = json.loads((folder / methods[0] / "swap_probe.json").read_text())
+    kinds = list(swap["perturbations"])
+    lines += ["", f"Word-swap probe on {swap['n_sentences']} test sentences (scripts/swap_probe.py): "
+              "Δout = 100 - chrF++(output of the perturbed source, output of the source); ΔNLL = change of the "
+              "forced-decoding NLL per token of the unperturbed output:", "",
+              "| model | " + " | ".join(f"Δout {k}" for k in kinds) + " | " + " | ".join(f"ΔNLL {k}" for k in kinds)
+              + " |", "|---|" + "---:|" * (2 * len(kinds))]
+    for m in methods:
+        p = json.loads((folder / m / "swap_probe.json").read_text())["perturbations"]
+        lines.append(f"| {m} | " + " | ".join(f"{p[k]['delta_out_chrf']:.2f}" for k in kinds) + " | "
+                     + " | ".join(f"{p[k]['delta_nll_per_token']:.3f}" for k in kinds) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _num(x) -> str:
+    return "–" if x is None or x != x else f"{x:.3f}"
 
 
 def bleu_of(report: dict) -> dict:
@@ -161,33 +224,42 @@ def bleu_of(report: dict) -> dict:
     return {s["name"]: s["summary"]["bleu"]["mean"] for s in report["systems"]}
 
 
-def check_order_matters(report: dict) -> int:
-    """The demo's claim: without position information the model cannot translate this corpus."""
+def check_order_matters(report: dict, margin: float = 10.0) -> int:
+    """The demo's claim: without position information a model cannot translate this corpus, so no-PE must
+    trail every encoding by at least ``margin`` BLEU. Exit status 1 when it does not."""
     bleu = bleu_of(report)
     others = {m: b for m, b in bleu.items() if m != "nope"}
     if "nope" not in bleu or not others:
         return 0
     worst = min(others, key=others.get)
     gap = others[worst] - bleu["nope"]
-    verdict = "as expected" if gap >= 10 else "UNEXPECTED: the gap should be at least 10 BLEU"
+    verdict = "as expected" if gap >= margin else f"UNEXPECTED: every encoding should lead by {margin:g} BLEU or more"
     print(f"no-PE BLEU {bleu['nope']:.1f}; the weakest encoding ({worst}) {others[worst]:.1f}: {gap:+.1f} ({verdict})")
-    return 0 if gap >= 10 else 1
+    return 0 if gap >= margin else 1
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default="demo_out", help="output folder (default: demo_out)")
-    p.add_argument("--updates", type=int, default=400, help="training updates per model (default: 400)")
+    p.add_argument("--updates", type=int, default=800, help="training updates per model (default: 800)")
     p.add_argument("--train", type=int, default=20000, help="training sentence pairs (default: 20000)")
+    p.add_argument("--heldout", type=int, default=500, help="validation and test pairs each (default: 500)")
     p.add_argument("--budget-minutes", type=float, default=14.0,
                    help="train encodings beyond no-PE, SAPE and PosNet-Embed only while the demo can end within "
                         "this many minutes (default: 14)")
     p.add_argument("--no-extra", dest="extra", action="store_false",
                    help="train only no-PE, SAPE and PosNet-Embed")
+    p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
+                   help="models trained at the same time, one torch thread each (default: 2, or 1 on one core)")
     p.add_argument("--seed", type=int, default=1, help="corpus and training seed (default: 1)")
     a = p.parse_args(argv)
-    if a.updates < 100 * AVERAGE:
-        p.error(f"--updates {a.updates}: at least {100 * AVERAGE} (a checkpoint every 100 updates, {AVERAGE} averaged)")
+    if a.updates < AVERAGE:
+        p.error(f"--updates {a.updates}: at least {AVERAGE} (the last {AVERAGE} checkpoints are averaged)")
+    for flag in ("train", "heldout"):
+        if getattr(a, flag) < 10:
+            p.error(f"--{flag} {getattr(a, flag)}: at least 10 sentence pairs")
+    if a.jobs < 1:
+        p.error(f"--jobs {a.jobs}: at least 1")
     return Demo(a).run()
 
 

@@ -9,11 +9,11 @@ A small English grammar is translated by rule into a German-like target language
   which noun gets ``der`` and which ``den``;
 * **adjective-noun swap**: adjectives follow the noun, in mirrored order
   (``the big black dog`` -> ``der hund schwarz gross``);
-* **verb-final subordinate clauses**: ``... because the dog sees the cat`` -> ``... , weil der hund die
+* **verb-final subordinate clauses**: ``... because the dog sees the cat`` -> ``..., weil der hund die
   katze sieht``;
 * **inverted main clause after a fronted subordinate clause** (verb second):
-  ``because the dog sees the cat , the man calls the child`` ->
-  ``weil der hund die katze sieht , ruft der mann das kind``;
+  ``because the dog sees the cat, the man calls the child`` ->
+  ``weil der hund die katze sieht, ruft der mann das kind``;
 * **negation and adverbials move**: ``does not`` becomes ``nicht`` at the end of the clause's middle field,
   the adverb comes before the prepositional phrase (``the man calls the child in the garden today`` ->
   ``der mann ruft das kind heute in dem garten``).
@@ -115,12 +115,17 @@ def inverted_order(c) -> List[str]:
     return c["verb"] + c["subj"] + c["obj"] + c["mid"]
 
 
+def text(words: List[str]) -> str:
+    """Words as running text: a comma sticks to the word before it."""
+    return " ".join(words).replace(" ,", ",")
+
+
 def sentence(rng: random.Random) -> Tuple[str, str]:
     """One sentence pair: a main clause (40%), main + subordinate (35%) or fronted subordinate + main (25%)."""
     kind = rng.choices(("main", "trailing", "fronted"), weights=(40, 35, 25))[0]
     first = clause(rng)
     if kind == "main":
-        return " ".join(first["src"]), " ".join(main_order(first))
+        return text(first["src"]), text(main_order(first))
     second = clause(rng)
     if kind == "trailing":
         conj = rng.choice(sorted(CONJUNCTIONS))
@@ -130,7 +135,7 @@ def sentence(rng: random.Random) -> Tuple[str, str]:
         conj = rng.choice(FRONTABLE)
         src = [conj] + first["src"] + [","] + second["src"]
         tgt = [CONJUNCTIONS[conj]] + subordinate_order(first) + [","] + inverted_order(second)
-    return " ".join(src), " ".join(tgt)
+    return text(src), text(tgt)
 
 
 def generate(n_train: int, n_valid: int, n_test: int, seed: int = 1) -> Dict[str, List[Tuple[str, str]]]:
