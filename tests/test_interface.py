@@ -53,6 +53,23 @@ def test_architecture_defaults_yield_to_flags(data_bin):
     assert args.decoder_layers == 2 and args.encoder_embed_dim == 64  # from fairseq's transformer_tiny
 
 
+@pytest.mark.parametrize("arch, extra, expected", [
+    ("transformer_sape_tiny", [], "pe:sape|side:both"),
+    ("transformer_nope_tiny", [], "pe:nope|side:both"),
+    # the released PosNet configuration: a decoder without any position signal must say so
+    ("transformer_posnet_embed_tiny", ["--posnet-sides", "encoder"], "pe:posnet_embed|side:encoder|"),
+])
+def test_signature_names_the_sides_that_have_the_encoding(data_bin, arch, extra, expected):
+    from pe_plugin.models.validation import pe_signature
+
+    _, model, _ = build_model(data_bin, arch, extra)
+    sig = pe_signature(model)
+    assert sig.startswith(expected), sig
+    assert ("side:both" in sig) == (type(model.encoder.pe) is type(model.decoder.pe))
+    if type(model.encoder.pe) is not type(model.decoder.pe):
+        assert sig.endswith(" ; pe:nope|side:decoder"), sig
+
+
 # ---- bad input ---------------------------------------------------------------------------------------
 def _train_error(data_bin, tmp_path, *extra):
     proc = run("fairseq_cli.train", [data_bin, "--user-dir", PLUGIN, *TRAIN_FLAGS, "--max-update", 1,

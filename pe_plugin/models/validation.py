@@ -69,8 +69,12 @@ def pe_parameter_count(model) -> int:
 
 
 def pe_signature(model) -> str:
+    """The model's encoding settings on one line: ``pe:sape|side:both`` when encoder and decoder have the same
+    encoding with the same settings, else both sides' signatures, e.g.
+    ``pe:posnet_embed|side:encoder|... ; pe:nope|side:decoder`` (the released PosNet configuration)."""
     enc, dec = model.encoder.pe.signature(), model.decoder.pe.signature()
-    return enc if enc.replace("side:encoder", "side:decoder") == dec else f"{enc} ; {dec}"
+    both = enc.replace("|side:encoder", "|side:both", 1)
+    return both if both == dec.replace("|side:decoder", "|side:both", 1) else f"{enc} ; {dec}"
 
 
 def log_model_summary(model, args) -> None:
