@@ -169,6 +169,30 @@ def test_outputs_do_not_depend_on_padding_side_or_batch(arch, extra, data_bin):
             torch.testing.assert_close(ha["positional_scores"], hb["positional_scores"], rtol=0, atol=1e-5)
 
 
+@pytest.mark.parametrize("arch,blind", [(ATTN, True), (EMBED, False)])
+def test_attn_encoder_gives_equal_tokens_equal_states_wherever_they_stand(arch, blind, data_bin):
+    """PosNet-Attn (Eq. 20-23) puts positions on the values only. The encoder's queries and keys never carry a
+    position, so its state at position i is f(word_i, {(state_j, p_j)}): two equal words get equal states in
+    every layer, wherever they stand (no query knows its own position; each word sees the ordered sentence).
+    This is why identical-word probing finds no position signal in its encoder. The decoder's causal mask
+    breaks the symmetry, and PosNet-Embed puts the position into each token itself (the controls)."""
+    task, model, _ = build_model(data_bin, arch, ["--posnet-init", "per-matrix"])
+    d = task.source_dictionary
+    a, b, c = (d.index(w) for w in d.symbols[d.nspecial:d.nspecial + 3])
+    tokens = torch.tensor([[a, b, a, c, a, d.eos()]])  # (1, T): word a at positions 0, 2 and 4
+    with torch.no_grad():
+        enc = model.encoder(tokens, torch.tensor([6]))["encoder_out"][0][:, 0]  # (T, C)
+        _, extra = model(tokens, torch.tensor([6]), tokens, return_all_hiddens=False)
+        dec = extra["inner_states"][-1][:, 0]  # (T, C) decoder states, teacher-forced on the same tokens
+    same = [float((enc[0] - enc[j]).abs().max()) for j in (2, 4)]
+    scale = float(enc.abs().max())
+    if blind:
+        assert max(same) <= 1e-6 * scale, same
+        assert float((dec[0] - dec[2]).abs().max()) > 1e-3 * scale  # causal decoder: prefixes differ
+    else:
+        assert min(same) > 1e-3 * scale, same
+
+
 def test_embedding_branch_runs_after_the_embedding_dropout(data_bin):
     task, model, _ = build_model(data_bin, EMBED, ["--dropout", "0.3"])
     model.train()
