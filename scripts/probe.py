@@ -24,7 +24,6 @@ import io
 import logging
 import sys
 import textwrap
-import warnings
 from pathlib import Path
 from typing import Dict, Tuple
 
@@ -102,8 +101,7 @@ def probe(model, task, data: str, args) -> Tuple[Dict[str, object], Dict[str, np
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("checkpoint", help="fairseq checkpoint of a pe_transformer model")
-    p.add_argument("--data", required=True, help="binarised data directory (dictionaries)")
+    model_io.add_checkpoint_args(p, "binarised data directory (dictionaries)")
     p.add_argument("--length", type=int, default=64, help="probe length L (indicators depend on L; keep it fixed)")
     p.add_argument("--words", type=int, default=100, help="number of probe words")
     p.add_argument("--max-rank", type=int, default=5000, help="draw words among the N most frequent entries")
@@ -112,21 +110,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--db-range", type=int, default=20, help="offset range l of direction balance")
     p.add_argument("--first-k", type=int, default=20, help="sequence length of the first-k OPR variant")
     p.add_argument("--batch-size", type=int, default=25, help="probe words per forward pass")
-    p.add_argument("--cpu", action="store_true", help="stay on the CPU even if a GPU is available")
-    p.add_argument("--out", help="output folder (default: probe/ beside the checkpoint)")
+    model_io.add_output_args(p, "probe")
     return p
 
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    # raised inside fairseq's fused attention for every batch; not actionable here
-    warnings.filterwarnings("ignore", message="Support for mismatched key_padding_mask")
     if args.length < 3 or args.words < 1:
         raise SystemExit("error: --length must be >= 3 and --words >= 1")
-    if not Path(args.checkpoint).is_file():
-        raise SystemExit(f"error: checkpoint {args.checkpoint} does not exist")
-    out = Path(args.out) if args.out else Path(args.checkpoint).parent / "probe"
-    model, task = model_io.load_model(args.checkpoint, args.data, cpu=args.cpu)
+    model, task, out = model_io.open_checkpoint(args, "probe")
     report, maps = probe(model, task, args.data, args)
     for side, layer_maps in maps.items():
         stacked = probing.variants(side, layer_maps)["without_special"]

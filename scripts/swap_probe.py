@@ -15,7 +15,6 @@ encoding signature.
 """
 import argparse
 import sys
-import warnings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -25,8 +24,7 @@ from pe_plugin.models.validation import pe_signature  # noqa: E402
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("checkpoint", help="fairseq checkpoint of a pe_transformer model")
-    p.add_argument("--data", required=True, help="binarised data directory")
+    model_io.add_checkpoint_args(p, "binarised data directory")
     p.add_argument("--subset", default="test", help="split whose source sentences are perturbed")
     p.add_argument("--max-sentences", type=int, help="use the first N sentences of the split")
     p.add_argument("--kinds", nargs="+", default=list(swap.PERTURBATIONS), choices=list(swap.PERTURBATIONS))
@@ -35,19 +33,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-len-a", type=float, default=0.0, help="max output length a*|x|+b (fairseq's defaults)")
     p.add_argument("--max-len-b", type=int, default=200)
     p.add_argument("--batch-size", type=int, default=32, help="sentences per forward pass")
-    p.add_argument("--cpu", action="store_true", help="stay on the CPU even if a GPU is available")
-    p.add_argument("--out", help="output folder (default: swap/ beside the checkpoint)")
+    model_io.add_output_args(p, "swap")
     return p
 
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    # raised inside fairseq's fused attention for every batch; not actionable here
-    warnings.filterwarnings("ignore", message="Support for mismatched key_padding_mask")
-    if not Path(args.checkpoint).is_file():
-        raise SystemExit(f"error: checkpoint {args.checkpoint} does not exist")
-    out = Path(args.out) if args.out else Path(args.checkpoint).parent / "swap"
-    model, task = model_io.load_model(args.checkpoint, args.data, cpu=args.cpu)
+    model, task, out = model_io.open_checkpoint(args, "swap")
     task.load_dataset(args.subset)
     ds = task.dataset(args.subset)
     n = len(ds) if args.max_sentences is None else min(args.max_sentences, len(ds))

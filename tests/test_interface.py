@@ -253,3 +253,34 @@ def test_pe_attention_incremental_equals_full_pass():
     torch.testing.assert_close(torch.cat(steps), full, atol=1e-5, rtol=1e-5)
     ref = _naive(attn, x, torch.zeros(2, 5, dtype=torch.bool), causal=True, pe=True)
     torch.testing.assert_close(full, ref, atol=1e-5, rtol=1e-5)
+
+
+# ---- python -m pe_plugin: the flags fairseq's --help cannot show ---------------------------------------
+@pytest.mark.parametrize("pe", list(PE_REGISTRY))
+def test_listed_flag_values_are_those_the_model_is_built_with(pe, data_bin):
+    from pe_plugin.__main__ import architecture_flags
+
+    arch = f"transformer_{pe}_tiny"
+    encoding, model_flags = architecture_flags(arch)
+    _, model, _ = build_model(data_bin, arch)
+    listed = {flag: value for flag, value, _ in encoding + model_flags}
+    assert listed["--pe"] == pe and {f for f, _, _ in encoding} == {"--pe"} | {
+        "--" + name.replace("_", "-") for name in config_fields(PE_REGISTRY[pe])}
+    cfg = model.encoder.pe.cfg
+    for name in config_fields(PE_REGISTRY[pe]):  # the encoding's settings, read back from the built module
+        assert listed["--" + name.replace("_", "-")] == getattr(cfg, name), name
+    assert listed["--encoder-embed-dim"] == model.encoder.embed_tokens.embedding_dim == 64
+    assert listed["--encoder-layers"] == len(model.encoder.layers)
+    assert listed["--decoder-layers"] == len(model.decoder.layers)
+    assert listed["--max-source-positions"] == model.encoder.max_source_positions
+    assert listed["--max-target-positions"] == model.decoder.max_target_positions
+
+
+def test_module_cli_lists_every_architecture_and_rejects_unknown_ones():
+    out = run("pe_plugin", [])
+    for name in architecture_names():
+        assert name in out.stdout
+    bad = run("pe_plugin", ["transformer_sinusoid_tiny"], check=False)
+    assert bad.returncode == 2 and "invalid choice: 'transformer_sinusoid_tiny'" in bad.stdout
+    shown = run("pe_plugin", ["transformer_rpe_wmt_en_de_big"]).stdout
+    assert "--rpe-max-relative-position 8 " in shown and "--encoder-embed-dim 1024 " in shown  # Shaw: k=8 big

@@ -1,13 +1,39 @@
-"""What the analysis tools share: loading a checkpoint with its task, per-language token counts of a
-binarised data directory, and atomic JSON output (NaN -> null, +-inf -> "inf"/"-inf")."""
+"""What the analysis tools share: their checkpoint arguments, loading a checkpoint with its task, per-language
+token counts of a binarised data directory, and atomic JSON output (NaN -> null, +-inf -> "inf"/"-inf")."""
+import argparse
 import json
 import math
 import os
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
+
+
+def add_checkpoint_args(parser: argparse.ArgumentParser, data_help: str) -> None:
+    """The checkpoint to analyse and its binarised data directory."""
+    parser.add_argument("checkpoint", help="fairseq checkpoint of a pe_transformer model")
+    parser.add_argument("--data", required=True, help=data_help)
+
+
+def add_output_args(parser: argparse.ArgumentParser, default_out: str) -> None:
+    """--cpu and --out (default: ``default_out`` beside the checkpoint)."""
+    parser.add_argument("--cpu", action="store_true", help="stay on the CPU even if a GPU is available")
+    parser.add_argument("--out", help=f"output folder (default: {default_out}/ beside the checkpoint)")
+
+
+def open_checkpoint(args: argparse.Namespace, default_out: str):
+    """(model, task, output folder) for parsed ``add_checkpoint_args`` / ``add_output_args`` arguments; a missing
+    checkpoint stops with an error that names it."""
+    # raised inside fairseq's fused attention for every batch; not actionable here
+    warnings.filterwarnings("ignore", message="Support for mismatched key_padding_mask")
+    if not Path(args.checkpoint).is_file():
+        raise SystemExit(f"error: checkpoint {args.checkpoint} does not exist")
+    out = Path(args.out) if args.out else Path(args.checkpoint).parent / default_out
+    model, task = load_model(args.checkpoint, args.data, cpu=args.cpu)
+    return model, task, out
 
 
 def load_model(checkpoint: str, data: str, cpu: bool = True):

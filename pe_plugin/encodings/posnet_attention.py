@@ -15,7 +15,10 @@ values are transformed: in incremental decoding v'_t is computed once, with phi_
 Flags --posnet-sides/-share/-init/-dropout, L_max and the length check: see posnet_kernels; "released" init
 applies PosNet-Embed's 3-D xavier_normal to each layer's (L_max, d, d) tensor.
 Layer-1 queries and keys carry no position, so layer-1 attention weights are position-blind; later layers
-see order only through earlier layers' transformed values (ENCODINGS.md 4.2).
+see order only through earlier layers' transformed values (ENCODINGS.md 4.2). In the encoder (no causal mask)
+the state at position i is therefore f(word_i, {(state_j, p_j)}): two equal words get equal states in every
+layer, wherever they stand; each word sees the ordered sentence, but not its own place in it
+(tests/test_posnet.py). The decoder's causal mask breaks this symmetry.
 """
 from dataclasses import dataclass, field
 
