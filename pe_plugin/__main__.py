@@ -59,7 +59,6 @@ def _rows(rows) -> str:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    from . import encodings  # noqa: F401  (importing the package registers everything)
     from .encodings import PE_REGISTRY
     from .models.architectures import SIZES, arch_name, architecture_names
 
