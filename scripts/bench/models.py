@@ -336,12 +336,13 @@ def chart(settings, results, f):
         ax.set_ylabel("ratio to SAPE")
         ax.set_ylim(0, ax.get_ylim()[1] * 1.12)
         ax.set_title(f"{size} (transformer_<pe>_{SIZES[size]})")
-    axes[0][0].legend(fontsize=8, loc="upper left")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=8, loc="lower center", ncol=len(bars))  # below the panels, off the bars
     s = settings
     fig.suptitle(f"Ratios to SAPE: B={s['batch']} T={s['length']} vocab {s['vocab']}, {s['device']} "
                  f"({s['device_name']}), {s['threads']} threads, fastest of {s['rounds']} round(s), "
                  f"torch {s['torch']}", fontsize=9)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
     fig.savefig(f, format="png", dpi=130)
     plt.close(fig)
 
