@@ -25,6 +25,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
@@ -49,11 +50,16 @@ class Demo:
         self.a = args
         self.out = Path(args.out).resolve()
         self.t0 = time.time()
+        self.lock = threading.Lock()
         self.env = dict(os.environ, PYTHON=sys.executable, PYTHONUNBUFFERED="1")
         self.interval = max(1, args.updates // 4)  # checkpoint (and validation) interval in updates
 
     def say(self, msg: str) -> None:
-        print(f"[demo {self.elapsed() / 60:4.1f} min] {msg}", flush=True)
+        # one write per line under a lock: print() writes the text and its newline separately, so lines of
+        # two jobs could run together
+        with self.lock:
+            sys.stdout.write(f"[demo {self.elapsed() / 60:4.1f} min] {msg}\n")
+            sys.stdout.flush()
 
     def elapsed(self) -> float:
         return time.time() - self.t0
@@ -125,19 +131,26 @@ class Demo:
         self.call("evaluate", argv, self.out / "logs" / "evaluate.log")
         return results
 
+    def analyse_one(self, method: str, data: Path) -> None:
+        """Identical-word probing (scripts/probe.py) and the word-swap probe (scripts/swap_probe.py) of one
+        model, each skipped when its JSON exists."""
+        ckpt, out = self.run_dir(method) / "checkpoint_last.pt", self.out / "analysis" / method
+        if not (out / "probe.json").exists():
+            self.call(f"probe {method}", [sys.executable, REPO / "scripts/probe.py", ckpt, "--data", data,
+                                          "--length", "32", "--words", "50", "--max-rank", "100", "--cpu",
+                                          "--out", out], self.out / "logs" / f"probe.{method}.log")
+        if not (out / "swap_probe.json").exists():
+            self.call(f"swap probe {method}", [sys.executable, REPO / "scripts/swap_probe.py", ckpt, "--data",
+                                               data, "--max-sentences", "200", "--cpu", "--out", out],
+                      self.out / "logs" / f"swap_probe.{method}.log")
+
     def analyse(self, methods, data: Path) -> Path:
-        """Identical-word probing (scripts/probe.py) and the word-swap probe (scripts/swap_probe.py) of every
-        model; their headline numbers as two markdown tables in results/analysis.md."""
-        for method in methods:
-            ckpt, out = self.run_dir(method) / "checkpoint_last.pt", self.out / "analysis" / method
-            if not (out / "probe.json").exists():
-                self.call(f"probe {method}", [sys.executable, REPO / "scripts/probe.py", ckpt, "--data", data,
-                                              "--length", "32", "--words", "50", "--max-rank", "100", "--cpu",
-                                              "--out", out], self.out / "logs" / f"probe.{method}.log")
-            if not (out / "swap_probe.json").exists():
-                self.call(f"swap probe {method}", [sys.executable, REPO / "scripts/swap_probe.py", ckpt, "--data",
-                                                   data, "--max-sentences", "200", "--cpu", "--out", out],
-                          self.out / "logs" / f"swap_probe.{method}.log")
+        """Probe every model, ``--jobs`` at a time; their headline numbers as two markdown tables in
+        results/analysis.md."""
+        self.say(f"analysis: identical-word and word-swap probes of {len(methods)} models")
+        with ThreadPoolExecutor(self.a.jobs) as pool:
+            for future in [pool.submit(self.analyse_one, method, data) for method in methods]:
+                future.result()  # re-raises the first failure
         path = self.out / "results" / "analysis.md"
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(analysis_tables(self.out / "analysis", methods), encoding="utf-8")

@@ -504,15 +504,22 @@ def test_unknown_pair_and_missing_files_name_the_fix(tmp_path):
     assert flags.returncode == 1 and "`raw` needs --train, --test, --valid" in flags.stderr
 
 
-def test_raw_corpus_end_to_end_with_few_merges(tmp_path):
-    """The demo's path: a tiny synthetic corpus, 30 merges, valid split off train."""
-    en, de = sentences(3, 220, "en"), sentences(3, 220, "de")
-    write_corpus(tmp_path / "train", en[:200], de[:200])
-    write_corpus(tmp_path / "test", en[200:], de[200:])
+def prepare_raw_split(tmp_path, seed, n_train, n_test, *flags):
+    """Write a synthetic train/test corpus and run ``prepare.sh raw`` on it, valid split off train and no
+    binarisation. (English lines, output folder, result)"""
+    en, de = sentences(seed, n_train + n_test, "en"), sentences(seed, n_train + n_test, "de")
+    write_corpus(tmp_path / "train", en[:n_train], de[:n_train])
+    write_corpus(tmp_path / "test", en[n_train:], de[n_train:])
     out = tmp_path / "o"
     result = prepare("raw", "--src", "en", "--tgt", "de", "--train", tmp_path / "train", "--valid-split",
-                     "--valid-every", 10, "--test", tmp_path / "test", "--out", out, "--bpe-merges", 30, "--no-binarize")
+                     "--test", tmp_path / "test", "--out", out, "--no-binarize", *flags)
     assert result.returncode == 0, result.output
+    return en, out, result
+
+
+def test_raw_corpus_end_to_end_with_few_merges(tmp_path):
+    """The demo's path: a tiny synthetic corpus, 30 merges, valid split off train."""
+    en, out, result = prepare_raw_split(tmp_path, 3, 200, 20, "--valid-every", 10, "--bpe-merges", 30)
     assert len(lines(out / "text" / "bpe.codes")) == 31  # '#version' + 30 merges
     assert lines(out / "work" / "raw.valid.en") == en[9:200:10]
     assert len(lines(out / "work" / "raw.train.en")) == 180
@@ -617,12 +624,5 @@ def test_two_runs_never_share_an_output_folder(tmp_path):
 
 
 def test_sentencepiece_option(tmp_path):
-    en, de = sentences(5, 300, "en"), sentences(5, 300, "de")
-    write_corpus(tmp_path / "train", en[:260], de[:260])
-    write_corpus(tmp_path / "test", en[260:], de[260:])
-    out = tmp_path / "o"
-    result = prepare("raw", "--src", "en", "--tgt", "de", "--train", tmp_path / "train", "--valid-split",
-                     "--test", tmp_path / "test", "--out", out, "--bpe", "sentencepiece", "--spm-vocab-size", 60,
-                     "--no-binarize")
-    assert result.returncode == 0, result.output
+    _, out, _ = prepare_raw_split(tmp_path, 5, 260, 40, "--bpe", "sentencepiece", "--spm-vocab-size", 60)
     assert (out / "text" / "spm.model").exists() and "\u2581" in (out / "text" / "train.en").read_text()
