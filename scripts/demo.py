@@ -49,6 +49,9 @@ class Demo:
     def __init__(self, args):
         self.a = args
         self.out = Path(args.out).resolve()
+        # progress lines name the output folder relative to the working directory when it lies inside it
+        cwd = Path.cwd()
+        self.shown = str(self.out.relative_to(cwd)) if self.out.is_relative_to(cwd) else str(self.out)
         self.t0 = time.time()
         self.lock = threading.Lock()
         self.env = dict(os.environ, PYTHON=sys.executable, PYTHONUNBUFFERED="1")
@@ -58,6 +61,7 @@ class Demo:
         # one write per line under a lock: print() writes the text and its newline separately, so lines of
         # two jobs could run together
         with self.lock:
+            msg = msg.replace(str(self.out), self.shown)
             sys.stdout.write(f"[demo {self.elapsed() / 60:4.1f} min] {msg}\n")
             sys.stdout.flush()
 
