@@ -55,6 +55,10 @@ class Demo:
         self.t0 = time.time()
         self.lock = threading.Lock()
         self.env = dict(os.environ, PYTHON=sys.executable, PYTHONUNBUFFERED="1")
+        if args.jobs > 1:
+            # one torch thread per job when several run (training and probing): tiny models gain little from a
+            # second thread, and two one-thread runs on two cores train about 1.7x faster than one two-thread run
+            self.env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
         self.interval = max(1, args.updates // 4)  # checkpoint (and validation) interval in updates
 
     def say(self, msg: str) -> None:
@@ -169,12 +173,9 @@ class Demo:
 
     def train_all(self, data: Path) -> dict:
         """Train and decode no-PE, SAPE, PosNet-Embed, then the other encodings while the budget allows,
-        ``--jobs`` at a time (one torch thread each when several run: tiny models gain little from a second
-        thread, and two one-thread runs on two cores train about 1.7x faster than one two-thread run)."""
+        ``--jobs`` at a time."""
         from pe_plugin.encodings import PE_REGISTRY
 
-        if self.a.jobs > 1:
-            self.env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
         order = [*CORE, *(m for m in PE_REGISTRY if m not in CORE and self.a.extra)]
         pending, running, systems, costs = list(order), {}, {}, []
 
