@@ -1,8 +1,12 @@
 #!/usr/bin/env python
-"""Train and decode the WMT14 recipe: examples/wmt14/methods.toml joined into one fairseq command.
+"""Train and decode a recipe: examples/RECIPE/methods.toml joined into one fairseq command.
 
-    python scripts/launch.py train METHOD [--pair en-de] [--size base] [--seed 1] [--gpus N] [--dry-run] [-- FLAGS]
+    python scripts/launch.py train METHOD [--recipe wmt14] [--pair en-de] [--size base] [--seed 1] [--gpus N]
+                                  [--dry-run] [-- FLAGS]
     python scripts/launch.py generate RUN_DIR [--data DIR] [--subset test] [--checkpoints 5] [--no-detok]
+
+A recipe is data: examples/RECIPE/methods.toml ([common], [size.*], [method.*] and optional defaults
+data, runs_dir, default_size). wmt14 (the paper's) and multi30k (small enough for a CPU) ship here.
 
 train: one run directory RUNS/METHOD.PAIR.SIZE.seedN holds the checkpoints, train.log (all output) and the resolved
 command (command.txt, command.json); re-running the same command resumes from its checkpoint_last.pt.
@@ -21,13 +25,22 @@ import tomllib
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-TABLE = REPO / "examples" / "wmt14" / "methods.toml"
-PAPER_UPDATE_FREQ = 8
+RECIPES = REPO / "examples"
+TABLE = RECIPES / "wmt14" / "methods.toml"
+
+
+def recipes() -> list:
+    return sorted(p.parent.name for p in RECIPES.glob("*/methods.toml"))
 
 
 def load_table(path=TABLE) -> dict:
     with open(path, "rb") as f:
         return tomllib.load(f)
+
+
+def update_freq(table) -> int:
+    flags = table["common"]["flags"]
+    return int(flags[flags.index("--update-freq") + 1]) if "--update-freq" in flags else 1
 
 
 def train_argv(table, method, pair, size, seed, data, run_dir, gpus=1, extra=()) -> list:
@@ -36,17 +49,18 @@ def train_argv(table, method, pair, size, seed, data, run_dir, gpus=1, extra=())
     if method not in methods:
         raise ValueError(f"unknown method {method!r}; valid methods: {', '.join(methods)}")
     if size not in sizes or pair not in sizes[size]["arch"]:
-        raise ValueError(f"no size {size!r} for pair {pair!r} in {TABLE.name}")
-    if gpus < 1 or PAPER_UPDATE_FREQ % gpus:
-        raise ValueError(f"--gpus {gpus}: must divide {PAPER_UPDATE_FREQ} to keep 4096 x 8 tokens per update")
+        raise ValueError(f"no size {size!r} for pair {pair!r} in this recipe; sizes: {', '.join(sizes)}")
+    freq = update_freq(table)
+    if gpus < 1 or freq % gpus:
+        raise ValueError(f"--gpus {gpus}: must divide the recipe's --update-freq {freq} to keep its tokens per update")
     entry = methods[method]
     argv = [str(data), "--user-dir", str(REPO / "pe_plugin"),
-            "--arch", f"transformer_{entry.get('pe', method)}_{sizes[size]['arch'][pair]}",
+            "--arch", entry.get("arch") or f"transformer_{entry.get('pe', method)}_{sizes[size]['arch'][pair]}",
             "--source-lang", pair.split("-")[0], "--target-lang", pair.split("-")[1],
             *table["common"]["flags"], *sizes[size]["flags"], *entry["flags"], "--seed", str(seed),
             "--save-dir", str(run_dir)]
     if gpus > 1:
-        argv += ["--distributed-world-size", str(gpus), "--update-freq", str(PAPER_UPDATE_FREQ // gpus)]
+        argv += ["--distributed-world-size", str(gpus), "--update-freq", str(freq // gpus)]
     if "--cpu" not in extra and _cuda():
         argv.append("--fp16")
     return argv + list(extra)
@@ -65,23 +79,29 @@ def atomic_write(path: Path, text: str) -> None:
 
 
 def train(a) -> int:
-    data = Path(a.data or f"data-bin/wmt14_{a.pair.replace('-', '_')}")
-    run_dir = Path(a.runs_dir) / f"{a.method}.{a.pair}.{a.size}.seed{a.seed}"
+    if a.recipe not in recipes():
+        return _error(f"unknown recipe {a.recipe!r}; recipes: {', '.join(recipes())} (examples/RECIPE/methods.toml)")
+    table = load_table(RECIPES / a.recipe / "methods.toml")
+    src, tgt = a.pair.split("-")
+    data = Path(a.data or table.get("data", "data-bin/{recipe}_{src}_{tgt}").format(recipe=a.recipe, src=src, tgt=tgt))
+    size = a.size or table.get("default_size", "base")
+    run_dir = Path(a.runs_dir or table.get("runs_dir", "runs")) / f"{a.method}.{a.pair}.{size}.seed{a.seed}"
     try:
-        argv = train_argv(load_table(), a.method, a.pair, a.size, a.seed, data, run_dir, a.gpus, a.extra)
+        argv = train_argv(table, a.method, a.pair, size, a.seed, data, run_dir, a.gpus, a.extra)
     except ValueError as e:
         return _error(str(e))
     cmd = [sys.executable, "-m", "fairseq_cli.train", *argv]
     if not a.dry_run and not (data / f"dict.{a.pair.split('-')[0]}.txt").exists():
         return _error(f"data directory {data} has no fairseq dictionary; prepare it with "
-                      f"examples/wmt14/prepare.sh {a.pair} (or pass --data DIR)")
+                      f"examples/wmt14/prepare.sh {a.pair} --corpora examples/{a.recipe}/corpora.toml "
+                      f"(or pass --data DIR)")
     print(shlex.join(cmd), flush=True)
     if a.dry_run:
         return 0
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write(run_dir / "command.txt", shlex.join(cmd) + "\n")
     atomic_write(run_dir / "command.json", json.dumps(
-        {"method": a.method, "pair": a.pair, "size": a.size, "seed": a.seed, "data": str(data), "argv": cmd}, indent=1))
+        {"recipe": a.recipe, "method": a.method, "pair": a.pair, "size": size, "seed": a.seed, "data": str(data), "argv": cmd}, indent=1))
     return tee(cmd, run_dir / "train.log")
 
 
@@ -168,12 +188,14 @@ def main(argv=None) -> int:
     sub = p.add_subparsers(dest="cmd", required=True)
     t = sub.add_parser("train", help="train one method (flags after -- go to fairseq-train)")
     t.add_argument("method")
+    t.add_argument("--recipe", default="wmt14", help="examples/RECIPE/methods.toml: " + ", ".join(recipes()))
     t.add_argument("--pair", choices=["en-de", "en-fr"], default="en-de")
-    t.add_argument("--size", choices=["base", "big", "tiny"], default="base")
+    t.add_argument("--size", help="a size of the recipe (wmt14: base, big, tiny; multi30k: small); default: "
+                                  "the recipe's default_size, else base")
     t.add_argument("--seed", type=int, default=1)
     t.add_argument("--gpus", type=int, default=1, help="world size; --update-freq becomes 8 / N")
-    t.add_argument("--data", help="fairseq data directory (default data-bin/wmt14_SRC_TGT)")
-    t.add_argument("--runs-dir", default="runs")
+    t.add_argument("--data", help="fairseq data directory (default: the recipe's, data-bin/RECIPE_SRC_TGT)")
+    t.add_argument("--runs-dir", help="parent of the run directory (default: the recipe's runs_dir, else runs)")
     t.add_argument("--dry-run", action="store_true", help="print the fairseq command and stop")
     g = sub.add_parser("generate", help="average, decode and detokenise one run")
     g.add_argument("run_dir")
