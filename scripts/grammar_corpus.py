@@ -24,12 +24,22 @@ Python version. Splits are disjoint: a source sentence appears in one split only
     python scripts/grammar_corpus.py OUT_DIR [--train 20000 --valid 500 --test 500 --seed 1]
 
 writes ``OUT_DIR/{train,valid,test}.{en,de}`` (one sentence per line, line-aligned) and prints a summary.
+
+**Train short, test long** (length generalisation):
+
+    python scripts/grammar_corpus.py OUT_DIR --max-train-words 15 --long 500 [--long-clauses 3]
+
+keeps train, valid and test to sentences of at most 15 words (words: whitespace-separated tokens of the English
+sentence; a comma sticks to its word) and adds ``OUT_DIR/long.{en,de}``, sentences of more than 15 words. The
+long split comes from the same grammar (at most two clauses: the same constructions, only longer), or with
+``--long-clauses K`` from one that chains up to K clauses: further verb-final subordinate clauses, each
+``..., CONJ S O MID V``, after the sentence. The short splits are the same with or without ``--long``.
 """
 import argparse
 import random
 import sys
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 # English noun -> (target noun, gender m/f/n)
 NOUNS: Dict[str, Tuple[str, str]] = {
@@ -58,6 +68,7 @@ VERBS = {
 ADVERBS = {"today": "heute", "often": "oft", "again": "wieder", "quickly": "schnell"}
 CONJUNCTIONS = {"because": "weil", "when": "wenn", "although": "obwohl", "that": "dass"}
 FRONTABLE = ("because", "when", "although")  # "that" never starts a sentence
+MIN_WORDS = 5  # the shortest sentence: DET NOUN VERB DET NOUN
 # articles by (determiner, case, gender); English determiners "the" and "a"
 ARTICLES = {
     ("the", "nom"): {"m": "der", "f": "die", "n": "das"},
@@ -120,47 +131,88 @@ def text(words: List[str]) -> str:
     return " ".join(words).replace(" ,", ",")
 
 
-def sentence(rng: random.Random) -> Tuple[str, str]:
-    """One sentence pair: a main clause (40%), main + subordinate (35%) or fronted subordinate + main (25%)."""
+def sentence(rng: random.Random, max_clauses: int = 2) -> Tuple[str, str]:
+    """One sentence pair: a main clause (40%), main + subordinate (35%) or fronted subordinate + main (25%).
+    With ``max_clauses`` K > 2, 0 to K - (clauses so far) further subordinate clauses follow (uniformly), each
+    verb-final after a comma and its conjunction; K = 2 draws exactly what the two-clause grammar draws."""
     kind = rng.choices(("main", "trailing", "fronted"), weights=(40, 35, 25))[0]
     first = clause(rng)
     if kind == "main":
-        return text(first["src"]), text(main_order(first))
-    second = clause(rng)
-    if kind == "trailing":
-        conj = rng.choice(sorted(CONJUNCTIONS))
-        src = first["src"] + [conj] + second["src"]
-        tgt = main_order(first) + [",", CONJUNCTIONS[conj]] + subordinate_order(second)
+        src, tgt = first["src"], main_order(first)
     else:
-        conj = rng.choice(FRONTABLE)
-        src = [conj] + first["src"] + [","] + second["src"]
-        tgt = [CONJUNCTIONS[conj]] + subordinate_order(first) + [","] + inverted_order(second)
+        second = clause(rng)
+        if kind == "trailing":
+            conj = rng.choice(sorted(CONJUNCTIONS))
+            src = first["src"] + [conj] + second["src"]
+            tgt = main_order(first) + [",", CONJUNCTIONS[conj]] + subordinate_order(second)
+        else:
+            conj = rng.choice(FRONTABLE)
+            src = [conj] + first["src"] + [","] + second["src"]
+            tgt = [CONJUNCTIONS[conj]] + subordinate_order(first) + [","] + inverted_order(second)
+    if max_clauses > 2:
+        for _ in range(rng.randint(0, max_clauses - (1 if kind == "main" else 2))):
+            conj, more = rng.choice(sorted(CONJUNCTIONS)), clause(rng)
+            src = src + [conj] + more["src"]
+            tgt = tgt + [",", CONJUNCTIONS[conj]] + subordinate_order(more)
     return text(src), text(tgt)
 
 
-def generate(n_train: int, n_valid: int, n_test: int, seed: int = 1) -> Dict[str, List[Tuple[str, str]]]:
+def max_words(clauses: int) -> int:
+    """The longest sentence of that many clauses: each DET ADJ ADJ NOUN does not VERB DET ADJ ADJ NOUN PREP DET
+    ADJ NOUN ADV (16 words), joined by conjunctions."""
+    return 16 * clauses + clauses - 1
+
+
+def n_words(src: str) -> int:
+    """Length of an English sentence in words: whitespace-separated tokens (a comma sticks to its word)."""
+    return len(src.split())
+
+
+def generate(n_train: int, n_valid: int, n_test: int, seed: int = 1, max_train_words: Optional[int] = None,
+             n_long: int = 0, long_clauses: int = 2) -> Dict[str, List[Tuple[str, str]]]:
     """Disjoint splits of sentence pairs: test and valid are drawn first, and a source sentence already
-    drawn is drawn again, never kept twice."""
+    drawn is drawn again, never kept twice. With ``max_train_words`` N, test, valid and train keep only
+    sentences of at most N words, and a last split ``long`` (``n_long`` pairs, drawn after train from the
+    grammar of up to ``long_clauses`` clauses) only sentences of more than N words."""
+    if n_long and max_train_words is None:
+        raise ValueError("a long split needs max_train_words: its sentences are those longer than that")
+    if max_train_words is not None and max_train_words < MIN_WORDS:
+        raise ValueError(f"max_train_words {max_train_words}: the shortest sentence has {MIN_WORDS} words")
+    if long_clauses < 2:
+        raise ValueError(f"long_clauses {long_clauses}: at least 2 (the training grammar's)")
+    if n_long and max_train_words >= max_words(long_clauses):
+        raise ValueError(f"no sentence of more than {max_train_words} words: with {long_clauses} clauses the "
+                         f"grammar's longest has {max_words(long_clauses)} (lower max_train_words or add clauses)")
+    short = (lambda src: True) if max_train_words is None else (lambda src: n_words(src) <= max_train_words)
+    plan = [("test", n_test, 2, short), ("valid", n_valid, 2, short), ("train", n_train, 2, short)]
+    if n_long:
+        plan.append(("long", n_long, long_clauses, lambda src: n_words(src) > max_train_words))
     rng = random.Random(seed)
     seen = set()
     splits = {}
-    for split, n in (("test", n_test), ("valid", n_valid), ("train", n_train)):
-        pairs = []
+    for split, n, clauses, keep in plan:
+        pairs, draws = [], 0
         while len(pairs) < n:
-            src, tgt = sentence(rng)
-            if src not in seen:
+            src, tgt = sentence(rng, clauses)
+            draws += 1
+            if keep(src) and src not in seen:
                 seen.add(src)
                 pairs.append((src, tgt))
+            elif draws > 100 * n + 100000:
+                raise ValueError(f"{split}: only {len(pairs)} of {n} pairs after {draws:,} draws; the grammar has too "
+                                 f"few distinct sentences of that length (change max_train_words or long_clauses)")
         splits[split] = pairs
     return splits
 
 
 def write_corpus(out_dir, n_train: int = 20000, n_valid: int = 500, n_test: int = 500, seed: int = 1,
-                 src: str = "en", tgt: str = "de") -> Path:
-    """Write OUT_DIR/{train,valid,test}.{src,tgt}; each file goes to a temporary name and is renamed whole."""
+                 src: str = "en", tgt: str = "de", max_train_words: Optional[int] = None, n_long: int = 0,
+                 long_clauses: int = 2) -> Path:
+    """Write OUT_DIR/{train,valid,test}.{src,tgt} (and long.{src,tgt} with ``n_long``); each file goes to a
+    temporary name and is renamed whole."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    for split, pairs in generate(n_train, n_valid, n_test, seed).items():
+    for split, pairs in generate(n_train, n_valid, n_test, seed, max_train_words, n_long, long_clauses).items():
         for side, lang in ((0, src), (1, tgt)):
             path = out_dir / f"{split}.{lang}"
             tmp = path.with_name(path.name + ".tmp")
@@ -176,13 +228,31 @@ def main(argv=None) -> int:
     p.add_argument("--valid", type=int, default=500, help="validation pairs (default: 500)")
     p.add_argument("--test", type=int, default=500, help="test pairs (default: 500)")
     p.add_argument("--seed", type=int, default=1, help="random seed (default: 1)")
+    p.add_argument("--max-train-words", type=int, metavar="N",
+                   help="train, valid and test: sentences of at most N words only")
+    p.add_argument("--long", type=int, default=0, metavar="PAIRS",
+                   help="also write long.{en,de}: PAIRS sentences of more than --max-train-words words")
+    p.add_argument("--long-clauses", type=int, default=2, metavar="K",
+                   help="the long split's grammar chains up to K clauses (default: 2, the training grammar)")
     a = p.parse_args(argv)
     for flag in ("train", "valid", "test"):
         if getattr(a, flag) < 1:
             p.error(f"--{flag} must be at least 1")
-    write_corpus(a.out_dir, a.train, a.valid, a.test, a.seed)
+    if a.long and a.max_train_words is None:
+        p.error("--long needs --max-train-words (the long split holds the sentences longer than that)")
+    if a.max_train_words is not None and a.max_train_words < MIN_WORDS:
+        p.error(f"--max-train-words {a.max_train_words}: at least {MIN_WORDS} (the shortest sentence)")
+    if a.long < 0 or a.long_clauses < 2:
+        p.error("--long must be at least 0 and --long-clauses at least 2")
+    try:
+        write_corpus(a.out_dir, a.train, a.valid, a.test, a.seed, max_train_words=a.max_train_words, n_long=a.long,
+                     long_clauses=a.long_clauses)
+    except ValueError as e:
+        p.error(str(e))
     example = (Path(a.out_dir) / "test.en").read_text().splitlines()[0]
-    print(f"wrote {a.out_dir}/{{train,valid,test}}.{{en,de}}: {a.train}/{a.valid}/{a.test} pairs, e.g. {example!r}")
+    splits = "train,valid,test" + (",long" if a.long else "")
+    counts = "/".join(map(str, [a.train, a.valid, a.test] + ([a.long] if a.long else [])))
+    print(f"wrote {a.out_dir}/{{{splits}}}.{{en,de}}: {counts} pairs, e.g. {example!r}")
     return 0
 
 

@@ -53,18 +53,26 @@ def translate(sentence: str) -> str:
         assert i == len(ws), ws
         return subj, [verb], obj, adv + pp + (["nicht"] if negated else [])
 
+    def trailing(ws):
+        """Subordinate clauses after the main clause, each CONJ CLAUSE -> , CONJ' S O MID V."""
+        cuts = [k for k, w in enumerate(ws) if w in gc.CONJUNCTIONS] + [len(ws)]
+        out = []
+        for a, b in zip(cuts, cuts[1:]):
+            s, v, o, m = clause(ws[a + 1:b])
+            out += [",", gc.CONJUNCTIONS[ws[a]]] + s + o + m + v
+        return out
+
     if words[0] in gc.CONJUNCTIONS:  # fronted subordinate clause, then verb-first main clause
         comma = words.index(",")
         s1, v1, o1, m1 = clause(words[1:comma])
-        s2, v2, o2, m2 = clause(words[comma + 1:])
-        return running([gc.CONJUNCTIONS[words[0]]] + s1 + o1 + m1 + v1 + [","] + v2 + s2 + o2 + m2)
-    cut = next((k for k, w in enumerate(words) if w in gc.CONJUNCTIONS), None)
-    if cut is None:
-        s, v, o, m = clause(words)
-        return running(s + v + o + m)
-    s1, v1, o1, m1 = clause(words[:cut])
-    s2, v2, o2, m2 = clause(words[cut + 1:])
-    return running(s1 + v1 + o1 + m1 + [",", gc.CONJUNCTIONS[words[cut]]] + s2 + o2 + m2 + v2)
+        rest = words[comma + 1:]
+        end = next((k for k, w in enumerate(rest) if w in gc.CONJUNCTIONS), len(rest))
+        s2, v2, o2, m2 = clause(rest[:end])
+        return running([gc.CONJUNCTIONS[words[0]]] + s1 + o1 + m1 + v1 + [","] + v2 + s2 + o2 + m2
+                       + trailing(rest[end:]))
+    end = next((k for k, w in enumerate(words) if w in gc.CONJUNCTIONS), len(words))
+    s, v, o, m = clause(words[:end])
+    return running(s + v + o + m + trailing(words[end:]))
 
 
 @pytest.fixture(scope="module")
@@ -77,6 +85,8 @@ def test_hand_written_examples():
     assert translate("a cat sees the dog") == "eine katze sieht den hund"
     assert translate("because the dog does not see the cat, the man calls the child in the garden today") == (
         "weil der hund die katze nicht sieht, ruft der mann das kind heute in dem garten")
+    assert translate("a cat sees the dog because the man calls the child that the woman greets a king") == (
+        "eine katze sieht den hund, weil der mann das kind ruft, dass die frau einen koenig gruesst")
 
 
 def test_every_pair_follows_the_rules(corpus):
@@ -130,3 +140,56 @@ def test_bad_sizes_are_rejected(tmp_path):
     out = subprocess.run([sys.executable, str(REPO / "scripts" / "grammar_corpus.py"), str(tmp_path), "--test", "0"],
                          capture_output=True, text=True)
     assert out.returncode == 2 and "--test must be at least 1" in out.stderr
+
+
+def words(sentence: str) -> int:
+    """Words of an English sentence, commas not counted."""
+    return len(sentence.replace(",", " ").split())
+
+
+@pytest.fixture(scope="module")
+def short_long():
+    return gc.generate(2000, 100, 100, seed=1, max_train_words=12, n_long=150, long_clauses=3)
+
+
+def test_train_short_test_long(short_long):
+    """--max-train-words N: train, valid and test have at most N words, the long split more than N; the rules
+    hold in every split, and the long split's deeper grammar chains up to three clauses."""
+    assert [len(short_long[k]) for k in ("train", "valid", "test", "long")] == [2000, 100, 100, 150]
+    for split in ("train", "valid", "test"):
+        assert max(words(s) for s, _ in short_long[split]) <= 12
+    assert min(words(s) for s, _ in short_long["long"]) > 12
+    for split, pairs in short_long.items():
+        for src, tgt in pairs:
+            assert translate(src) == tgt, (split, src)
+    clauses = collections.Counter(1 + sum(w in gc.CONJUNCTIONS for w in s.split()) for s, _ in short_long["long"])
+    assert set(clauses) == {2, 3}  # more than 12 words needs two clauses; three occur only in the long split
+    assert all(sum(w in gc.CONJUNCTIONS for w in s.split()) <= 1 for s, _ in short_long["train"])
+    sources = [{s for s, _ in pairs} for pairs in short_long.values()]
+    assert sum(map(len, sources)) == len(set.union(*sources))  # disjoint
+
+
+def test_long_split_is_deterministic_and_leaves_the_short_splits_alone(short_long):
+    assert gc.generate(2000, 100, 100, seed=1, max_train_words=12, n_long=150, long_clauses=3) == short_long
+    assert gc.generate(2000, 100, 100, seed=2, max_train_words=12, n_long=150, long_clauses=3) != short_long
+    without = gc.generate(2000, 100, 100, seed=1, max_train_words=12)
+    assert without == {k: v for k, v in short_long.items() if k != "long"}
+    same_grammar = gc.generate(200, 10, 10, seed=1, max_train_words=12, n_long=100)["long"]
+    assert max(sum(w in gc.CONJUNCTIONS for w in s.split()) for s, _ in same_grammar) == 1  # two clauses at most
+
+
+def test_long_split_on_the_command_line(tmp_path):
+    out = subprocess.run([sys.executable, str(REPO / "scripts" / "grammar_corpus.py"), str(tmp_path), "--train",
+                          "300", "--valid", "20", "--test", "20", "--max-train-words", "10", "--long", "30",
+                          "--long-clauses", "3"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    expect = gc.generate(300, 20, 20, seed=1, max_train_words=10, n_long=30, long_clauses=3)
+    for split, pairs in expect.items():
+        assert (tmp_path / f"{split}.en").read_text().splitlines() == [s for s, _ in pairs]
+        assert (tmp_path / f"{split}.de").read_text().splitlines() == [t for _, t in pairs]
+    for argv, message in ((["--long", "5"], "--long needs --max-train-words"),
+                          (["--max-train-words", "4"], "--max-train-words 4: at least 5"),
+                          (["--max-train-words", "33", "--long", "5"], "no sentence of more than 33 words")):
+        out = subprocess.run([sys.executable, str(REPO / "scripts" / "grammar_corpus.py"), str(tmp_path / "x"),
+                              "--train", "10", "--valid", "1", "--test", "1", *argv], capture_output=True, text=True)
+        assert out.returncode == 2 and message in out.stderr, out.stderr
