@@ -4,11 +4,16 @@ Axis legend used in every shape comment of this package:
   B batch (x beam), T length, Tq queries, Tk keys, C model dim, H heads, d head dim (C / H).
 
 A ``PositionalEncoding`` is built once per stack side ("encoder" or "decoder") from its config dataclass
-and the model dimensions. It contributes through up to four hooks; each defaults to "no contribution" and a
+and the model dimensions. It contributes through up to five hooks; each defaults to "no contribution" and a
 subclass overrides only the ones it needs:
 
   embed(x, pos)                      embedding level: (B,T,C) -> (B,T,C); applied before the embedding
                                      dropout, or after it when ``embed_after_dropout`` is True
+  transform_qk(q, k, q_pos, layer)   maps the new queries and keys (B,H,T,d) of positions q_pos (B|1,T)
+                                     (in self-attention the new keys stand where the queries stand) and
+                                     returns (q, k); applied before the keys are cached, so the cache holds
+                                     transformed keys and each key is transformed once. q is already scaled
+                                     by d^-1/2, so the map should be linear (a rotation, say)
   score_bias(q, pos, layer)          a term added to the (scaled) attention logits, broadcastable to
                                      (B,H,Tq,Tk), or None
   transform_values(v, k_pos, layer)  maps the new values (B,H,T,d) of key positions k_pos (B|1,T) before
@@ -21,7 +26,7 @@ indices of real tokens, computed from the padding mask (``Positions``), never fr
 Forward code here imports only torch.
 """
 from dataclasses import dataclass, fields
-from typing import ClassVar, Dict, Optional
+from typing import ClassVar, Dict, Optional, Tuple
 
 import torch
 from torch import nn
@@ -88,6 +93,9 @@ class Positions:
         return cls(pos, pos, None if bool(nonpad.all()) else nonpad)
 
 
+ATTENTION_HOOKS = ("transform_qk", "score_bias", "transform_values", "value_bias")
+
+
 class PositionalEncoding(nn.Module):
     """Base class: a null encoding (no position signal). See the module docstring for the hooks."""
 
@@ -115,6 +123,11 @@ class PositionalEncoding(nn.Module):
     def embed(self, x: torch.Tensor, pos: Positions) -> torch.Tensor:
         return x
 
+    def transform_qk(
+        self, q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor, layer: int
+    ) -> Tuple[torch.Tensor, torch.Tensor]:
+        return q, k
+
     def score_bias(self, q: torch.Tensor, pos: Positions, layer: int) -> Optional[torch.Tensor]:
         return None
 
@@ -135,7 +148,7 @@ class PositionalEncoding(nn.Module):
 
     @classmethod
     def has_attention_hooks(cls) -> bool:
-        return any(cls.overrides(h) for h in ("score_bias", "transform_values", "value_bias"))
+        return any(cls.overrides(h) for h in ATTENTION_HOOKS)
 
     def applies_to_layer(self, layer: int) -> bool:
         """Whether self-attention layer ``layer`` of this side gets the attention hooks."""

@@ -7,6 +7,7 @@ This is the project's one deliberate re-implementation of fairseq code: the forw
 (FAIRSEQ.md 4.2). Here one code path serves training, validation and incremental decoding:
 
     q, k, v  = x W_Q * d^-1/2, x W_K, x W_V                        (B,H,T,d)
+    q, k     = transform_qk(q, k, q_pos)                           new keys only; the cache holds them
     v        = transform_values(v, k_pos)                          new values only; the cache holds them
     e_ij     = q_i . k_j + score_bias_ij + mask_ij                 (B,H,Tq,Tk)
     a        = dropout(softmax_j(e))
@@ -84,7 +85,8 @@ class PEAttention(MultiheadAttention):
         k_pos = Positions.from_padding(nonpad, src_len, query.device)  # (B|1, Tk)
         pos = Positions(k_pos[:, n_cached:], k_pos)
 
-        # values are transformed once, before caching: (B,H,Tq,d)
+        # keys and values are transformed once, before caching: (B,H,Tq,d); the new keys stand at pos.q
+        q, k = pe.transform_qk(q, k, pos.q, self.layer)
         v = pe.transform_values(v, pos.q, self.layer)
         if saved is not None:
             if n_cached:

@@ -1,0 +1,94 @@
+"""RoPE: rotary position embedding of queries and keys (Su et al., 2021, RoFormer), in self-attention only.
+
+Per layer and per head, the first r = 2 floor(f d / 2) dimensions of a head (f = --rope-fraction, default
+1: the whole head) form r/2 pairs; pair i turns by the angle p theta_i at position p, with
+    theta_i = base^(-2i / r),   i = 0 .. r/2 - 1,   base = --rope-base (10000)
+and the other d - r dimensions pass through unchanged (partial rotary, as GPT-NeoX with f = 0.25).
+Pair layout: half-split (GPT-NeoX, LLaMA), pair i = (x[i], x[i + r/2]); it is the paper's interleaved layout
+(x[2i], x[2i+1]) up to a fixed permutation of the W_Q and W_K columns, i.e. the same model. For pair i:
+    [x'_i      ]   [cos(p theta_i)  -sin(p theta_i)] [x_i      ]
+    [x'_{i+r/2}] = [sin(p theta_i)   cos(p theta_i)] [x_{i+r/2}]
+Rotations compose, R_m^T R_n = R_{n-m}, so with q rotated at its position m and k at its position n
+    (R_m q) . (R_n k) = q . R_{n-m} k
+and the score depends on n - m only: no absolute position reaches the model. Positions are the padding
+mask's (``Positions``), hence the same for any padding side and any batch. The rotation is linear, so it is
+applied after fairseq's d^-1/2 scaling of q. Applied through ``transform_qk`` before the keys are cached:
+in incremental decoding a key is rotated once, at its own position, and the cache holds rotated keys.
+Values, cross-attention and the embeddings are untouched; there are no parameters. Attention keeps the
+fused kernel: nothing is added to the logits, no (Tq,Tk) or (T,T,d) tensor is built.
+cos / sin tables: one (N, r/2) pair per stack, shared by its layers, computed in float64 (an angle p theta
+in float32 is off by up to about 1e-3 rad near p = 1e4) and stored in float32 as non-persistent buffers
+(they follow the model's device and dtype). They start at the side's max positions, so training, whose
+sentences fairseq filters to that length, never resizes them; longer inputs at inference double them on
+demand, so there is no length limit.
+"""
+from dataclasses import dataclass, field
+
+import torch
+from fairseq.dataclass import FairseqDataclass
+
+from . import register_pe
+from .base import PositionalEncoding
+
+
+@dataclass
+class RoPEConfig(FairseqDataclass):
+    rope_base: float = field(
+        default=10000.0, metadata={"help": "base of the rotation frequencies theta_i = base^(-2i/r) (RoFormer: 10000)"}
+    )
+    rope_fraction: float = field(
+        default=1.0,
+        metadata={"help": "fraction of each head's dimensions that is rotated; the rest pass through (NeoX: 0.25)"},
+    )
+
+
+def rotary_tables(num_positions: int, rotary_dim: int, base: float):
+    """cos and sin of p theta_i for p = 0..num_positions-1, i = 0..r/2-1: two (N, r/2) float32 tensors."""
+    inv_freq = base ** (-torch.arange(0, rotary_dim, 2, dtype=torch.float64) / rotary_dim)  # (r/2,) theta_i
+    angles = torch.arange(num_positions, dtype=torch.float64).unsqueeze(1) * inv_freq  # (N, r/2)
+    return torch.cos(angles).float(), torch.sin(angles).float()
+
+
+@register_pe
+class RotaryPositionalEncoding(PositionalEncoding):
+    name = "rope"
+    order = 70
+    level = "attention"
+    paper = "Su et al. 2021"
+    config_cls = RoPEConfig
+
+    def __init__(self, cfg, dims):
+        super().__init__(cfg, dims)
+        d, f = dims.head_dim, cfg.rope_fraction
+        if not 0 < f <= 1:
+            raise ValueError(f"--rope-fraction must be in (0, 1], got {f}")
+        self.rotary_dim = 2 * int(f * d // 2)
+        if self.rotary_dim < 2:
+            raise ValueError(
+                f"--rope-fraction {f} rotates no pair of the {d} dimensions of a head; "
+                f"raise it to at least {2 / d:g}"
+            )
+        if cfg.rope_base <= 1:
+            raise ValueError(f"--rope-base must be above 1 (RoFormer: 10000), got {cfg.rope_base}")
+        cos, sin = rotary_tables(max(dims.max_positions, 1), self.rotary_dim, cfg.rope_base)
+        self.register_buffer("cos", cos, persistent=False)  # (N, r/2)
+        self.register_buffer("sin", sin, persistent=False)  # (N, r/2)
+
+    def _angles(self, pos: torch.Tensor, dtype):
+        """cos and sin at positions ``pos`` (B|1,T): two (B|1,1,T,r/2) tensors in ``dtype``."""
+        need = int(pos.max()) + 1 if pos.numel() else 0
+        if need > self.cos.size(0):  # grow on demand, doubling (no length limit)
+            cos, sin = rotary_tables(max(need, 2 * self.cos.size(0)), self.rotary_dim, self.cfg.rope_base)
+            self.cos, self.sin = cos.to(self.cos), sin.to(self.sin)
+        cos, sin = self.cos[pos], self.sin[pos]  # (B|1,T,r/2)
+        return cos.unsqueeze(1).to(dtype), sin.unsqueeze(1).to(dtype)  # (B|1,1,T,r/2)
+
+    def rotate(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """R_p x for x (B,H,T,d): pairs (x_i, x_{i+r/2}) of the first r dimensions rotated, the rest kept."""
+        half = self.rotary_dim // 2
+        x1, x2, rest = x[..., :half], x[..., half:self.rotary_dim], x[..., self.rotary_dim:]  # (B,H,T,r/2) x2
+        return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin, rest], dim=-1)  # (B,H,T,d)
+
+    def transform_qk(self, q, k, q_pos, layer):
+        cos, sin = self._angles(q_pos, q.dtype)
+        return self.rotate(q, cos, sin), self.rotate(k, cos, sin)
