@@ -42,17 +42,24 @@ class Archive:
     size: Optional[int] = None
     sha256: Optional[str] = None
     md5: Optional[str] = None
+    text_sha256: Optional[str] = None  # of the decompressed content of a single-file .gz
 
     @classmethod
     def from_table(cls, name: str, entry: dict) -> "Archive":
         if "url" not in entry:
             raise PrepareError(f"corpora table: [archive.{name}] has no url")
         file = entry.get("file") or Path(urllib.parse.urlsplit(entry["url"]).path).name
-        return cls(name, entry["url"], file, entry.get("size"), entry.get("sha256"), entry.get("md5"))
+        return cls(name, entry["url"], file, entry.get("size"), entry.get("sha256"), entry.get("md5"),
+                   entry.get("text_sha256"))
+
+    @property
+    def single_file(self) -> bool:
+        """One text file, gzipped or not (not a tar): its content is the corpus side itself."""
+        return not self.file.endswith((".tgz", ".tar", ".tar.gz"))
 
     def describe(self) -> str:
         known = [f"{self.size} bytes"] if self.size else []
-        known += [f"{k} {getattr(self, k)}" for k in ("sha256", "md5") if getattr(self, k)]
+        known += [f"{k} {getattr(self, k)}" for k in ("sha256", "md5", "text_sha256") if getattr(self, k)]
         return ", ".join(known) or "no size or checksum recorded"
 
 
@@ -80,6 +87,20 @@ def _digests(path: Path, algos: list) -> dict:
                 h.update(block)
             bar.update(len(block))
     return {a: h.hexdigest() for a, h in hashers.items()}
+
+
+def _text_digest(path: Path) -> str:
+    """sha256 of a single file's content, decompressed when it is gzipped (CRC and length checked)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as raw:
+        gz = raw.read(2) == b"\x1f\x8b"  # by content: a download is verified as NAME.part
+    try:
+        with (gzip.open(path, "rb") if gz else open(path, "rb")) as f:
+            while block := f.read(CHUNK):
+                h.update(block)
+    except (EOFError, zlib.error, gzip.BadGzipFile) as e:
+        raise CorruptFile(f"it is truncated or not a valid gzip file ({type(e).__name__}: {e})") from None
+    return h.hexdigest()
 
 
 def _read_through(path: Path) -> None:
@@ -111,11 +132,15 @@ def verify(path: Path, archive: Archive, server_size: Optional[int] = None) -> N
         source = "corpora table" if archive.size else "the server's Content-Length"
         raise CorruptFile(f"it has {size} bytes, {source} says {want}")
     algos = [a for a in ("sha256", "md5") if getattr(archive, a)]
+    if archive.text_sha256:
+        got = _text_digest(path)
+        if got != archive.text_sha256.lower():
+            raise CorruptFile(f"the sha256 of its text is {got}, the corpora table expects {archive.text_sha256}")
     if algos:
         for algo, got in _digests(path, algos).items():
             if got != getattr(archive, algo).lower():
                 raise CorruptFile(f"its {algo} is {got}, the corpora table expects {getattr(archive, algo)}")
-    else:
+    elif not archive.text_sha256:
         _read_through(path)
 
 

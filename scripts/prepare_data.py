@@ -43,7 +43,10 @@ import regex  # noqa: E402  (a sacremoses dependency; supports \p{...} like perl
 from tqdm import tqdm  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
-DEFAULT_TABLE = REPO / "examples" / "wmt14" / "corpora.toml"
+RECIPES = REPO / "examples"
+# flags a corpora table's [prepare] section may default (the command line wins), with their built-in defaults
+TABLE_DEFAULTS = {"out": "data-bin/{recipe}_{src}_{tgt}", "download_dir": "data-bin/{recipe}_archives",
+                  "bpe_merges": 40000, "spm_vocab_size": 40000, "min_len": 1, "max_len": 250, "ratio": 1.5}
 SPLITS = ("train", "valid", "test")
 CHUNK_LINES = 2000
 NON_PRINTING = regex.compile(r"\p{C}")  # remove-non-printing-char.perl: s/\p{C}/ /g
@@ -290,6 +293,27 @@ def collect(corpora: list, out_src: Path, out_tgt: Path, valid_every: Optional[i
 
 
 # ------------------------------------------------------------------------------------- archives
+def corpus_sides(entry: dict) -> list:
+    """[(archive, member)] of a corpus entry's two sides. With an `archive` key src and tgt are members of
+    that tar; without one they name single-file archives (member None), e.g. Multi30k's train.en.gz."""
+    if "archive" in entry:
+        return [(entry["archive"], entry["src"]), (entry["archive"], entry["tgt"])]
+    return [(entry["src"], None), (entry["tgt"], None)]
+
+
+def extract_single(path: Path, dest: Path) -> None:
+    """The content of a single-file archive (gunzipped when it ends in .gz), through a temporary name."""
+    import gzip
+    import zlib
+
+    try:
+        with atomic(dest) as tmp, open(tmp, "wb") as out, \
+                (gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb")) as f:
+            shutil.copyfileobj(f, out)
+    except (EOFError, zlib.error, gzip.BadGzipFile) as e:
+        raise CorruptFile(f"it is truncated or not a valid gzip file ({type(e).__name__}: {e})") from None
+
+
 def extract(archive_path: Path, members: dict) -> None:
     """Write each archive member of `members` (member -> destination) through a temporary name."""
     import gzip
@@ -360,10 +384,10 @@ class Pipeline:
         splits = ["train", "test"] + ([] if self.args.valid_split else ["valid"])
         entries = {split: pair[split] if isinstance(pair[split], list) else [pair[split]] for split in splits}
         archives = {}
-        for e in itertools.chain(*entries.values()):
-            if e["archive"] not in table.get("archive", {}):
-                raise PrepareError(f"{self.args.corpora}: no [archive.{e['archive']}] (used by {e['src']}).")
-            archives[e["archive"]] = Archive.from_table(e["archive"], table["archive"][e["archive"]])
+        for name, _ in (side for e in itertools.chain(*entries.values()) for side in corpus_sides(e)):
+            if name not in table.get("archive", {}):
+                raise PrepareError(f"{self.args.corpora}: no [archive.{name}] (used by [pair.{self.args.pair}]).")
+            archives[name] = Archive.from_table(name, table["archive"][name])
         if self.args.raw_dir:
             self.check_raw_dir(archives.values())
             paths = {name: self.fetch(arc) for name, arc in archives.items()}
@@ -373,15 +397,17 @@ class Pipeline:
         if self.args.download_only:
             return {}
         for name, arc in archives.items():
-            members = {m: self.extracted(name, m) for e in itertools.chain(*entries.values())
-                       if e["archive"] == name for m in (e["src"], e["tgt"])}
-            self.stamps.run(f"extract-{name}", [paths[name]], members.values(), sorted(members),
+            members = {m: self.extracted(arc, m) for e in itertools.chain(*entries.values())
+                       for n, m in corpus_sides(e) if n == name}
+            self.stamps.run(f"extract-{name}", [paths[name]], members.values(), sorted(map(str, members)),
                             lambda arc=arc, members=members: self.extract(arc, paths[arc.name], members))
-        return {split: [Corpus(self.extracted(e["archive"], e["src"]), self.extracted(e["archive"], e["tgt"]),
-                               e.get("lines")) for e in es] for split, es in entries.items()}
+        return {split: [Corpus(*(self.extracted(archives[n], m) for n, m in corpus_sides(e)), e.get("lines"))
+                        for e in es] for split, es in entries.items()}
 
-    def extracted(self, archive: str, member: str) -> Path:
-        return self.work / "extracted" / archive / member.removesuffix(".gz")
+    def extracted(self, arc: Archive, member: Optional[str]) -> Path:
+        """Where a member of a tar (or the content of a single-file archive, member None) is extracted."""
+        name = arc.file if member is None else member
+        return self.work / "extracted" / arc.name / name.removesuffix(".gz")
 
     def check_raw_dir(self, archives) -> None:
         missing = [arc for arc in archives if not (Path(self.args.raw_dir) / arc.file).is_file()]
@@ -392,7 +418,7 @@ class Pipeline:
 
     def extract(self, arc: Archive, path: Path, members: dict) -> None:
         try:
-            extract(path, members)
+            extract_single(path, members[None]) if arc.single_file else extract(path, members)
         except CorruptFile as e:  # passed its checks, yet unreadable: stop trusting it
             self.stamps.drop(f"fetch-{arc.name}")
             if self.args.raw_dir:
@@ -588,7 +614,7 @@ def clean_corpus(src: Path, tgt: Path, out_src: Path, out_tgt: Path, min_len: in
             fc, ec = f.count(" ") + 1, e.count(" ") + 1
             if not (min_len <= fc <= max_len and min_len <= ec <= max_len):
                 stats["length"] += 1
-            elif fc / ec > ratio or ec / fc > ratio:
+            elif ratio and (fc / ec > ratio or ec / fc > ratio):
                 stats["ratio"] += 1
             elif long_word.search(f) or long_word.search(e):
                 stats["long word"] += 1
@@ -635,11 +661,14 @@ def build_parser() -> argparse.ArgumentParser:
                     "BPE, clean-corpus-n, fairseq-preprocess --joined-dictionary. Re-running skips finished steps.",
         formatter_class=_Help)
     p.add_argument("pair", help="a pair of the corpora table (en-de, en-fr), or `raw` for your own files")
-    p.add_argument("--out", help="output: the fairseq data folder (default: data-bin/wmt14_SRC_TGT); BPE text in "
-                                 "OUT/text, intermediate files in OUT/work")
-    g = p.add_argument_group("WMT14 pairs")
-    g.add_argument("--corpora", default=str(DEFAULT_TABLE), help="the corpora table (TOML)")
-    g.add_argument("--download-dir", default="data-bin/wmt14_archives", help="where archives are downloaded and kept")
+    p.add_argument("--out", help="output: the fairseq data folder (default: the table's, else "
+                                 "data-bin/RECIPE_SRC_TGT); BPE text in OUT/text, intermediate files in OUT/work")
+    g = p.add_argument_group("corpora of a recipe (examples/RECIPE/corpora.toml)")
+    g.add_argument("--recipe", default="wmt14", help="whose corpora table: " + ", ".join(
+        sorted(t.parent.name for t in RECIPES.glob("*/corpora.toml"))))
+    g.add_argument("--corpora", help="the corpora table (TOML); default examples/RECIPE/corpora.toml")
+    g.add_argument("--download-dir", help="where archives are downloaded and kept (default: the table's, else "
+                                          "data-bin/RECIPE_archives)")
     g.add_argument("--raw-dir", help="take the archives from this folder (downloaded elsewhere); download nothing")
     g.add_argument("--base-url", help="mirror: replaces the scheme and host of every url, keeping its path")
     g.add_argument("--download-only", action="store_true", help="fetch and verify the archives, then stop")
@@ -658,11 +687,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--normalize-test", action="store_true",
                    help="normalise punctuation and non-printing characters of the test set too (fairseq does not)")
     g.add_argument("--bpe", choices=["subword-nmt", "sentencepiece"], default="subword-nmt", help="subword model")
-    g.add_argument("--bpe-merges", type=int, default=40000, help="subword-nmt merge operations")
-    g.add_argument("--spm-vocab-size", type=int, default=40000, help="sentencepiece vocabulary size")
-    g.add_argument("--min-len", type=int, default=1, help="clean: fewest tokens (after BPE)")
-    g.add_argument("--max-len", type=int, default=250, help="clean: most tokens (after BPE)")
-    g.add_argument("--ratio", type=float, default=1.5, help="clean: largest length ratio, either way")
+    g.add_argument("--bpe-merges", type=int, help="subword-nmt merge operations (default: the table's, else 40000)")
+    g.add_argument("--spm-vocab-size", type=int, help="sentencepiece vocabulary size (default: the table's, else 40000)")
+    g.add_argument("--min-len", type=int, help="clean: fewest tokens after BPE (default: the table's, else 1)")
+    g.add_argument("--max-len", type=int, help="clean: most tokens after BPE (default: the table's, else 250)")
+    g.add_argument("--ratio", type=float, help="clean: largest length ratio, either way; 0 = no ratio rule "
+                                               "(default: the table's, else 1.5)")
     g.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1), help="processes")
     g.add_argument("--no-binarize", action="store_true", help="stop after the text files (skip fairseq-preprocess)")
     return p
@@ -670,6 +700,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def check_args(a) -> None:
     """Fill derived defaults; raise PrepareError naming the flag and the fix."""
+    table_defaults = {}
     if a.pair == "raw":
         needed = ["src", "tgt", "train", "test"] + ([] if a.valid_split else ["valid"])
         missing = [f"--{n}" for n in needed if getattr(a, n) is None]
@@ -682,7 +713,13 @@ def check_args(a) -> None:
             raise PrepareError("`raw` needs --out DIR.")
         a.valid_every = a.valid_every or 100
     else:
+        a.corpora = a.corpora or str(RECIPES / a.recipe / "corpora.toml")
         table = load_table(Path(a.corpora))
+        table_defaults = table.get("prepare", {})
+        unknown = set(table_defaults) - set(TABLE_DEFAULTS)
+        if unknown:
+            raise PrepareError(f"{a.corpora}: [prepare] sets {', '.join(sorted(unknown))}; it may set "
+                               f"{', '.join(TABLE_DEFAULTS)}.")
         pairs = table.get("pair", {})
         if a.pair not in pairs:
             raise PrepareError(f"unknown pair {a.pair!r}: {a.corpora} defines {', '.join(pairs) or 'no pairs'}.\n"
@@ -701,12 +738,17 @@ def check_args(a) -> None:
                                f"{' (or pass --valid-split)' if lacking == ['valid'] else ''}.")
         a.src, a.tgt = a.pair.split("-", 1)
         a.valid_every = a.valid_every or pairs[a.pair].get("valid_every", 100)
-        a.out = a.out or f"data-bin/wmt14_{a.src}_{a.tgt}"
+    for flag, default in TABLE_DEFAULTS.items():
+        if getattr(a, flag, None) is None:
+            value = table_defaults.get(flag, default)
+            setattr(a, flag, value.format(recipe=a.recipe, src=a.src, tgt=a.tgt) if isinstance(value, str) else value)
     if a.src == a.tgt:
         raise PrepareError(f"--src and --tgt are both {a.src!r}.")
     for flag in ("bpe_merges", "spm_vocab_size", "workers", "valid_every", "max_len"):
         if getattr(a, flag) < 1:
             raise PrepareError(f"--{flag.replace('_', '-')} must be at least 1.")
+    if a.ratio < 0:
+        raise PrepareError("--ratio must be 0 (no ratio rule) or positive.")
 
 
 def main(argv=None) -> int:
