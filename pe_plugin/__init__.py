@@ -1,7 +1,20 @@
 """pe_plugin: positional encodings for fairseq NMT. Load with ``--user-dir pe_plugin``."""
-__version__ = "0.1.0"
+import sys
 
-from .checkpoints import register_safe_globals
+__version__ = "0.1.0"
+PYTHON_FLOOR = (3, 11)  # setup.py python_requires, scripts/setup_env.sh and README.md say the same
+
+if sys.version_info < PYTHON_FLOOR:
+    raise ImportError(
+        f"pe_plugin needs Python {PYTHON_FLOOR[0]}.{PYTHON_FLOOR[1]} or newer, this is {sys.version.split()[0]}; "
+        f"create the environment with `make setup` (see README.md)"
+    )
+
+from .log_noise import drop_tensorboardx_notice  # noqa: E402
+
+drop_tensorboardx_notice()  # before the imports below import fairseq
+
+from .checkpoints import register_safe_globals  # noqa: E402
 
 register_safe_globals()
 
