@@ -12,7 +12,9 @@ flags given on the command line win.
 from fairseq.models import register_model_architecture
 from fairseq.models.transformer import transformer_legacy as stock
 
+from .. import cli_errors
 from ..encodings import PE_REGISTRY
+from .validation import PEConfigError
 
 # (suffix, fairseq parent architecture, size class)
 SIZES = [
@@ -35,10 +37,12 @@ def _make_architecture(pe: str, parent, size: str):
     def architecture(args):
         chosen = getattr(args, "pe", pe)
         if chosen != pe:
-            raise ValueError(
+            error = PEConfigError(
                 f"--arch {args.arch} fixes the encoding to '{pe}' but --pe {chosen} was given; "
                 f"drop --pe or use --arch {arch_name(chosen, args.arch.split(pe + '_', 1)[-1])}"
             )
+            cli_errors.report(error)  # in a fairseq tool: argparse's one-line error, exit 2
+            raise error
         args.pe = pe
         for key, value in PE_REGISTRY[pe].size_defaults.get(size, {}).items():
             setattr(args, key, getattr(args, key, value))
