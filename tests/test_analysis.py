@@ -1,8 +1,8 @@
 """pe_plugin.analysis and scripts/probe.py, scripts/swap_probe.py.
 
 Expected values come from closed forms, small maps computed by hand, and the Locality/Symmetry table of
-ANALYSIS.md §6.4 (Chen et al.'s attenuated map at L=128), never from the code under test. The model tests
-use the no-PE property (ENCODINGS.md §1): without positions, identical words get uniform attention and any
+docs/analysis.md §Attenuated map (Chen et al.'s map at L=128), never from the code under test. The model tests
+use the no-PE property (docs/encodings.md §no-PE): without positions, identical words get uniform attention and any
 permutation of the source leaves the translation and its likelihood unchanged, while SAPE does not.
 """
 import importlib.util
@@ -81,7 +81,7 @@ def test_uniform_map(L):
     assert ind.locality(A) == pytest.approx(3 / L, rel=0.2 if L >= 32 else 1)  # the ~3/L rule of thumb
 
 
-# ANALYSIS.md §6.4: (w, Loc/Sym at s=1, s=0.5, s=2), L=128, Sym_code
+# docs/analysis.md §Attenuated map: (w, Loc/Sym at s=1, s=0.5, s=2), L=128, Sym_code
 CHEN_TABLE = [
     (0.005, (0.126, 1.000), (0.107, 0.534), (0.145, 0.632)),
     (0.01, (0.171, 1.000), (0.145, 0.632), (0.196, 0.720)),
@@ -112,7 +112,7 @@ def test_symmetry_code_is_magnitude_blind():
     A = ind.attenuated_map(128, 0.05, 1.0)
     noisy = A + 1e-9 * np.random.default_rng(0).random(A.shape)
     assert ind.symmetry_code(A) == pytest.approx(1.0)
-    assert ind.symmetry_code(noisy) == pytest.approx(0.618, abs=0.01)  # ANALYSIS.md §6.3 pitfall (a)
+    assert ind.symmetry_code(noisy) == pytest.approx(0.618, abs=0.01)  # docs/analysis.md §Symmetry (magnitude-blind)
     assert ind.symmetry_abs(noisy) == pytest.approx(1.0, abs=1e-6)
 
 
@@ -208,8 +208,8 @@ def test_capture_matches_recomputation_and_restores(data_bin):
 
 
 def test_identical_word_probe_on_untrained_models(data_bin):
-    """no-PE and PosNet-Attn (values only, ANALYSIS.md §6.1 pitfall i): exactly uniform layer-1 maps; SAPE
-    not; RPE (relative logits) nearly translation invariant, SAPE not."""
+    """no-PE and PosNet-Attn (values only, docs/analysis.md §Identical-word probing): exactly uniform layer-1
+    maps; SAPE not; RPE (relative logits) nearly translation invariant, SAPE not."""
     L = 12
     tables, dev = {}, {}
     for pe in ("nope", "posnet_attn", "sape", "rpe"):

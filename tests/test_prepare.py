@@ -41,7 +41,7 @@ prep = load_module()
 
 
 def tokenize(line, lang, test=False):
-    """The reference pipeline, straight from sacremoses (EVALUATION.md §2.4)."""
+    """The reference pipeline, straight from sacremoses (docs/evaluation.md §Moses in Python)."""
     import regex
     from sacremoses import MosesPunctNormalizer, MosesTokenizer
 

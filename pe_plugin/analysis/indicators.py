@@ -2,7 +2,7 @@
 
 A map ``A`` is an (L, L) array, rows = queries i, columns = keys j, rows summing to 1 (softmax
 probabilities). ``causal=True`` marks a decoder self-attention map, which is zero above the diagonal.
-Definitions and pitfalls: docs ANALYSIS.md §6.
+Definitions, choices and pitfalls: docs/analysis.md (one section per indicator).
 
 References:
   * Wang et al., "On position embeddings in BERT", ICLR 2021, App. B: translation invariance (AIV),

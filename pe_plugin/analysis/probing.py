@@ -5,7 +5,7 @@ positional structure. Encoder input: [w] x L + [EOS]; decoder input: [EOS] + [w'
 (the decoder's encoder input is the encoder probe of the paired word, which matters from layer 2 on). Maps
 are averaged over heads and over the probe words, per layer and over all layers (Chen et al. style). The
 "without special" variant drops the EOS row and column and re-normalises the rows (Wang's "w/o special
-tokens"). Indicators: ``pe_plugin.analysis.indicators``. Conventions: ANALYSIS.md §6.1.
+tokens"). Indicators: ``pe_plugin.analysis.indicators``. Conventions: docs/analysis.md §Identical-word probing.
 """
 import contextlib
 import random

@@ -1,4 +1,4 @@
-"""Word-swap probes of a translation model (after Chen et al. 2023 §3.5; MT adaptation in ANALYSIS.md §6.5).
+"""Word-swap probes of a translation model (after Chen et al. 2023 §3.5; docs/analysis.md §Word-swap probes).
 
 For a source sentence x with the model's own beam output y = T(x), and a word-order perturbation x' of x:
   * output change   Δout = 100 - chrF++(T(x'), y)  (sacrebleu CHRF(word_order=2), corpus level; also BLEU with
@@ -10,7 +10,7 @@ Perturbations act on words (a BPE word is its "@@"-joined pieces, kept together;
              sentence apart), a stand-in for Chen et al.'s agent/patient swap without a parser
   * shuffle: a random full permutation of the words (control: an upper bound on the change)
 A model without any encoder position signal must give Δout = 0 and ΔNLL = 0 (up to float summation order)
-for every permutation (ENCODINGS.md §1).
+for every permutation (docs/encodings.md §no-PE).
 """
 import random
 from argparse import Namespace

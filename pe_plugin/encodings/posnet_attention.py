@@ -3,7 +3,7 @@
 Per head (d = C/H), for key j at position p_j (0-based, from the padding mask):
     Attn(Q, K, V) = softmax(Q K^T / sqrt(d) + mask) V',    v'_j = v_j + Dropout_pk( ReLU( v_j phi_{p_j} ) )
     phi (L_max, d, d): PosNet-Embed without W1/W2 (Fig. 5 caption); no biases
-No code was released. Choices (ENCODINGS.md 4.2, 7.6): one kernel tensor shared by all heads and all
+No code was released. Choices (docs/encodings.md §PosNet-Attn): one kernel tensor shared by all heads and all
 self-attention layers (Table 1's +1.03M over SAPE fits L_max * 64^2 with L_max ~ 250; one per layer would be
 >= 6x more), and by the encoder and decoder self-attention (--posnet-share enc-dec, as PosNet-Embed's released
 module); --posnet-attn-per-layer gives each layer its own (layer i of the decoder then shares layer i of the
@@ -15,9 +15,9 @@ values are transformed: in incremental decoding v'_t is computed once, with phi_
 Flags --posnet-sides/-share/-init/-dropout, L_max and the length check: see posnet_kernels; "released" init
 applies PosNet-Embed's 3-D xavier_normal to each layer's (L_max, d, d) tensor.
 Layer-1 queries and keys carry no position, so layer-1 attention weights are position-blind; later layers
-see order only through earlier layers' transformed values (ENCODINGS.md 4.2). In the encoder (no causal mask)
-the state at position i is therefore f(word_i, {(state_j, p_j)}): two equal words get equal states in every
-layer, wherever they stand; each word sees the ordered sentence, but not its own place in it
+see order only through earlier layers' transformed values (docs/encodings.md §PosNet-Attn). In the encoder
+(no causal mask) the state at position i is therefore f(word_i, {(state_j, p_j)}): two equal words get equal
+states in every layer, wherever they stand; each word sees the ordered sentence, but not its own place in it
 (tests/test_posnet.py). The decoder's causal mask breaks this symmetry.
 """
 from dataclasses import dataclass, field

@@ -3,7 +3,7 @@
 Every function takes the (Tq, Tk) integer matrix ``Positions.rel`` and depends on nothing else, so a bias
 built from it is the same for any shift of the sequence, any padding side and any decoding step.
 References: Shaw et al. 2018 (clipping); Raffel et al. 2020 / HF ``T5Attention._relative_position_bucket``
-(log buckets); ENCODINGS.md sections 2 and 3.
+(log buckets); docs/encodings.md §RPE, §T5 and §AT5.
 """
 import math
 from typing import Tuple

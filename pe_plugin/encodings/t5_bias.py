@@ -3,7 +3,7 @@
 One table E in R^{N x H} per stack, shared by all its self-attention layers (as T5 computes it in the first
 layer and reuses it); separate tables for the encoder (bidirectional buckets) and the decoder (causal
 buckets, every future key in bucket 0); none in cross-attention. With q already scaled by d^-1/2:
-    e_ij = q_i . k_j + E[bucket(j - i), h]          bucket: ``relative.t5_bucket`` (ENCODINGS.md 3.1)
+    e_ij = q_i . k_j + E[bucket(j - i), h]          bucket: ``relative.t5_bucket`` (docs/encodings.md §T5)
 The bias does not depend on q, so it is returned as (1,H,Tq,Tk) and attention keeps the fused kernel (the
 bias travels as its float mask). Init as HF T5: E ~ N(0, C^-1/2).
 """

@@ -4,7 +4,7 @@ This is the project's one deliberate re-implementation of fairseq code: the forw
 ``fairseq.modules.MultiheadAttention``, reduced to self-attention. fairseq's own forward takes
 ``F.multi_head_attention_forward`` in training and full-pass validation, which skips every Python hook
 (``apply_sparse_mask`` included), so an encoding injected there would be missing in training
-(FAIRSEQ.md 4.2). Here one code path serves training, validation and incremental decoding:
+(docs/fairseq.md §Fused attention). Here one code path serves training, validation and incremental decoding:
 
     q, k, v  = x W_Q * d^-1/2, x W_K, x W_V                        (B,H,T,d)
     q, k     = transform_qk(q, k, q_pos)                           new keys only; the cache holds them
