@@ -14,12 +14,12 @@ The steps follow fairseq's examples/translation/prepare-wmt14en2{de,fr}.sh, done
   bpe       learn joint BPE on train.SRC + train.TGT (subword-nmt, 40k merges; or sentencepiece),
             apply it to every split
   clean     clean-corpus-n.perl -ratio 1.5 on train and valid, after BPE, 1..250 tokens; test kept
-  binarize  fairseq-preprocess --joined-dictionary  ->  OUT/bin
+  binarize  fairseq-preprocess --joined-dictionary  ->  OUT (the fairseq data; default data-bin/RECIPE_SRC_TGT)
 Each step writes through temporary names, then records OUT/.stamps/STEP.json: its settings and
 the size and mtime of its inputs and outputs. A re-run skips a step whose stamp still matches.
 
-References: shared/design/EVALUATION.md §2.1-2.2 (fairseq recipes, clean-corpus-n rules) and §2.4
-(sacremoses parity); moses-smt/mosesdecoder scripts/training/clean-corpus-n.perl.
+References: docs/evaluation.md §WMT14 data (fairseq's recipes, our departures, clean-corpus-n rules) and
+§Moses in Python (sacremoses parity); moses-smt/mosesdecoder scripts/training/clean-corpus-n.perl.
 """
 import argparse
 import contextlib

@@ -1,6 +1,7 @@
 #!/usr/bin/env python
 """A deterministic toy parallel corpus whose translation needs word order: the target is the source
-reversed and upper-cased (``w3 w1 w7`` -> ``W7 W1 W3``). Used by the tests and the smoke demo.
+reversed and upper-cased (``w3 w1 w7`` -> ``W7 W1 W3``). Used by the tests (``tests/pe_testing.py``) and the
+README's quick start.
 
     python scripts/toy_corpus.py OUT_DIR [--train 240 --valid 24 --test 13 --seed 0]
 writes OUT_DIR/{train,valid,test}.{en,de}.
