@@ -348,13 +348,7 @@ def extract(archive_path: Path, members: dict) -> None:
 
 
 def load_table(path: Path) -> dict:
-    try:
-        import tomllib
-    except ModuleNotFoundError:  # Python < 3.11
-        try:
-            import tomli as tomllib
-        except ModuleNotFoundError:
-            raise PrepareError("reading the corpora table needs Python >= 3.11 (tomllib) or `pip install tomli`.")
+    import tomllib  # standard library from Python 3.11, pe_plugin's floor
     if not path.is_file():
         raise PrepareError(f"corpora table {path} not found (--corpora).")
     with open(path, "rb") as f:
