@@ -1,8 +1,9 @@
-# pe_plugin: `make test` sets up .venv (if needed) and runs the test suite; `make demo` runs the demo.
+# pe_plugin: `make test` sets up .venv (if needed) and runs the test suite; `make demo` runs the demo;
+# `make length` trains every encoding on short sentences and scores them on longer ones (length_out/).
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup test test-fast demo clean
+.PHONY: setup test test-fast demo length clean
 setup:
 	bash scripts/setup_env.sh
 
@@ -14,6 +15,9 @@ test-fast: setup
 
 demo: setup
 	$(PY) scripts/demo.py
+
+length: setup
+	$(PY) scripts/length_experiment.py --out length_out
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache

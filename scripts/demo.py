@@ -18,6 +18,9 @@
    analysis/, runs/, logs/).
 
 Every step is skipped when its output is complete, so an interrupted demo resumes where it stopped.
+
+``Pipeline`` (corpus -> prepare -> train and decode, resumable, ``--jobs`` at a time within a time budget, with
+progress lines) and ``add_pipeline_args`` are shared with ``scripts/length_experiment.py``.
 """
 import argparse
 import json
@@ -45,9 +48,17 @@ TRAIN_FLAGS = ["--cpu", "--update-freq", "1", "--lr", "3e-3", "--warmup-updates"
 AVERAGE = 3  # checkpoints averaged for decoding: the last 3 of one every updates/4
 
 
-class Demo:
+class Pipeline:
+    """The recipe at toy scale: prepare a raw corpus with examples/wmt14/prepare.sh, then train and decode tiny
+    models with train.sh and generate.sh, ``--jobs`` at a time, within ``--budget-minutes``. Every step is
+    skipped when its output exists. A subclass writes the corpus and evaluates; ``tag`` names its progress lines
+    and ``train_flags`` are its fairseq-train flags after the recipe's tiny-size flags."""
+
+    tag = "demo"
+
     def __init__(self, args):
         self.a = args
+        self.train_flags = list(TRAIN_FLAGS)
         self.out = Path(args.out).resolve()
         # progress lines name the output folder relative to the working directory when it lies inside it
         cwd = Path.cwd()
@@ -66,7 +77,7 @@ class Demo:
         # two jobs could run together
         with self.lock:
             msg = msg.replace(str(self.out), self.shown)
-            sys.stdout.write(f"[demo {self.elapsed() / 60:4.1f} min] {msg}\n")
+            sys.stdout.write(f"[{self.tag} {self.elapsed() / 60:4.1f} min] {msg}\n")
             sys.stdout.flush()
 
     def elapsed(self) -> float:
@@ -83,21 +94,23 @@ class Demo:
                 if on_line:
                     on_line(line)
         if proc.returncode:
-            raise SystemExit(f"[demo] {title} failed (exit {proc.returncode}); its output is in {log}")
+            raise SystemExit(f"[{self.tag}] {title} failed (exit {proc.returncode}); its output is in {log}")
 
-    def corpus(self) -> Path:
-        raw = self.out / "raw"
-        if not all((raw / f"{s}.{l}").exists() for s in ("train", "valid", "test") for l in (SRC, TGT)):
+    def corpus(self, raw: Path, splits=("train", "valid", "test"), **options) -> Path:
+        """scripts/grammar_corpus.py's corpus in ``raw`` (``options``: its write_corpus keywords), unless
+        every split is there already."""
+        if not all((raw / f"{s}.{l}").exists() for s in splits for l in (SRC, TGT)):
             self.say(f"corpus: {self.a.train:,} training pairs from scripts/grammar_corpus.py -> {raw}")
             grammar_corpus.write_corpus(raw, self.a.train, self.a.heldout, self.a.heldout, seed=self.a.seed,
-                                        src=SRC, tgt=TGT)
+                                        src=SRC, tgt=TGT, **options)
         return raw
 
-    def prepare(self, raw: Path) -> Path:
+    def prepare(self, raw: Path, test: str = "test") -> Path:
+        """examples/wmt14/prepare.sh raw on raw/{train,valid,TEST}; the test split is decoded."""
         data = self.out / "data"
         self.say(f"prepare: examples/wmt14/prepare.sh raw -> {data}")
         self.call("prepare", ["bash", REPO / "examples/wmt14/prepare.sh", "raw", "--src", SRC, "--tgt", TGT,
-                              "--train", raw / "train", "--valid", raw / "valid", "--test", raw / "test",
+                              "--train", raw / "train", "--valid", raw / "valid", "--test", raw / test,
                               "--out", data, "--bpe-merges", "1000"], self.out / "logs" / "prepare.log")
         return data
 
@@ -119,7 +132,7 @@ class Demo:
         self.say(f"{method}: train transformer_{method}_tiny ({self.a.updates} updates)")
         self.call(f"train {method}", ["bash", REPO / "examples/wmt14/train.sh", method, "--size", "tiny", "--data",
                                       data, "--runs-dir", self.out / "runs", "--seed", self.a.seed, "--",
-                                      *TRAIN_FLAGS, "--max-update", self.a.updates, "--save-interval-updates",
+                                      *self.train_flags, "--max-update", self.a.updates, "--save-interval-updates",
                                       self.interval, "--keep-interval-updates", AVERAGE],
                   self.out / "logs" / f"train.{method}.log", progress)
         self.call(f"decode {method}", ["bash", REPO / "examples/wmt14/generate.sh", run, "--checkpoints", AVERAGE],
@@ -127,17 +140,53 @@ class Demo:
         self.say(f"{method}: trained and decoded in {time.time() - t0:.0f} s")
         return hyp
 
-    def evaluate(self, systems: dict) -> Path:
+    def evaluate(self, systems: dict, ref: Path, prefix: str = "results", extra=(), what: str = "") -> Path:
+        """scripts/evaluate.py: every system of {method: hypothesis file} against SAPE's, on ``ref``; the
+        report is results/PREFIX.*, the log logs/evaluate[.PREFIX].log."""
         results = self.out / "results"
-        ref = self.run_dir("sape") / "gen" / f"ref.detok.{TGT}"
         argv = [sys.executable, REPO / "scripts/evaluate.py", "--ref", ref, "--trg-lang", TGT, "--out-dir", results,
-                "--ngram-analysis", "--baseline", f"sape={systems['sape']}"]
+                "--prefix", prefix, *extra, "--baseline", f"sape={systems['sape']}"]
         for method, hyp in systems.items():
             if method != "sape":
                 argv += ["--system", f"{method}={hyp}"]
-        self.say(f"evaluate: BLEU, chrF++, paired bootstrap (1000 resamples) of {len(systems) - 1} systems vs SAPE")
-        self.call("evaluate", argv, self.out / "logs" / "evaluate.log")
+        self.say(f"evaluate: BLEU, chrF++, paired bootstrap (1000 resamples) of {len(systems) - 1} systems vs SAPE"
+                 + (f" {what}" if what else ""))
+        log = "evaluate.log" if prefix == "results" else f"evaluate.{prefix}.log"
+        self.call("evaluate", argv, self.out / "logs" / log)
         return results
+
+    def fits(self, costs) -> bool:
+        """Would one more model, started now, end within the budget? Its cost is taken as 1.2 x the slowest
+        model so far, and 2.5 minutes are kept for evaluation and analysis."""
+        return not costs or self.elapsed() + 1.2 * max(costs) + 150 <= self.a.budget_minutes * 60
+
+    def train_all(self, data: Path, order, always) -> dict:
+        """Train and decode the methods of ``order``, ``--jobs`` at a time: those in ``always`` whatever the
+        time, the others while the budget allows. Returns {method: hypothesis file} in ``order``."""
+        pending, running, systems, costs = list(order), {}, {}, []
+
+        def timed(method):
+            t0 = time.time()
+            return self.train_and_decode(method, data), time.time() - t0
+
+        with ThreadPoolExecutor(self.a.jobs) as pool:
+            while pending or running:
+                while pending and len(running) < self.a.jobs:
+                    method = pending.pop(0)
+                    if method in always or self.fits(costs):
+                        running[pool.submit(timed, method)] = method
+                    else:
+                        self.say(f"{method}: skipped, it would end past the {self.a.budget_minutes:g}-minute budget "
+                                 f"(raise --budget-minutes to train it)")
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in done:
+                    systems[running.pop(future)], cost = future.result()
+                    costs.append(cost)
+        return {m: systems[m] for m in order if m in systems}
+
+
+class Demo(Pipeline):
+    """The demo: the comparison of no-PE, SAPE and PosNet-Embed (and the other encodings), then probes."""
 
     def analyse_one(self, method: str, data: Path) -> None:
         """Identical-word probing (scripts/probe.py) and the word-swap probe (scripts/swap_probe.py) of one
@@ -166,42 +215,14 @@ class Demo:
         self.say(f"analysis: attention maps and indicators in {self.out / 'analysis'}, tables in {path}")
         return path
 
-    def fits(self, costs) -> bool:
-        """Would one more model, started now, end within the budget? Its cost is taken as 1.2 x the slowest
-        model so far, and 2.5 minutes are kept for evaluation and analysis."""
-        return not costs or self.elapsed() + 1.2 * max(costs) + 150 <= self.a.budget_minutes * 60
-
-    def train_all(self, data: Path) -> dict:
-        """Train and decode no-PE, SAPE, PosNet-Embed, then the other encodings while the budget allows,
-        ``--jobs`` at a time."""
+    def run(self) -> int:
+        """No-PE, SAPE and PosNet-Embed always, then every other registered encoding while the budget allows."""
         from pe_plugin.encodings import PE_REGISTRY
 
-        order = [*CORE, *(m for m in PE_REGISTRY if m not in CORE and self.a.extra)]
-        pending, running, systems, costs = list(order), {}, {}, []
-
-        def timed(method):
-            t0 = time.time()
-            return self.train_and_decode(method, data), time.time() - t0
-
-        with ThreadPoolExecutor(self.a.jobs) as pool:
-            while pending or running:
-                while pending and len(running) < self.a.jobs:
-                    method = pending.pop(0)
-                    if method in CORE or self.fits(costs):
-                        running[pool.submit(timed, method)] = method
-                    else:
-                        self.say(f"{method}: skipped, it would end past the {self.a.budget_minutes:g}-minute budget "
-                                 f"(raise --budget-minutes to train it)")
-                done, _ = wait(running, return_when=FIRST_COMPLETED)
-                for future in done:
-                    systems[running.pop(future)], cost = future.result()
-                    costs.append(cost)
-        return {m: systems[m] for m in order if m in systems}
-
-    def run(self) -> int:
-        data = self.prepare(self.corpus())
-        systems = self.train_all(data)
-        results = self.evaluate(systems)
+        data = self.prepare(self.corpus(self.out / "raw"))
+        systems = self.train_all(data, [*CORE, *(m for m in PE_REGISTRY if m not in CORE and self.a.extra)], CORE)
+        ref = self.run_dir("sape") / "gen" / f"ref.detok.{TGT}"
+        results = self.evaluate(systems, ref, extra=["--ngram-analysis"])
         analysis = self.analyse(list(systems), data)
         report = json.loads((results / "results.json").read_text())
         print((results / "results.md").read_text(), analysis.read_text(), sep="\n", flush=True)
@@ -256,21 +277,19 @@ def check_order_matters(report: dict, margin: float = 10.0) -> int:
     return 0 if gap >= margin else 1
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", default="demo_out", help="output folder (default: demo_out)")
+def add_pipeline_args(p: argparse.ArgumentParser, out: str, budget: float, budget_help: str) -> None:
+    """The flags of ``Pipeline``; ``check_pipeline_args`` validates them."""
+    p.add_argument("--out", default=out, help=f"output folder (default: {out})")
     p.add_argument("--updates", type=int, default=800, help="training updates per model (default: 800)")
     p.add_argument("--train", type=int, default=20000, help="training sentence pairs (default: 20000)")
     p.add_argument("--heldout", type=int, default=500, help="validation and test pairs each (default: 500)")
-    p.add_argument("--budget-minutes", type=float, default=14.0,
-                   help="train encodings beyond no-PE, SAPE and PosNet-Embed only while the demo can end within "
-                        "this many minutes (default: 14)")
-    p.add_argument("--no-extra", dest="extra", action="store_false",
-                   help="train only no-PE, SAPE and PosNet-Embed")
+    p.add_argument("--budget-minutes", type=float, default=budget, help=f"{budget_help} (default: {budget:g})")
     p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
                    help="models trained at the same time, one torch thread each (default: 2, or 1 on one core)")
     p.add_argument("--seed", type=int, default=1, help="corpus and training seed (default: 1)")
-    a = p.parse_args(argv)
+
+
+def check_pipeline_args(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
     if a.updates < AVERAGE:
         p.error(f"--updates {a.updates}: at least {AVERAGE} (the last {AVERAGE} checkpoints are averaged)")
     for flag in ("train", "heldout"):
@@ -278,6 +297,16 @@ def main(argv=None) -> int:
             p.error(f"--{flag} {getattr(a, flag)}: at least 10 sentence pairs")
     if a.jobs < 1:
         p.error(f"--jobs {a.jobs}: at least 1")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_pipeline_args(p, "demo_out", 14.0, "train encodings beyond no-PE, SAPE and PosNet-Embed only while the "
+                                           "demo can end within this many minutes")
+    p.add_argument("--no-extra", dest="extra", action="store_false",
+                   help="train only no-PE, SAPE and PosNet-Embed")
+    a = p.parse_args(argv)
+    check_pipeline_args(p, a)
     return Demo(a).run()
 
 
