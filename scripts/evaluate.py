@@ -11,16 +11,26 @@ Metrics, each with a sacrebleu signature:
 Significance: sacrebleu's paired bootstrap resampling (Koehn, 2004; default) or paired approximate
 randomisation (Riezler and Maxwell, 2005; Clark et al., 2011), run once per metric. The 95% confidence
 intervals come from bootstrap resampling (sacrebleu's ``estimate_ci``).
-Figure-4 analysis (``--ngram-analysis``): system minus baseline as the n-gram order grows.
+Figure-4 analysis (``--ngram-analysis``): system minus baseline as the n-gram order grows, in three sweeps
+as in the paper: chrF with character order n = 1..30 and word order 2 (chrF++ is n = 6), chrF with word
+order n = 1..8 and character order 6, and BLEU of order n = 1..8.
 
 Several runs (seeds) per system: ``--system NAME=run1.txt,run2.txt``. Run i of a system is tested against
 run i of the baseline, or against the baseline's only run when the baseline has one. The table shows the
 mean and sample standard deviation over runs; its mark is the one every run earns (the largest p-value).
 
+Scores by source length (``--source FILE`` with ``--length-buckets 10,20,30`` or ``--length-quantiles 4``):
+BLEU and chrF++ of every system on the segments of each bucket, each bucket tested against the baseline with
+the same test, samples and seed as the whole set. Length = words of the source line (whitespace-separated
+tokens, before any tokenisation); edges 10,20,30 give the buckets <=10, 11-20, 21-30, >=31 words. Quantile
+edges are nearest-rank quantiles of the source lengths, repeated edges merged. An empty bucket is reported
+(table, CSV, a warning), not scored.
+
 Outputs in --out-dir (PREFIX defaults to ``results``): PREFIX.md, PREFIX.csv (one row per system),
-PREFIX_runs.csv (one row per run), PREFIX.json (everything), and with --ngram-analysis PREFIX_ngram.csv
-and PREFIX_ngram.png. Each file is written under a temporary name and renamed; nothing is written when
-an input is invalid (exit code 2).
+PREFIX_runs.csv (one row per run), PREFIX.json (everything), with --ngram-analysis PREFIX_ngram.csv
+and PREFIX_ngram.png, and with --source PREFIX_length.md, PREFIX_length.csv (one row per bucket and system)
+and PREFIX_length.png (the signatures below the plot and in its PNG Description). Each file is written
+under a temporary name and renamed; nothing is written when an input is invalid (exit code 2).
 
 PE settings: ``--meta NAME=settings.json``, or a file ``HYPOTHESIS.meta.json`` beside a hypothesis file,
 is copied into the outputs. Its ``pe_signature`` entry, if any, fills the table's PE column.
@@ -123,6 +133,8 @@ class Inputs:
     ref: List[str]
     baseline: System
     systems: List[System]  # without the baseline
+    source_file: Optional[str] = None  # --source: line-aligned with the reference, for the length buckets
+    source: Optional[List[str]] = None
 
     def paired_baseline_run(self, run: int) -> int:
         return run if len(self.baseline.runs) > 1 else 0
@@ -206,6 +218,7 @@ def check_options(args: argparse.Namespace) -> None:
         raise InputError("no baseline system: pass --baseline NAME=FILE[,FILE...]")
     if not args.system:
         raise InputError("no system to compare with the baseline: pass --system NAME=FILE[,FILE...]")
+    check_length_options(args)
 
 
 def load_inputs(args: argparse.Namespace) -> Inputs:
@@ -231,7 +244,11 @@ def load_inputs(args: argparse.Namespace) -> Inputs:
         if name not in by_name or not path:
             raise InputError(f"--meta {value!r}: expected NAME=FILE.json with NAME one of {', '.join(names)}")
         by_name[name].meta = read_meta(path)
-    return Inputs(args.ref, ref, baseline, systems)
+    source = read_lines(args.source) if args.source else None
+    if source is not None and len(source) != len(ref):
+        raise InputError(f"line counts differ: source {args.source} has {len(source)} lines, reference {args.ref} "
+                         f"has {len(ref)} lines (--source must be line-aligned with --ref)")
+    return Inputs(args.ref, ref, baseline, systems, args.source, source)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -274,7 +291,8 @@ def paired_test(
     return sigs[name], scores[name]
 
 
-def score_systems(inputs: Inputs, args: argparse.Namespace) -> Dict[str, Any]:
+def score_systems(inputs: Inputs, args: argparse.Namespace,
+                  metrics: Sequence[MetricSpec] = METRICS) -> Dict[str, Any]:
     """Per metric: a signature, and for every (system, run) a score, bootstrap mean, CI, p-value and mark."""
     n_samples = args.n_samples or DEFAULT_SAMPLES[args.paired]
     aggressive = not args.no_aggressive_dash
@@ -289,7 +307,7 @@ def score_systems(inputs: Inputs, args: argparse.Namespace) -> Dict[str, Any]:
         return compound_split(lines, args.trg_lang, aggressive) if spec.tokenised else lines
 
     out: Dict[str, Any] = {"signatures": {}, "results": {}}  # results[(system, run)][metric key]
-    for spec in METRICS:
+    for spec in metrics:
         ref = text(inputs.ref, spec)
         for b, members in sorted(groups.items()):
             named = [(f"{base.name}#{b + 1}", text(base.runs[b], spec))]
@@ -336,6 +354,196 @@ def summarise(runs: List[Dict[str, Any]], is_baseline: bool) -> Dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------------------------
+# Scores by source length: BLEU and chrF++ on the segments of each length bucket, tested as above
+
+LENGTH_METRICS: Tuple[MetricSpec, ...] = tuple(spec for spec in METRICS if spec.key in ("bleu", "chrf"))
+LENGTH_UNIT = "words (whitespace-separated tokens of the source line as given, before any tokenisation)"
+
+
+def source_length(line: str) -> int:
+    return len(line.split())
+
+
+@dataclass(frozen=True)
+class Bucket:
+    lo: int  # fewest words, inclusive
+    hi: Optional[int]  # most words, inclusive; None: no upper limit
+
+    @property
+    def label(self) -> str:
+        if self.hi is None:
+            return f"≥{self.lo}"
+        if self.lo == 0:
+            return f"≤{self.hi}"
+        return str(self.lo) if self.lo == self.hi else f"{self.lo}-{self.hi}"
+
+    def holds(self, n: int) -> bool:
+        return self.lo <= n and (self.hi is None or n <= self.hi)
+
+
+def parse_edges(value: str) -> List[int]:
+    """``--length-buckets 10,20,30`` -> [10, 20, 30]: increasing whole numbers >= 0."""
+    try:
+        edges = [int(x) for x in value.split(",") if x.strip()]
+    except ValueError:
+        edges = []
+    if not edges or any(e < 0 for e in edges) or any(a >= b for a, b in zip(edges, edges[1:])):
+        raise InputError(f"--length-buckets {value!r}: expected increasing whole numbers >= 0, e.g. 10,20,30 "
+                         "(buckets <=10, 11-20, 21-30, >=31 source words)")
+    return edges
+
+
+def quantile_edges(lengths: Sequence[int], q: int) -> List[int]:
+    """Edges of ``q`` quantile buckets: for k = 1..q-1 the smallest length that at least k/q of the segments do
+    not exceed (nearest rank); repeated edges and the longest length itself are dropped, so no bucket is empty."""
+    ranked = sorted(lengths)
+    n = len(ranked)
+    return sorted({ranked[-(-k * n // q) - 1] for k in range(1, q)} - {ranked[-1]})
+
+
+def length_buckets(lengths: Sequence[int], args: argparse.Namespace) -> List[Bucket]:
+    edges = parse_edges(args.length_buckets) if args.length_buckets else quantile_edges(lengths, args.length_quantiles)
+    los = [0] + [e + 1 for e in edges]
+    return [Bucket(lo, hi) for lo, hi in zip(los, [*edges, None])]
+
+
+def check_length_options(args: argparse.Namespace) -> None:
+    if args.length_buckets and args.length_quantiles:
+        raise InputError("--length-buckets and --length-quantiles: give one of them")
+    wanted = args.length_buckets or args.length_quantiles is not None
+    if wanted and not args.source:
+        raise InputError("--length-buckets/--length-quantiles need the source file: pass --source FILE "
+                         "(line-aligned with --ref)")
+    if args.source and not wanted:
+        raise InputError(f"--source {args.source}: pass --length-buckets EDGES or --length-quantiles N as well")
+    if args.length_buckets:
+        parse_edges(args.length_buckets)
+    if args.length_quantiles is not None and args.length_quantiles < 2:
+        raise InputError(f"--length-quantiles {args.length_quantiles}: at least 2 buckets")
+
+
+def subset(inputs: Inputs, index: Sequence[int]) -> Inputs:
+    """The inputs restricted to the segments ``index`` (reference, every run of every system)."""
+    def pick(lines: List[str]) -> List[str]:
+        return [lines[i] for i in index]
+
+    def cut(s: System) -> System:
+        return System(s.name, s.files, [pick(run) for run in s.runs], s.meta, s.run_meta)
+
+    return Inputs(inputs.ref_file, pick(inputs.ref), cut(inputs.baseline), [cut(s) for s in inputs.systems],
+                  inputs.source_file, pick(inputs.source) if inputs.source is not None else None)
+
+
+def score_length_buckets(inputs: Inputs, args: argparse.Namespace) -> Dict[str, Any]:
+    """Every bucket's segments scored and tested against the baseline exactly as the whole test set is
+    (``score_systems`` on the subset, same test, samples and seed); empty buckets are kept, without scores."""
+    lengths = [source_length(line) for line in inputs.source]
+    buckets = []
+    for b in length_buckets(lengths, args):
+        index = [i for i, n in enumerate(lengths) if b.holds(n)]
+        entry: Dict[str, Any] = {"label": b.label, "min_words": b.lo, "max_words": b.hi, "segments": len(index)}
+        if index:
+            sub = subset(inputs, index)
+            scored = score_systems(sub, args, LENGTH_METRICS)
+            entry["signatures"] = scored["signatures"]
+            entry["systems"] = []
+            for s in [sub.baseline] + sub.systems:
+                runs = [scored["results"][(s.name, r)] for r in range(len(s.runs))]
+                entry["systems"].append({
+                    "name": s.name, "baseline": s is sub.baseline, "runs": runs,
+                    "summary": {spec.key: summarise([run[spec.key] for run in runs], s is sub.baseline)
+                                for spec in LENGTH_METRICS}})
+        buckets.append(entry)
+    filled = [b for b in buckets if b["segments"]]
+    how = (f"--length-buckets {args.length_buckets}" if args.length_buckets
+           else f"{args.length_quantiles} quantiles of the source lengths (nearest rank)")
+    return {"source": inputs.source_file, "unit": LENGTH_UNIT, "buckets_from": how,
+            "edges": [b["max_words"] for b in buckets[:-1]],
+            "metrics": {spec.key: {"label": spec.label, "signature": filled[0]["signatures"][spec.key]}
+                        for spec in LENGTH_METRICS},
+            "empty": [b["label"] for b in buckets if not b["segments"]], "buckets": buckets}
+
+
+def length_rows(report: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """One CSV row per (bucket, system); an empty bucket has one row with no system and no scores."""
+    lb, rows = report["length_buckets"], []
+    for b in lb["buckets"]:
+        head = {"bucket": b["label"], "min_words": b["min_words"], "max_words": b["max_words"],
+                "segments": b["segments"]}
+        if not b["segments"]:
+            blank = {k: None for spec in LENGTH_METRICS for k in summary_columns(spec.key, None)}
+            rows.append({**head, "system": "", "baseline": "", "runs": 0, **blank})
+        for s in b.get("systems", []):
+            row = {**head, "system": s["name"], "baseline": s["baseline"], "runs": len(s["runs"])}
+            for spec in LENGTH_METRICS:
+                row.update(summary_columns(spec.key, {**s["summary"][spec.key],
+                                                      "signature": b["signatures"][spec.key]}))
+            rows.append(row)
+    return rows
+
+
+def render_length_markdown(report: Dict[str, Any], width: int) -> str:
+    lb, t = report["length_buckets"], report["test"]
+    buckets = lb["buckets"]
+    names = [s["name"] for s in report["systems"]]
+    lines = [f"Scores by source length in {lb['unit']} of `{lb['source']}`; buckets from {lb['buckets_from']}."]
+    for spec in LENGTH_METRICS:
+        head = [spec.label] + [f"{b['label']} ({b['segments']})" for b in buckets]
+        lines += ["", "| " + " | ".join(head) + " |", "|---|" + "---:|" * len(buckets)]
+        for name in names:
+            row = [name + (" (baseline)" if name == report["baseline"] else "")]
+            for b in buckets:
+                s = next((x for x in b.get("systems", []) if x["name"] == name), None)
+                m = s["summary"][spec.key] if s else None
+                row.append("–" if m is None else f"{m['mean']:.{width}f}{m.get('mark', '')}")
+            lines.append("| " + " | ".join(row) + " |")
+    lines += ["", f"Column heads: bucket (segments). Each bucket is tested on its own segments: {t['name']} against "
+              f"{report['baseline']} ({t['n_samples']} samples, seed {t['seed']}); `++`/`+` better at p < 0.05 / "
+              "p < 0.10, `--`/`-` worse. p-values, CIs and per-run scores: the CSV and JSON files."]
+    if lb["empty"]:
+        lines += ["", "Empty buckets (no source segment of that length; no scores): " + ", ".join(lb["empty"]) + "."]
+    lines += ["", "Signatures:"] + [f"- {m['label']}: `{m['signature']}`" for m in lb["metrics"].values()]
+    return "\n".join(lines) + "\n"
+
+
+def plot_length_buckets(report: Dict[str, Any]) -> bytes:
+    """Score per bucket, one line per system, the significance marks beside the points; the sacrebleu
+    signatures below the panels and in the PNG's Description text."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    lb = report["length_buckets"]
+    buckets = lb["buckets"]  # an empty bucket keeps its place on the axis, without points
+    fig, axes = plt.subplots(1, len(LENGTH_METRICS), figsize=(5.2 * len(LENGTH_METRICS), 4.0), squeeze=False)
+    for ax, spec in zip(axes[0], LENGTH_METRICS):
+        for s in report["systems"]:
+            pts = [next((x["summary"][spec.key] for x in b.get("systems", []) if x["name"] == s["name"]), None)
+                   for b in buckets]
+            line, = ax.plot(range(len(buckets)), [math.nan if m is None else m["mean"] for m in pts], marker="o",
+                            markersize=3, label=s["name"] + (" (baseline)" if s["baseline"] else ""),
+                            linestyle="--" if s["baseline"] else "-")
+            for i, m in enumerate(pts):
+                if m is not None and m.get("mark"):
+                    ax.annotate(m["mark"], (i, m["mean"]), textcoords="offset points", xytext=(3, 2), fontsize=7,
+                                color=line.get_color())
+        ax.set_xticks(range(len(buckets)), [f"{b['label']}\n({b['segments']})" for b in buckets], fontsize=8)
+        ax.set(title=spec.label, xlabel="source length in words (segments)", ylabel=spec.label)
+    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))  # beside the panels, off the lines
+    t = report["test"]
+    signatures = [f"{m['label']}: {m['signature']}" for m in lb["metrics"].values()]
+    footer = [f"{t['name']} against {report['baseline']} in each bucket: ++/+ better at p < 0.05 / 0.10, "
+              "--/- worse", *signatures]
+    fig.text(0.01, 0.01, "\n".join(footer), fontsize=6, family="monospace", va="bottom")
+    fig.tight_layout(rect=(0, 0.03 * len(footer) + 0.02, 1, 1))
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=120, bbox_inches="tight", metadata={"Description": "\n".join(signatures)})
+    plt.close(fig)
+    return buf.getvalue()
+
+
+# ------------------------------------------------------------------------------------------------
 # Figure 4: the gap to the baseline as the n-gram order grows
 
 
@@ -354,9 +562,11 @@ def _bleu_stats(stats: List[float], n: int) -> List[float]:
 
 
 NGRAM_SWEEPS: Tuple[Sweep, ...] = (
-    Sweep("chrf_char", "chrF, character order n (word order 0)", range(1, 31),
-          lambda n, lang, refs: CHRF(char_order=n, word_order=0, references=refs),
-          lambda stats, n: stats[:3 * n]),  # [hyp, ref, match] per character order
+    # the paper's "n-gram character F2 and 2-gram word F2": character order n plus word 1- and 2-grams
+    Sweep("chrf_char", "chrF, character order n (word order 2)", range(1, 31),
+          lambda n, lang, refs: CHRF(char_order=n, word_order=2, references=refs),
+          # [hyp, ref, match] per character order 1..30, then per word order 1..2 (the last 6 values)
+          lambda stats, n: stats[:3 * n] + stats[-6:]),
     Sweep("chrf_word", "chrF, word order n (character order 6)", range(1, 9),
           lambda n, lang, refs: CHRF(char_order=6, word_order=n, references=refs),
           lambda stats, n: stats[:3 * (6 + n)]),  # the 6 character orders, then the word orders
@@ -520,13 +730,17 @@ def table_rows(report: Dict[str, Any]) -> List[Dict[str, Any]]:
         row = {"system": s["name"], "baseline": s["baseline"], "runs": len(s["runs"]),
                "files": ",".join(s["files"]), "pe_signature": s["pe_signature"]}
         for spec in METRICS:
-            m = s["summary"][spec.key]
-            row.update({spec.key: m["mean"], f"{spec.key}_sd": m["sd"], f"{spec.key}_mu": m.get("mu"),
-                        f"{spec.key}_ci95": m.get("ci95"), f"{spec.key}_p": m.get("p_max"),
-                        f"{spec.key}_delta": m.get("delta"), f"{spec.key}_mark": m.get("mark", ""),
-                        f"{spec.key}_signature": m["signature"]})
+            row.update(summary_columns(spec.key, s["summary"][spec.key]))
         rows.append(row)
     return rows
+
+
+def summary_columns(key: str, m: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    """CSV columns of one metric's summary (``summarise`` plus its signature); None: the columns, empty."""
+    m = m or {}
+    return {key: m.get("mean"), f"{key}_sd": m.get("sd"), f"{key}_mu": m.get("mu"), f"{key}_ci95": m.get("ci95"),
+            f"{key}_p": m.get("p_max"), f"{key}_delta": m.get("delta"), f"{key}_mark": m.get("mark", ""),
+            f"{key}_signature": m.get("signature")}
 
 
 def run_rows(report: Dict[str, Any]) -> List[Dict[str, Any]]:
@@ -591,6 +805,11 @@ def render_outputs(inputs: Inputs, report: Dict[str, Any], args: argparse.Namesp
         report["ngram_analysis"] = rows
         files[out / f"{prefix}_ngram.csv"] = csv_text(rows).encode()
         files[out / f"{prefix}_ngram.png"] = plot_ngram_gaps(rows, inputs.baseline.name)
+    if inputs.source is not None:
+        report["length_buckets"] = score_length_buckets(inputs, args)
+        files[out / f"{prefix}_length.md"] = render_length_markdown(report, args.width).encode()
+        files[out / f"{prefix}_length.csv"] = csv_text(length_rows(report)).encode()
+        files[out / f"{prefix}_length.png"] = plot_length_buckets(report)
     files[out / f"{prefix}.json"] = (json.dumps(to_jsonable(report), indent=2, ensure_ascii=False) + "\n").encode()
     return files
 
@@ -618,6 +837,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=DEFAULT_SEED, help="random seed, > 0 (default: %(default)s)")
     p.add_argument("--jobs", type=int, default=1, help="worker processes per paired test (default: 1)")
     p.add_argument("--ngram-analysis", action="store_true", help="also write the Figure-4 n-gram gap CSV and PNG")
+    p.add_argument("--source", metavar="FILE",
+                   help="source file, line-aligned with --ref: BLEU and chrF++ per source-length bucket")
+    p.add_argument("--length-buckets", metavar="EDGES",
+                   help="bucket edges in source words, e.g. 10,20,30: buckets <=10, 11-20, 21-30, >=31")
+    p.add_argument("--length-quantiles", type=int, metavar="N",
+                   help="N buckets of about equal size, from the quantiles of the source lengths")
     p.add_argument("--no-aggressive-dash", action="store_true",
                    help="compound split without Moses -a (tensor2tensor's get_ende_bleu.sh variant)")
     p.add_argument("--width", type=int, default=2, help="decimals in the markdown table (default: 2)")
@@ -635,6 +860,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     files = render_outputs(inputs, report, args)
     write_atomic(files)
     print(files[Path(args.out_dir) / f"{args.prefix}.md"].decode(), end="")
+    if inputs.source is not None:
+        for label in report["length_buckets"]["empty"]:
+            print(f"evaluate.py: warning: length bucket {label} holds no segment of {args.source}; it is reported "
+                  "empty", file=sys.stderr)
+        print("\n" + files[Path(args.out_dir) / f"{args.prefix}_length.md"].decode(), end="")
     return 0
 
 

@@ -4,6 +4,7 @@
     python scripts/launch.py train METHOD [--recipe wmt14] [--pair en-de] [--size base] [--seed 1] [--gpus N]
                                   [--dry-run] [-- FLAGS]
     python scripts/launch.py generate RUN_DIR [--data DIR] [--subset test] [--checkpoints 5] [--no-detok]
+                                     [--pe-beyond-max {clamp,error}]
 
 A recipe is data: examples/RECIPE/methods.toml ([common], [size.*], [method.*] and optional defaults
 data, runs_dir, default_size). wmt14 (the paper's) and multi30k (small enough for a CPU) ship here.
@@ -13,6 +14,11 @@ command (command.txt, command.json); re-running the same command resumes from it
 generate: averages the last update checkpoints, decodes with the paper's settings (beam 4, lenpen 0.6,
 max length 1 x source + 50), and writes RUN/gen/hyp.detok.TGT and ref.detok.TGT in the corpus order, with
 hyp.detok.TGT.meta.json (the encoding signature) for scripts/evaluate.py.
+Every test sentence is translated: before decoding, the sentences longer than the model's positions (LAPE's
+and PosNet's L_max) are named in a warning and decoded with the positions beyond L_max reusing the last row
+(--pe-beyond-max clamp, the default; hypotheses that run past the target limit are counted after decoding,
+and both lists go into the meta file as positions_beyond_max); --pe-beyond-max error names them and stops
+before anything is decoded.
 """
 import argparse
 import json
@@ -21,6 +27,7 @@ import re
 import shlex
 import subprocess
 import sys
+import threading
 import tomllib
 from pathlib import Path
 
@@ -105,15 +112,39 @@ def train(a) -> int:
     return tee(cmd, run_dir / "train.log")
 
 
+# fairseq's text-to-speech task logs this on import (every fairseq tool imports every task) when tensorboardX is
+# missing; translation never uses it, so our runs drop exactly this line (docs/fairseq.md §Log noise)
+TENSORBOARDX_NOTICE = re.compile(r"fairseq\.tasks\.text_to_speech ?[|:] ?Please install tensorboardX")
+
+
 def tee(cmd, log: Path) -> int:
     """Run ``cmd``, its output to the terminal and appended to ``log`` (a resumed run appends)."""
     with open(log, "a", encoding="utf-8") as f, subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1) as proc:
         for line in proc.stdout:
+            if TENSORBOARDX_NOTICE.search(line):
+                continue
             sys.stdout.write(line)
             f.write(line)
             f.flush()
     return proc.returncode
+
+
+def run_captured(cmd) -> subprocess.CompletedProcess:
+    """Run ``cmd`` with its stdout captured; its stderr goes to ours as it comes, without TENSORBOARDX_NOTICE."""
+    def relay(stream):
+        for line in stream:
+            if not TENSORBOARDX_NOTICE.search(line):
+                sys.stderr.write(line)
+                sys.stderr.flush()
+
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        errors = threading.Thread(target=relay, args=(proc.stderr,), daemon=True)
+        errors.start()
+        out = proc.stdout.read()
+        proc.wait()
+        errors.join()
+    return subprocess.CompletedProcess(cmd, proc.returncode, out)
 
 
 def generate(a) -> int:
@@ -136,21 +167,77 @@ def generate(a) -> int:
                           "--inputs", *paths, "--output", str(avg)])
     if rc:
         return rc
+    limits = check_positions(avg, data, a.subset, src, tgt, a.pe_beyond_max)
+    if limits is None:
+        return 2
     cmd = [sys.executable, "-m", "fairseq_cli.generate", str(data), "--user-dir", str(REPO / "pe_plugin"),
            "--path", str(avg), "--gen-subset", a.subset, "--source-lang", src, "--target-lang", tgt,
            "--beam", "4", "--lenpen", "0.6", "--max-len-a", "1", "--max-len-b", "50", "--batch-size", "128",
            # fairseq 0.12's batch_by_size drops a last batch whose size is not a multiple of
            # --required-batch-size-multiple (default 8): 3 of newstest2014's 3003 sentences would be lost
            "--required-batch-size-multiple", "1", "--remove-bpe"] + (["--fp16"] if _cuda() else ["--cpu"])
+    if a.pe_beyond_max == "clamp":  # every sentence is translated, whatever its length (pe_plugin.encodings.limits)
+        cmd += ["--model-overrides", "{'pe_beyond_max': 'clamp'}"]
     print(shlex.join(cmd), flush=True)
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
+    proc = run_captured(cmd)
     atomic_write(out / f"generate.{a.subset}.out", proc.stdout)
     if proc.returncode:
         return proc.returncode
-    return write_outputs(proc.stdout, out, tgt, run_dir / "train.log", a.no_detok)
+    count_long_hypotheses(proc.stdout, limits)
+    return write_outputs(proc.stdout, out, tgt, run_dir / "train.log", a.no_detok,
+                         {"positions_beyond_max": limits})
 
 
-def write_outputs(text: str, out: Path, tgt: str, train_log: Path, no_detok: bool) -> int:
+def check_positions(checkpoint: Path, data: Path, subset: str, src: str, tgt: str, mode: str):
+    """Before decoding: the sentences of ``subset`` the checkpoint has no positions for (LAPE, PosNet's L_max;
+    pe_plugin/encodings/limits.py). ``error``: print an error naming them and return None (nothing is decoded);
+    ``clamp``: warn naming them (they are translated with positions beyond the limit reusing the last row).
+    Returns what the meta file records."""
+    from pe_plugin.decode_limits import beyond, checkpoint_limits, describe, split_sizes
+
+    lim = checkpoint_limits(str(checkpoint), str(data))
+    try:
+        src_sizes, tgt_sizes = split_sizes(str(data), subset, src, tgt)
+    except FileNotFoundError as e:
+        _error(str(e))
+        return None
+    n = len(src_sizes)
+    if mode == "error":  # what fairseq-generate checks, sources and references, before it decodes
+        ids = sorted(set(beyond(src_sizes, lim.fairseq[0])) | set(beyond(tgt_sizes, lim.fairseq[1])))
+        if ids:
+            label = {i: f"{src_sizes[i]} source" + ("" if tgt_sizes is None else f", {tgt_sizes[i]} reference")
+                        + " tokens" for i in ids}
+            _error(f"{len(ids)} of {n} {subset} sentences are longer than the model's positions "
+                   f"(source {lim.fairseq[0]}, target {lim.fairseq[1]}: --max-source/target-positions and pe "
+                   f"{lim.pe}'s limits), sentence ids {describe(ids, label)}. Nothing was decoded (fairseq-generate "
+                   f"would stop at the first; its --skip-invalid-size-inputs-valid-test would drop them). Translate "
+                   f"them with --pe-beyond-max clamp (positions beyond the limit reuse the last row), or retrain "
+                   f"with larger --max-source-positions / --max-target-positions")
+            return None
+        return {"mode": mode, "encoder_limit": lim.encoder, "decoder_limit": lim.decoder, "sources": []}
+    ids = beyond(src_sizes, lim.encoder)
+    if ids:
+        print(f"warning: {len(ids)} of {n} {subset} sentences are longer than the {lim.encoder} source positions of "
+              f"pe {lim.pe}, sentence ids {describe(ids, {i: f'{src_sizes[i]} tokens' for i in ids})}; they are "
+              f"translated with positions >= {lim.encoder} reusing the last row (--pe-beyond-max clamp; "
+              f"--pe-beyond-max error stops instead)", file=sys.stderr)
+    return {"mode": mode, "encoder_limit": lim.encoder, "decoder_limit": lim.decoder, "sources": ids}
+
+
+def count_long_hypotheses(text: str, limits: dict) -> None:
+    """After decoding under clamp: warn naming the hypotheses that ran past the decoder's positions."""
+    from pe_plugin.decode_limits import describe, hypothesis_lengths
+
+    lengths, top = hypothesis_lengths(text), limits["decoder_limit"]
+    ids = sorted(i for i, m in lengths.items() if top is not None and m > top)
+    limits["hypotheses"] = ids
+    if ids:
+        print(f"warning: {len(ids)} of {len(lengths)} hypotheses are longer than the {top} target positions, "
+              f"sentence ids {describe(ids, {i: f'{lengths[i]} tokens' for i in ids})}; their tokens beyond "
+              f"position {top - 1} were decoded reusing the last row (--pe-beyond-max clamp)", file=sys.stderr)
+
+
+def write_outputs(text: str, out: Path, tgt: str, train_log: Path, no_detok: bool, extra_meta=None) -> int:
     """H-/T- lines of fairseq-generate, sorted by sentence id, detokenised, written atomically."""
     hyps = {int(m[1]): m[2] for m in re.finditer(r"^H-(\d+)\t[^\t]*\t(.*)$", text, re.M)}
     refs = {int(m[1]): m[2] for m in re.finditer(r"^T-(\d+)\t(.*)$", text, re.M)}
@@ -163,6 +250,7 @@ def write_outputs(text: str, out: Path, tgt: str, train_log: Path, no_detok: boo
     if not sig:
         print(f"warning: no encoding signature in {train_log}; meta file left without pe_signature", file=sys.stderr)
     meta = {"pe_signature": sig[-1]} if sig else {}
+    meta.update(extra_meta or {})
     atomic_write(out / f"hyp.detok.{tgt}.meta.json", json.dumps(meta, indent=1) + "\n")
     print(f"wrote {len(hyps)} sentences: {out / f'hyp.detok.{tgt}'}, {out / f'ref.detok.{tgt}'}")
     return 0
@@ -193,7 +281,7 @@ def main(argv=None) -> int:
     t.add_argument("--size", help="a size of the recipe (wmt14: base, big, tiny; multi30k: small); default: "
                                   "the recipe's default_size, else base")
     t.add_argument("--seed", type=int, default=1)
-    t.add_argument("--gpus", type=int, default=1, help="world size; --update-freq becomes 8 / N")
+    t.add_argument("--gpus", type=int, default=1, help="world size; the recipe's --update-freq is divided by N")
     t.add_argument("--data", help="fairseq data directory (default: the recipe's, data-bin/RECIPE_SRC_TGT)")
     t.add_argument("--runs-dir", help="parent of the run directory (default: the recipe's runs_dir, else runs)")
     t.add_argument("--dry-run", action="store_true", help="print the fairseq command and stop")
@@ -203,8 +291,17 @@ def main(argv=None) -> int:
     g.add_argument("--subset", default="test")
     g.add_argument("--checkpoints", type=int, default=5, help="average the last N update checkpoints")
     g.add_argument("--no-detok", action="store_true", help="skip Moses detokenisation")
+    g.add_argument("--pe-beyond-max", choices=["clamp", "error"], default="clamp",
+                   help="sentences longer than the model's positions (LAPE, PosNet's L_max): clamp (default) "
+                        "translates them, positions beyond the limit reusing the last row, and names them in a "
+                        "warning; error names them and stops before decoding")
+    m = sub.add_parser("methods", help="list a recipe's methods, one a line (e.g. for xargs)")
+    m.add_argument("--recipe", default="wmt14", choices=recipes())
     a = p.parse_args(argv)
     a.extra = extra
+    if a.cmd == "methods":
+        print("\n".join(load_table(RECIPES / a.recipe / "methods.toml")["method"]))
+        return 0
     return train(a) if a.cmd == "train" else generate(a)
 
 

@@ -11,7 +11,9 @@ BLEU and the sentence mean), ΔNLL = (NLL(y|x') - NLL(y|x)) / |y| by forced deco
 outputs, examples, and the global / local sensitivity ratio. Details: pe_plugin/analysis/swap.py.
 
 Output: --out/swap_probe.json (default: swap/ beside the checkpoint), written atomically, with the model's
-encoding signature.
+encoding signature. Sentences longer than the model's source positions (LAPE's and PosNet's L_max, or
+--max-source-positions) are left out of the probe, named in a warning and in the JSON (``left_out``), rather
+than stopping it half-way.
 """
 import argparse
 import sys
@@ -44,10 +46,18 @@ def main(argv=None) -> int:
     ds = task.dataset(args.subset)
     n = len(ds) if args.max_sentences is None else min(args.max_sentences, len(ds))
     srcs = [ds.src[i] for i in range(n)]
+    limit = model.encoder.max_positions()  # tokens, end of sentence included (pe_plugin/encodings/limits.py)
+    left_out = [i for i, src in enumerate(srcs) if len(src) > limit]
+    if left_out:
+        shown = ", ".join(f"{i} ({len(srcs[i])} tokens)" for i in left_out[:20])
+        print(f"warning: {len(left_out)} of {n} {args.subset} sentences are longer than the model's {limit} source "
+              f"positions and are left out of the probe: sentence ids {shown}"
+              + (f" and {len(left_out) - 20} more" if len(left_out) > 20 else ""), file=sys.stderr)
+        srcs = [src for i, src in enumerate(srcs) if len(src) <= limit]
     report = swap.swap_probe(model, task, srcs, args.kinds, args.seed, args.beam, args.max_len_a, args.max_len_b,
                              args.batch_size)
     report = {"pe_signature": pe_signature(model), "checkpoint": str(args.checkpoint), "data": str(args.data),
-              "subset": args.subset,
+              "subset": args.subset, "left_out": left_out,
               "settings": {k: v for k, v in vars(args).items() if k not in ("checkpoint", "data")},
               **report}
     model_io.write_json(out / "swap_probe.json", report)

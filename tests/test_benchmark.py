@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import tomllib
 
 import pytest
 
@@ -77,8 +78,17 @@ def test_parameter_counts_match_a_model_built_here(tiny_run, tmp_path):
 
     for lang in ("src", "tgt"):  # VOCAB symbols in all: fairseq's Dictionary adds its 4 specials
         (tmp_path / f"dict.{lang}.txt").write_text("".join(f"w{i} 1\n" for i in range(VOCAB - 4)))
+    with open(REPO / "examples" / "wmt14" / "methods.toml", "rb") as f:  # the models are the recipe's
+        recipe = tomllib.load(f)["method"]
+    assert tiny_run[2]["settings"]["recipe"] == "wmt14"
     for r in tiny_run[2]["results"]:
-        task, model, _ = build_model(tmp_path, f"transformer_{r['pe']}_tiny", extra=["-s", "src", "-t", "tgt"])
+        flags = recipe[r["pe"]]["flags"]
+        task, model, _ = build_model(tmp_path, f"transformer_{r['pe']}_tiny", extra=["-s", "src", "-t", "tgt", *flags])
+        assert r["max_positions"] == [model.encoder.max_source_positions, model.decoder.max_target_positions]
+        if r["pe"] == "posnet_embed":  # the recipe's L_max, not fairseq's default 1024
+            lmax = int(flags[flags.index("--max-source-positions") + 1])
+            assert lmax < 1024 and model.encoder.pe.max_positions == lmax
+            assert r["pe_params"] == 2 * 64 * 16 + lmax * 16 ** 2  # 2 C d_p + L_max d_p^2 at tiny size
         assert len(task.source_dictionary) == VOCAB
         assert r["params"] == sum(p.numel() for p in model.parameters()), r["pe"]
         assert r["pe_params"] == pe_parameter_count(model), r["pe"]

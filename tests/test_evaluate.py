@@ -320,6 +320,43 @@ BAD_INPUTS = {
 }
 
 
+def write_source(d, lengths, name="src.en"):
+    """A source file with the given number of words per line (the words themselves do not matter)."""
+    rng = random.Random(len(lengths))
+    (d / name).write_text("".join(" ".join(rng.choice(["the", "dog,", "sees", "a", "cat"]) for _ in range(n)) + "\n"
+                                  for n in lengths), encoding="utf-8")
+    return name
+
+
+PAIR = ["--baseline", "base=base1.de", "--system", "good=good1.de"]
+
+
+def _misaligned(d):
+    rng = random.Random(1)
+    name = write_source(d, [rng.randint(1, 9) for _ in range(N_SEG - 5)], "short.en")
+    return [*PAIR, "--source", name, "--length-quantiles", "3"], ["short.en", f"{N_SEG - 5} lines", "ref.de",
+                                                                  f"{N_SEG} lines"]
+
+
+def _with_source(*flags):
+    return lambda d: [*PAIR, "--source", write_source(d, [3] * N_SEG), *flags]
+
+
+BAD_INPUTS.update({  # scores by source length: --source and the bucket flags
+    "source misaligned": _misaligned,
+    "source missing": lambda d: ([*PAIR, "--source", "none.en", "--length-quantiles", "3"], ["none.en", "not found"]),
+    "buckets without source": lambda d: ([*PAIR, "--length-buckets", "5,10"], ["--source"]),
+    "source without buckets": lambda d: (_with_source()(d), ["--length-buckets", "--length-quantiles"]),
+    "edges not increasing": lambda d: (_with_source("--length-buckets", "10,5")(d),
+                                       ["--length-buckets '10,5'", "increasing"]),
+    "edges not numbers": lambda d: (_with_source("--length-buckets", "short,long")(d),
+                                    ["--length-buckets 'short,long'"]),
+    "both bucket flags": lambda d: (_with_source("--length-buckets", "5", "--length-quantiles", "2")(d),
+                                    ["give one of them"]),
+    "one quantile": lambda d: (_with_source("--length-quantiles", "1")(d), ["--length-quantiles 1", "at least 2"]),
+})
+
+
 @pytest.mark.parametrize("case", list(BAD_INPUTS))
 def test_bad_input_is_reported_and_nothing_is_written(case, corpus, tmp_path, capsys, monkeypatch):
     d = tmp_path / "in"
@@ -395,7 +432,7 @@ def test_ngram_analysis_csv_png_and_order_one_gap(corpus, tmp_path):
     assert (out / "results_ngram.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     ref = (corpus / "ref.de").read_text(encoding="utf-8").split("\n")[:-1]
     hyps = {n: (corpus / f"{n}1.de").read_text(encoding="utf-8").split("\n")[:-1] for n in ("base", "good", "bad")}
-    metrics = {"chrf_char": lambda n: CHRF(char_order=n, word_order=0),
+    metrics = {"chrf_char": lambda n: CHRF(char_order=n, word_order=2),
                "chrf_word": lambda n: CHRF(char_order=6, word_order=n),
                "bleu": lambda n: BLEU(max_ngram_order=n)}
 
@@ -413,6 +450,26 @@ def test_ngram_analysis_csv_png_and_order_one_gap(corpus, tmp_path):
     bleu_sigs = {r["signature"] for r in rows if r["analysis"] == "bleu"}
     assert len(bleu_sigs) == 8 and all(f"ngram:{n}|" in " ".join(bleu_sigs) for n in range(1, 9))
     assert len(load_json(out)["ngram_analysis"]) == len(rows)
+
+
+def test_ngram_character_sweep_is_the_papers_chrf_with_word_bigrams(corpus, tmp_path):
+    """Figure 4's character sweep is "n-gram character F2 and 2-gram word F2": chrF with character order n and
+    word order 2, as sacrebleu's CLI computes it (-cc n -cw 2), signature included. The sweep used to score word
+    order 0 (plain chrF of character order n): its scores and its signature (nw:0) both fail this test."""
+    out = tmp_path / "out"
+    assert evaluate(corpus, out, "--baseline", "base=base1.de", "--system", "good=good1.de", "--n-samples", "10",
+                    "--ngram-analysis") == 0
+    rows = {(r["system"], int(r["order"])): r for r in load_json(out)["ngram_analysis"] if r["analysis"] == "chrf_char"}
+    assert sorted({n for _, n in rows}) == list(range(1, 31))
+    for n in (1, 2, 6, 13, 30):
+        cli = {name: json.loads(sacrebleu_cli(corpus, ["ref.de", "-i", f"{name}1.de", "-m", "chrf", "--chrf-char-order",
+                                                       str(n), "--chrf-word-order", "2", "-w", "10"]))
+               for name in ("base", "good")}
+        row = rows["good", n]
+        assert row["system_score"] == pytest.approx(cli["good"]["score"], abs=1e-8), n
+        assert row["baseline_score"] == pytest.approx(cli["base"]["score"], abs=1e-8), n
+        assert row["gap"] == pytest.approx(cli["good"]["score"] - cli["base"]["score"], abs=1e-8), n
+        assert row["signature"] == cli["good"]["signature"] and f"|nc:{n}|nw:2|" in row["signature"]
 
 
 def test_meta_sidecar_and_override_reach_every_output(corpus, tmp_path):
@@ -447,3 +504,115 @@ def test_markdown_table_marks_follow_p_and_sign(corpus, tmp_path, capsys):
         assert f"{s['score']:.2f}{expect} (" in rows[name]
     assert "base (baseline)" in rows
     assert sorted(p.name for p in out.iterdir()) == ["t1.csv", "t1.json", "t1.md", "t1_runs.csv"]  # no temp files
+
+
+# ------------------------------------------------------------------------------------------------
+# Scores by source length
+
+
+@pytest.fixture
+def with_source(corpus, tmp_path):
+    """The corpus plus src.en: 1 to 30 words a line, drawn at random."""
+    d = tmp_path / "in"
+    shutil.copytree(corpus, d)
+    rng = random.Random(5)
+    write_source(d, [rng.randint(1, 30) for _ in range(N_SEG)])
+    return d
+
+
+def lines_of(path):
+    return path.read_text(encoding="utf-8").split("\n")[:-1]
+
+
+def test_length_buckets_equal_sacrebleu_on_each_subset(with_source, tmp_path):
+    """Each bucket's scores are sacrebleu's on the lines whose source has that many words, and its test is
+    sacrebleu's CLI paired bootstrap on those lines; the plot carries the CLI's signatures."""
+    d, out = with_source, tmp_path / "out"
+    assert evaluate(d, out, "--baseline", "base=base1.de", "--system", "good=good1.de", "--system", "bad=bad1.de",
+                    "--source", "src.en", "--length-buckets", "8,16", "--n-samples", "200", "--seed", "99") == 0
+    words = [len(line.split()) for line in lines_of(d / "src.en")]
+    ref = lines_of(d / "ref.de")
+    hyps = {name: lines_of(d / f"{name}1.de") for name in ("base", "good", "bad")}
+    ranges = {"≤8": (0, 8), "9-16": (9, 16), "≥17": (17, 10 ** 9)}
+    lb = load_json(out)["length_buckets"]
+    assert [b["label"] for b in lb["buckets"]] == list(ranges) and lb["edges"] == [8, 16]
+    for b in lb["buckets"]:
+        lo, hi = ranges[b["label"]]
+        pick = [i for i, n in enumerate(words) if lo <= n <= hi]
+        assert b["segments"] == len(pick) > 5
+        sub_ref = [ref[i] for i in pick]
+        for s in b["systems"]:
+            sub_hyp = [hyps[s["name"]][i] for i in pick]
+            assert s["summary"]["bleu"]["mean"] == pytest.approx(BLEU().corpus_score(sub_hyp, [sub_ref]).score,
+                                                                 abs=1e-9)
+            assert s["summary"]["chrf"]["mean"] == pytest.approx(
+                CHRF(word_order=2).corpus_score(sub_hyp, [sub_ref]).score, abs=1e-9)
+        if b["label"] == "9-16":  # the bucket's test: sacrebleu's CLI on the bucket's lines
+            for name, lines in [("ref", sub_ref)] + [(n, [hyps[n][i] for i in pick]) for n in hyps]:
+                (tmp_path / f"{name}.sub").write_text("\n".join(lines) + "\n", encoding="utf-8")
+            text = sacrebleu_cli(tmp_path, ["ref.sub", "-i", "base.sub", "good.sub", "bad.sub", "-m", "bleu", "chrf",
+                                            "--chrf-word-order", "2", "--paired-bs", "--paired-bs-n", "200", "-f",
+                                            "text", "-w", "4", "--no-color"], seed=99)
+            cells, pvals, sigs = parse_cli_bootstrap(text)
+            systems = {s["name"]: s["runs"][0] for s in b["systems"]}
+            for i, name in enumerate(["base", "good", "bad"]):
+                p_bleu, p_chrf = (None, None) if i == 0 else pvals[2 * i - 2: 2 * i]
+                assert_bootstrap_cell(systems[name]["bleu"], cells[2 * i], p_bleu)
+                assert_bootstrap_cell(systems[name]["chrf"], cells[2 * i + 1], p_chrf)
+            assert b["signatures"] == {"bleu": sigs["BLEU"], "chrf": sigs["chrF2++"]}
+    rows = list(csv.DictReader((out / "results_length.csv").open(encoding="utf-8")))
+    assert len(rows) == 9 and sum(int(r["segments"]) for r in rows if r["system"] == "base") == N_SEG
+    png = out / "results_length.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    from PIL import Image
+
+    description = Image.open(png).text["Description"]
+    assert sigs["BLEU"] in description and sigs["chrF2++"] in description
+    md = (out / "results_length.md").read_text(encoding="utf-8")
+    assert "| sacreBLEU | ≤8 (" in md and sigs["chrF2++"] in md and "words" in md
+
+
+def test_length_quantiles_and_several_runs(corpus, tmp_path):
+    """Quantile edges are numpy's inverted-CDF quantiles of the source lengths, ties merged; with two runs a
+    bucket's score is the mean of the runs' sacrebleu scores on its lines."""
+    d = tmp_path / "in"
+    shutil.copytree(corpus, d)
+    rng = random.Random(8)
+    words = [rng.choice([2, 4, 4, 4, 7, 7, 9, 12, 15, 15, 21]) for _ in range(N_SEG)]  # many ties
+    write_source(d, words)
+    ref = lines_of(d / "ref.de")
+    for q in (4, 10):
+        out = tmp_path / f"out{q}"
+        assert evaluate(d, out, "--baseline", "base=base1.de,base2.de", "--system", "good=good1.de,good2.de",
+                        "--source", "src.en", "--length-quantiles", str(q), "--n-samples", "50") == 0
+        lb = load_json(out)["length_buckets"]
+        expect = sorted({int(np.quantile(words, k / q, method="inverted_cdf")) for k in range(1, q)} - {max(words)})
+        assert lb["edges"] == expect and len(lb["buckets"]) == len(expect) + 1
+        assert not lb["empty"] and sum(b["segments"] for b in lb["buckets"]) == N_SEG
+        bounds = [-1] + expect + [max(words)]
+        for b, lo, hi in zip(lb["buckets"], bounds, bounds[1:]):
+            pick = [i for i, n in enumerate(words) if lo < n <= hi]
+            assert b["segments"] == len(pick)
+            good = next(s for s in b["systems"] if s["name"] == "good")["summary"]["chrf"]
+            direct = [CHRF(word_order=2).corpus_score([lines_of(d / f"good{r}.de")[i] for i in pick],
+                                                      [[ref[i] for i in pick]]).score for r in (1, 2)]
+            assert good["mean"] == pytest.approx(statistics.mean(direct), abs=1e-9)
+            assert good["sd"] == pytest.approx(statistics.stdev(direct), abs=1e-9)
+
+
+def test_empty_length_bucket_is_reported_not_scored(with_source, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert evaluate(with_source, out, "--baseline", "base=base1.de", "--system", "good=good1.de",
+                    "--source", "src.en", "--length-buckets", "0,8,16,100", "--n-samples", "50") == 0
+    err = capsys.readouterr().err
+    assert "length bucket ≤0 holds no segment" in err and "length bucket ≥101 holds no segment" in err
+    lb = load_json(out)["length_buckets"]
+    assert lb["empty"] == ["≤0", "≥101"]
+    assert [b["segments"] > 0 for b in lb["buckets"]] == [False, True, True, True, False]
+    assert "systems" not in lb["buckets"][0]
+    assert "Empty buckets (no source segment of that length; no scores): ≤0, ≥101." in (
+        out / "results_length.md").read_text(encoding="utf-8")
+    rows = list(csv.DictReader((out / "results_length.csv").open(encoding="utf-8")))
+    empty = [r for r in rows if r["segments"] == "0"]
+    assert [r["bucket"] for r in empty] == ["≤0", "≥101"] and all(r["bleu"] == r["chrf"] == "" for r in empty)
+    assert (out / "results_length.png").exists()

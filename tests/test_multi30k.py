@@ -137,10 +137,14 @@ def test_a_corrupt_download_is_quarantined_and_named(site, tmp_path):
     assert not (tmp_path / "dl" / "test_2016_flickr.de.gz").exists()
 
 
-def test_methods_table_is_the_registry_plus_stock_fairseq():
+def test_methods_table_is_the_registry_plus_stock_fairseq(capsys):
     methods = METHODS["method"]
-    assert set(methods) == set(PE_REGISTRY) | {"fairseq_transformer"}
+    assert set(PE_REGISTRY) | {"fairseq_transformer"} <= set(methods)
     assert methods["fairseq_transformer"]["arch"] == "transformer"
+    for name, entry in methods.items():  # variants name their encoding
+        assert name in PE_REGISTRY or entry.get("pe") in PE_REGISTRY, name
+    assert launch.main(["methods", "--recipe", "multi30k"]) == 0
+    assert capsys.readouterr().out.split() == list(methods)
 
 
 @pytest.mark.parametrize("method", list(METHODS["method"]))
@@ -152,7 +156,8 @@ def test_every_entry_parses_as_the_small_model(method, tmp_path):
     assert (args.encoder_layers, args.decoder_layers, args.encoder_embed_dim, args.encoder_ffn_embed_dim) == (3, 3, 256, 1024)
     assert (args.encoder_attention_heads, args.decoder_attention_heads, args.dropout) == (4, 4, 0.3)
     assert (args.lr, args.warmup_updates, args.max_tokens, args.update_freq, args.max_update) == ([1e-3], 1000, 4096, [1], 1500)
-    assert args.arch == ("transformer" if method == "fairseq_transformer" else f"transformer_{method}_wmt_en_de")
+    pe = METHODS["method"][method].get("pe", method)
+    assert args.arch == ("transformer" if method == "fairseq_transformer" else f"transformer_{pe}_wmt_en_de")
 
 
 def test_stock_entry_builds_the_same_model_as_sape(data_bin, tmp_path):

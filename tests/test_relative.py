@@ -5,7 +5,7 @@
   AT5 MLP evaluated on the whole (i, j) grid as the official code does), on padded batches, in both
   stacks, on the fused and the explicit path, for gradients too, and step by step as in decoding;
 * the defining properties: the bias depends only on j - i, saturates (Shaw beyond k, T5 at the last
-  bucket, AT5 as f -> 1), T5 buckets match the table of ENCODINGS.md 3.1;
+  bucket, AT5 as f -> 1), T5 buckets match the table of docs/encodings.md §T5;
 * model level: beam search equals a full forward pass, the encoder output of a sentence does not depend
   on padding side or batch, parameter counts are closed-form, fp16 matches fp32.
 """
@@ -144,7 +144,7 @@ def future_mask(t):
 
 
 # ---- pure functions -----------------------------------------------------------------------------------
-# ENCODINGS.md 3.1 (N=32, max distance 128): first distance n = i - j of each log bucket
+# docs/encodings.md §T5 (N=32, max distance 128): first distance n = i - j of each log bucket
 BIDIRECTIONAL_STARTS = [8, 12, 16, 23, 32, 46, 64, 91]  # buckets 8..15 (16..31 for keys to the right)
 CAUSAL_STARTS = [16, 19, 21, 24, 27, 31, 35, 40, 46, 52, 59, 67, 77, 87, 99, 113]  # buckets 16..31
 
@@ -294,7 +294,7 @@ def test_at5_saturates_and_uses_the_right_branch():
 
 def test_at5_decoding_step_bias_is_the_full_row_not_the_official_constant():
     """The official code slices its bias grid to [:1, :1] at each decoding step and broadcasts the
-    distance-0 value over all keys (ENCODINGS.md 0.9); ours is the full pass's row for the last query."""
+    distance-0 value over all keys (docs/encodings.md §D8); ours is the full pass's row for the last query."""
     pe = make_pe("at5", "decoder")
     t = 10
     q = torch.zeros(1, H, t, D)
@@ -405,12 +405,46 @@ def test_parameter_counts_are_closed_form(data_bin, name, extra, cfg):
     assert count(model) == count(sape) + expected
 
 
-@pytest.mark.parametrize("suffix,k", [("tiny", 4), ("wmt_en_de", 16), ("wmt_en_de_big", 8)])
-def test_rpe_size_defaults_and_flags(data_bin, suffix, k):
+@pytest.mark.parametrize("suffix,k,per_head", [("tiny", 4, False), ("wmt_en_de", 16, True),
+                                              ("wmt_en_de_big", 8, False)])
+def test_rpe_size_defaults_and_flags(data_bin, suffix, k, per_head):
     args = pe_testing.parse_train_args(data_bin, f"transformer_rpe_{suffix}")
-    assert args.rpe_max_relative_position == k
+    assert args.rpe_max_relative_position == k and getattr(args, "rpe_per_head", False) == per_head
     args = pe_testing.parse_train_args(data_bin, f"transformer_rpe_{suffix}", ["--rpe-max-relative-position", "2"])
     assert args.rpe_max_relative_position == 2
+
+
+def _rpe_tables(model):
+    """Shapes of every relative table of the model's two stacks."""
+    return {tuple(t.shape) for stack in (model.encoder, model.decoder) for t in (stack.pe.key_table, stack.pe.value_table)}
+
+
+def test_rpe_base_tables_are_per_layer_and_head_and_big_shares(data_bin):
+    """Shaw et al. 2018, section 4.1: base k = 16 with "unique edge representations per layer and head", big
+    k = 8 per layer (shared by heads). Shapes (L, H|1, 2k+1, d_h) and the closed-form count 2 stacks x L x (H|1)
+    x (2k+1) x d_h x 2 tables. Base used to share one table across heads: (6, 1, 33, 64), 50,688 parameters."""
+    from pe_plugin.models.validation import pe_parameter_count
+
+    _, base, _ = pe_testing.build_model(data_bin, "transformer_rpe_wmt_en_de")
+    assert _rpe_tables(base) == {(6, 8, 33, 64)}
+    assert pe_parameter_count(base) == 2 * 6 * 8 * 33 * 64 * 2 == 405_504
+    assert "rpe_per_head:True|rpe_shared_heads:False" in base.encoder.pe.signature()
+    del base
+    _, big, _ = pe_testing.build_model(data_bin, "transformer_rpe_wmt_en_de_big")
+    assert _rpe_tables(big) == {(6, 1, 17, 64)}  # d 1024 / 16 heads
+    assert pe_parameter_count(big) == 2 * 6 * 1 * 17 * 64 * 2 == 26_112
+    del big
+    # flags win over the size defaults, either way
+    _, shared, _ = pe_testing.build_model(data_bin, "transformer_rpe_wmt_en_de", ["--rpe-shared-heads"])
+    assert _rpe_tables(shared) == {(6, 1, 33, 64)} and pe_parameter_count(shared) == 2 * 6 * 33 * 64 * 2
+    assert "rpe_per_head:False|rpe_shared_heads:True" in shared.encoder.pe.signature()
+    del shared
+    _, narrow, _ = pe_testing.build_model(data_bin, "transformer_rpe_wmt_en_de", [  # multi30k's small size
+        "--encoder-layers", "3", "--decoder-layers", "3", "--encoder-embed-dim", "256", "--decoder-embed-dim", "256",
+        "--encoder-attention-heads", "4", "--decoder-attention-heads", "4"])
+    assert _rpe_tables(narrow) == {(3, 4, 33, 64)}
+    _, tiny, _ = pe_testing.build_model(data_bin, "transformer_rpe_tiny", ["--rpe-per-head"])
+    assert _rpe_tables(tiny) == {(2, 2, 9, 32)}
 
 
 def test_at5_layer_placement(data_bin):
@@ -418,5 +452,63 @@ def test_at5_layer_placement(data_bin):
         _, model, _ = pe_testing.build_model(data_bin, "transformer_at5_tiny", extra)
         for stack in (model.encoder, model.decoder):
             assert [isinstance(layer.self_attn, PEAttention) for layer in stack.layers] == biased
-            assert stack.pe.max_length == 1024  # max(256, --max-*-positions 1024)
+            assert stack.pe.max_length == 256  # the official divisor, whatever --max-*-positions (1024 here)
         assert all(not isinstance(layer.encoder_attn, PEAttention) for layer in model.decoder.layers)
+
+
+@torch.no_grad()
+def _at5_reference(pe, r, divisor):
+    """AT5's bias of each distance r (R,) per head, from the module's raw parameters and the equations of
+    Wu et al. / the official code, with slopes ReLU(a~) / ``divisor``: (H, R)."""
+    out = torch.zeros(pe.slope.size(1), r.numel(), dtype=torch.float64)
+    for h in range(out.size(0)):
+        for i, dist in enumerate(r.tolist()):
+            side = 1 if dist > 0 else 0  # g+ / slope a to the right, g- / slope b to the left and at 0
+            if side >= pe.slope.size(0):
+                continue  # causal: no g+, future keys are masked (bias 0)
+            slope = max(float(pe.slope[side, h, 0]), 0.0) / divisor
+            f = 1 - math.exp(-slope * abs(dist))
+            x = torch.sigmoid(f * pe.w1[side, h, 0].double() + pe.c1[side, h, 0].double())  # (l1,)
+            x = torch.sigmoid(x @ pe.w2[side, h].double() + pe.c2[side, h, 0].double())  # (l2,)
+            out[h, i] = float(x @ pe.w3[side, h, :, 0].double() + pe.c3[side, h, 0, 0].double())
+    return out
+
+
+def test_at5_slopes_are_divided_by_256_whatever_the_max_positions(data_bin):
+    """The official code divides the slopes by its trainer's max_length = 256. With --max-source/target-positions
+    1024 (every recipe's), the bias at base size must be the one of slopes ReLU(a~) / 256, computed here from the
+    module's raw parameters; the old divisor max(256, max positions) = 1024 gives slopes 4x smaller and fails
+    (the MLPs are excited so that f's change shows in the bias; the check below proves it does).
+    --at5-max-length still overrides the divisor."""
+    lims = ["--max-source-positions", "1024", "--max-target-positions", "1024"]
+    r = torch.arange(-300, 301)
+    for extra, divisor in (([], 256), (["--at5-max-length", "1024"], 1024)):
+        _, model, _ = pe_testing.build_model(data_bin, "transformer_at5_wmt_en_de", lims + extra)
+        for stack in (model.encoder, model.decoder):
+            pe = stack.pe
+            torch.manual_seed(0)
+            with torch.no_grad():
+                for name, p in pe.named_parameters():
+                    if name != "slope":  # slopes keep their U(1, 15) init
+                        p.normal_(0, 1.0)
+            assert pe.dims.max_positions == 1024 and 1 <= pe.slope.min() and pe.slope.max() <= 15
+            with torch.no_grad():
+                bias = pe.offset_bias(r).double()  # (H, R), eval mode: no MLP dropout
+            torch.testing.assert_close(bias, _at5_reference(pe, r, divisor), rtol=0, atol=1e-5)
+            other = _at5_reference(pe, r, 1024 if divisor == 256 else 256)
+            assert (bias - other).abs().max() > 1e-2  # the other divisor would not pass
+
+
+def test_at5_checkpoint_without_slope_scale_keeps_its_old_divisor(data_bin):
+    """A model saved before the divisor was stored had max(256, max positions): loading its state dict (no
+    ``slope_scale``) restores that divisor, so that an old checkpoint computes what it was trained to."""
+    for lims, old in ((["--max-source-positions", "1024", "--max-target-positions", "1024"], 1024.0),
+                      (["--max-source-positions", "100", "--max-target-positions", "100"], 256.0)):
+        _, model, _ = pe_testing.build_model(data_bin, "transformer_at5_tiny", lims)
+        state = {k: v for k, v in model.state_dict().items() if not k.endswith("slope_scale")}
+        assert len(state) == len(model.state_dict()) - 2  # one per stack
+        _, fresh, _ = pe_testing.build_model(data_bin, "transformer_at5_tiny", lims)
+        fresh.load_state_dict(state)
+        assert fresh.encoder.pe.max_length == fresh.decoder.pe.max_length == old
+        fresh.load_state_dict(model.state_dict())  # a new checkpoint carries its divisor
+        assert fresh.encoder.pe.max_length == 256.0 and fresh.encoder.pe.signature().endswith("|slope_scale:256")

@@ -1,17 +1,23 @@
 """AT5: T5's bias with learnable soft bucketing (Wu et al., AAAI 2021), in self-attention only.
 
 Per stack and per head h: slopes a_h = ReLU(a~_h) / L_max, b_h = ReLU(b~_h) / L_max with a~, b~ ~ U(1, 15)
-and L_max = max(256, the side's max positions) unless --at5-max-length is given. With r = j - i:
+and L_max = 256 unless --at5-max-length is given. 256 is the official trainer's max_length, the divisor of its
+slopes; it is a scale, not a length limit (the bias is computed for any distance), so it does not follow
+--max-source/target-positions: with 1024 positions the starting slopes would be 4x smaller than the official
+ones, and distance would reach f's saturation 4x later. The divisor is saved with the model (buffer
+``slope_scale``); a checkpoint saved before it was, when the divisor was max(256, the side's max positions),
+loads with that old divisor, so that it computes what it was trained to. With r = j - i:
     r > 0 (key to the right):   f = 1 - exp(-a_h r),   bias = g+_h(f)
     r <= 0 (left, or self):     f = 1 - exp(b_h r),    bias = g-_h(f)
     g(f) = W3 sigmoid(W2 drop(sigmoid(W1 f + c1)) + c2) + c3,  1 -> l1 (32) -> l2 (4) -> 1, dropout 0.5
 f runs from 0 (r = 0) to 1 (far keys), so the bias saturates at g(1). The MLPs run once on the distinct
 offsets of the call (2T-1 of them in a full pass, t+1 at decoding step t) and are gathered to (1,H,Tq,Tk),
 so the bias is also right at every beam-search step (the official code broadcasts the distance-0 value
-there, ENCODINGS.md 0.9). Dropout masks are per offset rather than per (i, j). The decoder is causal and
+there, docs/encodings.md §D8). Dropout masks are per offset rather than per (i, j). The decoder is causal and
 builds only g- (its g+ would never be used). Init as the official code: kernels truncated N(0, 0.1), biases
 0.1. Layer 0 only as the official code, or every layer with --at5-all-layers (recomputed per layer).
 """
+import logging
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -23,6 +29,9 @@ from . import register_pe
 from .base import PositionalEncoding
 from .relative import distinct_offsets
 
+logger = logging.getLogger(__name__)
+OFFICIAL_MAX_LENGTH = 256  # the official trainer's default max_length, by which it divides the slopes
+
 
 @dataclass
 class AdaptiveT5Config(FairseqDataclass):
@@ -31,7 +40,9 @@ class AdaptiveT5Config(FairseqDataclass):
         metadata={"help": "bias every self-attention layer (T5 style) instead of layer 0 only (official code)"},
     )
     at5_max_length: Optional[int] = field(
-        default=None, metadata={"help": "slope scale L_max (default: max(256, max source/target positions))"}
+        default=None,
+        metadata={"help": "slope scale L_max: slopes are ReLU(a~) / L_max (default 256, the official code's "
+                          "max_length, whatever --max-source/target-positions)"},
     )
     at5_slope_min: float = field(default=1.0, metadata={"help": "slopes start U(min, max) / L_max"})
     at5_slope_max: float = field(default=15.0, metadata={"help": "slopes start U(min, max) / L_max"})
@@ -51,7 +62,8 @@ class AdaptiveT5Bias(PositionalEncoding):
     def __init__(self, cfg, dims):
         super().__init__(cfg, dims)
         s, h, l1, l2 = 1 if dims.causal else 2, dims.num_heads, cfg.at5_hidden1, cfg.at5_hidden2
-        self.max_length = cfg.at5_max_length or max(256, dims.max_positions)
+        # the slopes' divisor L_max: a scale, not a length limit; saved with the model
+        self.register_buffer("slope_scale", torch.tensor(float(cfg.at5_max_length or OFFICIAL_MAX_LENGTH)))
         # side 0: r <= 0 (slope b, MLP g-); side 1: r > 0 (slope a, MLP g+), encoder only
         self.slope = nn.Parameter(torch.empty(s, h, 1).uniform_(cfg.at5_slope_min, cfg.at5_slope_max))  # (S,H,1)
         self.w1, self.c1 = self._kernel(s, h, 1, l1), self._bias(s, h, l1)
@@ -67,6 +79,23 @@ class AdaptiveT5Bias(PositionalEncoding):
     def _bias(s, h, n):
         return nn.Parameter(torch.full((s, h, 1, n), 0.1))
 
+    @property
+    def max_length(self) -> float:
+        """The slopes' divisor L_max."""
+        return float(self.slope_scale)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        key = prefix + "slope_scale"
+        if key not in state_dict:  # saved before the divisor was: it was max(256, the side's max positions)
+            legacy = float(self.cfg.at5_max_length or max(OFFICIAL_MAX_LENGTH, self.dims.max_positions))
+            logger.warning("%s: no %s in the checkpoint (saved by an older pe_plugin); using the slope divisor "
+                           "it was trained with, %g", self.dims.side, key, legacy)
+            state_dict[key] = torch.tensor(legacy)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    def signature(self) -> str:
+        return f"{super().signature()}|slope_scale:{self.max_length:g}"  # the divisor in effect
+
     def applies_to_layer(self, layer):
         return self.cfg.at5_all_layers or layer == 0
 
@@ -74,7 +103,7 @@ class AdaptiveT5Bias(PositionalEncoding):
         """The bias of each distance r: (R,) long -> (H, R)."""
         right = r > 0  # (R,)
         side = right.long() if self.slope.size(0) == 2 else torch.zeros_like(r)
-        slope = torch.relu(self.slope) / self.max_length  # (S,H,1)
+        slope = torch.relu(self.slope) / self.slope_scale.to(self.slope.dtype)  # (S,H,1)
         f = 1 - torch.exp(-slope * r.abs().to(slope.dtype))  # (S,H,R); f of every side at every offset
         x = f.unsqueeze(-1)  # (S,H,R,1)
         x = self.dropout(torch.sigmoid(x @ self.w1 + self.c1))  # (S,H,R,l1)

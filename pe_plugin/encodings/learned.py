@@ -3,17 +3,20 @@
     x_i = x_i + E_pos[p_i + padding_idx + 1],   E_pos in R^{(L_max + padding_idx + 1) x C},  E_pos ~ N(0, C^-1/2)
 
 with the padding row fixed at zero. Separate tables for encoder and decoder. L_max is the side's
-``--max-source-positions`` / ``--max-target-positions``; a longer input raises an error that says so.
+``--max-source-positions`` / ``--max-target-positions``. A longer input raises an error that says so, or, with
+``--pe-beyond-max clamp`` (for decoding), its positions >= L_max use the last row E_pos[L_max - 1 + padding_idx
++ 1]; see ``limits``.
 """
 from torch import nn
 
 from . import register_pe
-from .base import PositionalEncoding
+from .base import PositionalEncoding, Positions
+from .limits import BoundedPositions
 from .sinusoidal import absolute_index
 
 
 @register_pe
-class LearnedPositionalEncoding(PositionalEncoding):
+class LearnedPositionalEncoding(BoundedPositions, PositionalEncoding):
     name = "lape"
     order = 20
     level = "embedding"
@@ -32,4 +35,5 @@ class LearnedPositionalEncoding(PositionalEncoding):
 
     def embed(self, x, pos):
         self.check_length(pos.q)
+        pos = Positions(self.clamp_positions(pos.q), pos.k, pos.nonpad)  # unchanged within L_max
         return x + self.table(absolute_index(pos, self.dims.padding_idx))  # (B, T, C)

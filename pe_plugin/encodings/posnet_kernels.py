@@ -3,16 +3,19 @@ flags common to posnet_embed and posnet_attn, and their side selection / encoder
 
 The kernel product (Eq. 16) [U (x) phi]_j = u_j phi_{p_j} is one batched matmul over positions
 (``positional_matmul``), memory O(T B d); the released ``U.unsqueeze(2).matmul(phi[:T])`` broadcasts phi to a
-(B,T,d,d) copy, and its backward builds a phi gradient of that size (ENCODINGS.md 4.1).
+(B,T,d,d) copy, and its backward builds a phi gradient of that size (docs/encodings.md §PosNet-Embed, §D6).
 
-Flags (ENCODINGS.md 0, 4, 7):
+Flags (docs/encodings.md §PosNet-Embed, §Defects, §Choices):
   --posnet-sides {both,encoder,decoder}  default both (the paper's text); the other side gets no encoding
   --posnet-share {enc-dec,none}          default enc-dec: one module for both sides (the released code)
   --posnet-init {released,per-matrix}    xavier_normal_ on the 3-D phi, std sqrt(2/(d^2 + L_max d)) (released),
                                          or on each phi_p, std d^-1/2
   --posnet-dropout P                     Dropout_pk of the branch, default 0 (the released value)
 L_max is the side's --max-source/target-positions; a module shared by both sides takes the larger of the two
-(fairseq still filters each side by its own limit). Longer inputs raise ``check_length``'s error.
+(fairseq still filters each side by its own limit). Longer inputs raise ``check_length``'s error, or with
+--pe-beyond-max clamp (for decoding) their positions >= L_max use the last kernel phi_{L_max-1} (``limits``).
+The paper's parameter counts fit L_max = 200 for PosNet-Embed and about 250 for PosNet-Attn, not fairseq's
+default 1024: the WMT14 recipe sets them (examples/wmt14/methods.toml).
 """
 from dataclasses import dataclass, field
 
@@ -21,10 +24,23 @@ from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from torch import Tensor, nn
 
 from .base import PositionalEncoding
+from .limits import BoundedPositions
+
+
+def kernel_rows(phi: Tensor, start: int, count: int) -> Tensor:
+    """The kernels of positions start..start+count-1, (count,d,e); positions >= L use phi[L-1] (a view when
+    every position is < L)."""
+    size = phi.size(0)
+    if start + count <= size:
+        return phi.narrow(0, start, count)
+    inside = phi[start:size]  # (max(0, L-start), d, e)
+    last = phi[size - 1:].expand(start + count - max(start, size), -1, -1)  # the rest reuse the last kernel
+    return torch.cat([inside, last]) if inside.size(0) else last
 
 
 def positional_matmul(u: Tensor, phi: Tensor, pos: Tensor) -> Tensor:
-    """y[t,b,n] = u[t,b,n] phi[pos[b,t]] for u (T,B,N,d), phi (L,d,e), pos (B|1,T); returns (T,B,N,e).
+    """y[t,b,n] = u[t,b,n] phi[min(pos[b,t], L-1)] for u (T,B,N,d), phi (L,d,e), pos (B|1,T); returns (T,B,N,e).
+    Positions >= L reuse the last kernel (``--pe-beyond-max clamp``; the encoding has checked them first).
 
     A (1,T) ``pos`` (no padding, or one decoding step) is a contiguous range: one bmm with phi[start:start+T].
     Per-row positions (left padding): scatter each row, rotated, into a position-major (P,B,N,d) buffer so the
@@ -33,7 +49,7 @@ def positional_matmul(u: Tensor, phi: Tensor, pos: Tensor) -> Tensor:
     """
     t, b, n, d = u.shape
     if pos.size(0) == 1:
-        kernels = phi.narrow(0, int(pos[0, 0]), t)  # (T,d,e)
+        kernels = kernel_rows(phi, int(pos[0, 0]), t)  # (T,d,e)
         return torch.bmm(u.reshape(t, b * n, d), kernels).view(t, b, n, -1)
     top, last = pos.max(dim=1)  # (B,) largest position of each row and its column
     width = int(top.max()) + 1  # W
@@ -42,7 +58,7 @@ def positional_matmul(u: Tensor, phi: Tensor, pos: Tensor) -> Tensor:
     cols, rows = torch.arange(t, device=pos.device).unsqueeze(1), torch.arange(b, device=pos.device)
     dest = (((cols - off) % slots) * b + rows).reshape(-1)  # (T*B,) buffer row p*B+b of token row c*B+b
     buf = u.new_zeros(slots * b, n * d).index_copy(0, dest, u.reshape(t * b, n * d))  # (P*B, N*d)
-    y = torch.bmm(buf.view(slots, b * n, d)[:width], phi[:width])  # (W, B*N, e)
+    y = torch.bmm(buf.view(slots, b * n, d)[:width], kernel_rows(phi, 0, width))  # (W, B*N, e)
     if width < slots:
         y = torch.cat([y, y.new_zeros(slots - width, b * n, y.size(-1))])  # (P, B*N, e)
     y = y.reshape(slots * b, -1).index_select(0, dest).view(t, b, n, -1)  # (T,B,N,e)
@@ -75,7 +91,7 @@ class PosNetConfig(FairseqDataclass):
     posnet_dropout: float = field(default=0.0, metadata={"help": "dropout of the PosNet branch (released: 0)"})
 
 
-class PosNetBase(PositionalEncoding):
+class PosNetBase(BoundedPositions, PositionalEncoding):
     """Side selection, encoder-decoder sharing and L_max of both PosNet variants."""
 
     def __init__(self, cfg, dims, kernels: nn.ParameterDict):

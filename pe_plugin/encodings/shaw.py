@@ -1,15 +1,24 @@
 """RPE: learned relative position representations (Shaw et al., 2018), in self-attention only.
 
-Per layer l (and per head with --rpe-per-head), tables W^K, W^V in R^{(2k+1) x d}, with the row
+Per layer l, and per head h or shared by the heads, tables W^K, W^V in R^{(2k+1) x d}, with the row
 idx(i,j) = clip(j - i, -k, k) + k. With q already scaled by d^-1/2 (as fairseq does):
     e_ij = q_i . k_j + q_i . W^K[idx(i,j)]                 (the score hook adds the second term)
     z_i  = sum_j a_ij v_j + sum_j a_ij W^V[idx(i,j)]        (the value hook adds the second term)
-Neither term builds a (Tq,Tk,d) tensor (ENCODINGS.md section 2):
+Neither term builds a (Tq,Tk,d) tensor (docs/encodings.md §RPE):
     key term:   R = q W^K^T (B,H,Tq,2k+1), then gather R along the last axis with idx      O(B H Tq (2k+1) d)
     value term: P = scatter_add of the (dropped-out) weights a into their buckets (B,H,Tq,2k+1), then P W^V
-Tables are initialised N(0, d^-1/2) (the paper does not say; ENCODINGS.md [rec]). No absolute encoding is
-added (the paper found no gain from adding sinusoids). Clipping makes every distance beyond k share row k.
+Tables are initialised N(0, d^-1/2) (the paper does not say; our choice, docs/encodings.md §RPE). No absolute
+encoding is added (the paper found no gain from adding sinusoids). Clipping makes every distance beyond k share row k.
+
+Defaults per size follow Shaw et al. (2018, section 4.1): the base model has k = 16 and "unique edge
+representations per layer and head", i.e. tables (L, H, 2k+1, d), 2 L H (2k+1) d parameters over both stacks'
+self-attention layers (12 x 8 x 33 x 64 x 2 = 405,504 at base); the big model has k = 8 and one table per layer
+shared by its heads, (L, 1, 2k+1, d). The tiny size shares too (k = 4). A size's defaults hold for every model
+built on its architecture, e.g. a base architecture narrowed to 4 heads keeps per-head tables. Flags win:
+--rpe-per-head gives per-head tables at any size, --rpe-shared-heads shared ones (it wins over --rpe-per-head
+and over the base default).
 """
+import dataclasses
 from dataclasses import dataclass, field
 
 import torch
@@ -28,7 +37,12 @@ class ShawConfig(FairseqDataclass):
     )
     rpe_per_head: bool = field(
         default=False,
-        metadata={"help": "one table per head (Shaw's base text) instead of one per layer shared by heads"},
+        metadata={"help": "one table per layer and head (Shaw's base; the default at base size)"},
+    )
+    rpe_shared_heads: bool = field(
+        default=False,
+        metadata={"help": "one table per layer shared by its heads (Shaw's big; the default at tiny and big size); "
+                          "wins over --rpe-per-head"},
     )
     rpe_no_keys: bool = field(default=False, metadata={"help": "drop the key term q . a^K (ablation)"})
     rpe_no_values: bool = field(default=False, metadata={"help": "drop the value term sum_j a_ij a^V_ij (ablation)"})
@@ -43,16 +57,22 @@ class ShawRelativePositionalEncoding(PositionalEncoding):
     config_cls = ShawConfig
     size_defaults = {
         "tiny": {"rpe_max_relative_position": 4},
-        "base": {"rpe_max_relative_position": 16},
+        "base": {"rpe_max_relative_position": 16, "rpe_per_head": True},
         "big": {"rpe_max_relative_position": 8},
     }
+
+    @classmethod
+    def build(cls, cfg, dims, shared):
+        if cfg.rpe_shared_heads and cfg.rpe_per_head:  # the signature then says what was built
+            cfg = dataclasses.replace(cfg, rpe_per_head=False)
+        return super().build(cfg, dims, shared)
 
     def __init__(self, cfg, dims):
         super().__init__(cfg, dims)
         self.k = cfg.rpe_max_relative_position
         if self.k < 0:
             raise ValueError(f"--rpe-max-relative-position must be >= 0, got {self.k}")
-        heads = dims.num_heads if cfg.rpe_per_head else 1
+        heads = dims.num_heads if cfg.rpe_per_head and not cfg.rpe_shared_heads else 1
         shape = (dims.num_layers, heads, 2 * self.k + 1, dims.head_dim)  # (L, H|1, 2k+1, d)
         std = dims.head_dim ** -0.5
         self.key_table = None if cfg.rpe_no_keys else nn.Parameter(torch.randn(shape) * std)

@@ -10,6 +10,10 @@ Everything is done by subclassing and overriding builder hooks:
   * ``build_encoder_layer`` / ``build_decoder_layer`` swap the self-attention of the layers the encoding
     acts on for ``PEAttention``, initialised from the stock module's weights.
 Cross-attention is never touched.
+
+``--pe-beyond-max {error,clamp}`` (``encodings.limits``) sets what encodings with a position limit do beyond
+it; under ``clamp`` both stacks' ``max_positions()`` report no limit, so that fairseq-generate decodes every
+sentence instead of stopping before the first one that does not fit.
 """
 import argparse
 import copy
@@ -19,8 +23,10 @@ from fairseq.dataclass.utils import gen_parser_from_dataclass
 from fairseq.models import register_model
 from fairseq.models.transformer import TransformerConfig, TransformerDecoderBase, TransformerEncoderBase, TransformerModel
 
+from .. import cli_errors
 from ..encodings import PE_REGISTRY, config_from_args, get_pe_class
 from ..encodings.base import Dims
+from ..encodings.limits import BEYOND_MAX_CHOICES, UNLIMITED
 from ..encodings.none import NoPositionalEncoding
 from ..modules.pe_attention import PEAttention
 from ..modules.pe_embedding import DropoutThenEmbed, PositionSlot
@@ -50,6 +56,12 @@ class _PEStack:
         self.embed_positions = PositionSlot(pe, self.embed_tokens)
         if pe.embed_after_dropout and pe.has_embedding_hook():
             self.dropout_module = DropoutThenEmbed(self.dropout_module, self.embed_positions)
+
+    def max_positions(self):
+        """fairseq's limit (--max-source/target-positions, and the encoding's), or none under ``clamp``."""
+        if getattr(self.pe, "beyond_max", "error") == "clamp":
+            return UNLIMITED
+        return super().max_positions()
 
     def _install_pe_attention(self, layer, embed_dim, num_heads, attention_dropout):
         pe, idx = self.__dict__["_pending_pe"], self.__dict__["_num_built_layers"]
@@ -108,13 +120,21 @@ class PETransformerModel(TransformerModel):
                 gen_parser_from_dataclass(staging, pe_cls.config_cls(), delete_default=True)
         for action in staging._actions:
             group._add_action(action)
+        group.add_argument("--pe-beyond-max", choices=BEYOND_MAX_CHOICES, default="error",
+                           help="positions beyond what LAPE / PosNet support (--max-source/target-positions): "
+                                "error (stop; fairseq-generate stops before decoding) or clamp (reuse the last "
+                                "row, for decoding; fairseq-generate: --model-overrides "
+                                "\"{'pe_beyond_max': 'clamp'}\")")
 
     @classmethod
     def build_model(cls, args, task):
-        validation.check_args(args, task)
         cls._shared = {}
         try:
+            validation.check_args(args, task)
             model = super().build_model(args, task)
+        except validation.PEConfigError as e:
+            cli_errors.report(e)  # in fairseq-train/-generate/-interactive: argparse's one-line error, exit 2
+            raise
         finally:
             cls._shared = None
         validation.log_model_summary(model, args)
@@ -128,8 +148,13 @@ class PETransformerModel(TransformerModel):
         dims = Dims(sub.embed_dim, sub.attention_heads, sub.layers, max_positions, embed_tokens.padding_idx, side,
                     max(cfg.max_source_positions, cfg.max_target_positions))
         pe_cfg = config_from_args(pe_cls, args)
-        pe = pe_cls.build(pe_cfg, dims, cls._shared if cls._shared is not None else {})
-        return pe if pe is not None else NoPositionalEncoding(None, dims)
+        try:
+            pe = pe_cls.build(pe_cfg, dims, cls._shared if cls._shared is not None else {})
+        except ValueError as e:  # an encoding rejects its settings with a ValueError that names the flag
+            raise validation.PEConfigError(str(e)) from e
+        pe = pe if pe is not None else NoPositionalEncoding(None, dims)
+        pe.beyond_max = getattr(args, "pe_beyond_max", None) or "error"  # encodings.limits
+        return pe
 
     @classmethod
     def build_encoder(cls, args, src_dict, embed_tokens):

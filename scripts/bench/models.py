@@ -8,7 +8,10 @@
 
 Setup. Each (size, encoding) runs in its own fresh interpreter (peak RSS is monotonic, so sharing a process
 would hide every peak but the first): it builds ``transformer_<pe>_<arch>`` (arch: tiny -> tiny,
-base -> wmt_en_de, big -> wmt_en_de_big) through fairseq's parser with a dummy joined dictionary of
+base -> wmt_en_de, big -> wmt_en_de_big) with the flags of the encoding's entry in the ``--recipe``'s
+examples/RECIPE/methods.toml (default wmt14: the models the paper's runs train, e.g. PosNet-Embed with
+L_max 200 and PosNet-Attn with 251, as Table 1's parameter counts; ``--recipe none``: the architecture's own
+defaults, L_max 1024), through fairseq's parser with a dummy joined dictionary of
 ``--vocab`` symbols (fairseq's 4 specials included; ``--share-all-embeddings``), moves it to ``--device``
 (auto: CUDA when available) and draws one fixed random batch: source, previous-output and target tokens,
 each (B, T) = (``--batch``, ``--length``). SAPE runs on fairseq's stock fused attention, so every ratio
@@ -112,13 +115,29 @@ def add_args(parser):
             ("--rounds", 1, 3, "round-robin repetitions"), ("--threads", 0, 0, "torch threads (0: torch's choice)")]
     for flag, low, default, text in ints:
         parser.add_argument(flag, type=_int_at_least(low), default=default, help=f"{text} (default: {default})")
+    recipes = sorted(p.parent.name for p in (Path(__file__).resolve().parents[2] / "examples").glob("*/methods.toml"))
+    parser.add_argument("--recipe", choices=recipes + ["none"], default="wmt14",
+                        help="build each encoding with its entry's flags in examples/RECIPE/methods.toml, e.g. "
+                             "PosNet's L_max (default: wmt14); none: the architectures' defaults")
     parser.add_argument("--out-dir", help=f"write {OUT_NAME}.json, .csv, .md and .png into this folder")
     parser.add_argument("--json", help="also write the JSON results to this file")
     parser.add_argument("--csv", help="also write the CSV results to this file")
 
 
+def recipe_flags(recipe: str, pe: str) -> list:
+    """The flags of ``pe``'s entry in examples/RECIPE/methods.toml ([] for --recipe none or no such entry)."""
+    if recipe == "none":
+        return []
+    import tomllib
+
+    path = Path(__file__).resolve().parents[2] / "examples" / recipe / "methods.toml"
+    with open(path, "rb") as f:
+        entry = tomllib.load(f)["method"].get(pe, {})
+    return list(entry.get("flags", []))
+
+
 def measure(pe: str, size: str, batch: int, length: int, vocab: int, steps: int, warmup: int, forward_passes: int,
-            threads: int, device: str):
+            threads: int, device: str, recipe: str = "none"):
     """One encoding at one size, in this (fresh) process: parameter counts, step and forward times, memory."""
     import gc
 
@@ -134,7 +153,8 @@ def measure(pe: str, size: str, batch: int, length: int, vocab: int, steps: int,
         for lang in ("src", "tgt"):  # fairseq's Dictionary adds its 4 special symbols to these vocab - 4
             Path(data, f"dict.{lang}.txt").write_text("".join(f"w{i} 1\n" for i in range(vocab - 4)))
         argv = [data, "--user-dir", str(plugin), "--arch", f"transformer_{pe}_{SIZES[size]}", "--task", "translation",
-                "-s", "src", "-t", "tgt", "--share-all-embeddings", "--cpu"]  # --cpu: we place the model below
+                "-s", "src", "-t", "tgt", "--share-all-embeddings", "--cpu",  # --cpu: we place the model below
+                *recipe_flags(recipe, pe)]
         args = options.parse_args_and_arch(options.get_training_parser(), argv)
         torch.manual_seed(1)
         task = tasks.setup_task(args)
@@ -196,7 +216,8 @@ def measure(pe: str, size: str, batch: int, length: int, vocab: int, steps: int,
         forward, forward_cpu = time.perf_counter() - t0, time.process_time() - c0
 
     return {
-        "pe": pe, "size": size, "arch": f"transformer_{pe}_{SIZES[size]}",
+        "pe": pe, "size": size, "arch": f"transformer_{pe}_{SIZES[size]}", "flags": recipe_flags(recipe, pe),
+        "max_positions": [args.max_source_positions, args.max_target_positions],
         "params": sum(p.numel() for p in model.parameters()), "pe_params": pe_parameter_count(model),
         "step_wall_s": wall, "step_cpu_s": cpu, "forward_s": forward, "forward_cpu_s": forward_cpu,
         "peak_bytes": peak, "step_bytes": peak - before,
@@ -219,6 +240,7 @@ def summarise(runs):
     memory; the raw per-round figures are kept under ``rounds``."""
     first = runs[0]
     r = {k: first[k] for k in ("pe", "size", "arch", "params", "pe_params", "memory_kind")}
+    r["max_positions"] = first["max_positions"]  # (source, target): PosNet's and LAPE's L_max
     steps = [t for x in runs for t in x["step_wall_s"]]
     forwards = [x["forward_s"] for x in runs]
     r.update(
@@ -271,7 +293,8 @@ def _settings_line(s):
     return (f"B={s['batch']}, T={s['length']}, vocab {s['vocab']}, device {s['device']} ({s['device_name']}), "
             f"memory {s['memory_kind']}, {s['threads']} threads, fastest of {s['steps']} steps and of "
             f"{s['forward_passes']}-pass forward blocks x {s['rounds']} round(s), warmup {s['warmup']}, "
-            f"torch {s['torch']}; ratios to sape on fairseq's stock fused attention")
+            f"torch {s['torch']}; models as in recipe {s.get('recipe', 'none')}; ratios to sape on fairseq's stock "
+            f"fused attention")
 
 
 def _atomic_write(path: Path, write):
@@ -363,7 +386,7 @@ def run(args) -> int:
     names = [pe for pe in PE_REGISTRY if pe in wanted]  # registry order, sape always in
     sizes = list(dict.fromkeys(args.sizes))
     kwargs = dict(batch=args.batch, length=args.length, vocab=args.vocab, steps=args.steps, warmup=args.warmup,
-                  forward_passes=args.forward_passes, threads=args.threads, device=device)
+                  forward_passes=args.forward_passes, threads=args.threads, device=device, recipe=args.recipe)
     load_start, started = os.getloadavg(), time.time()
 
     runs = {(size, pe): [] for size in sizes for pe in names}

@@ -1,0 +1,153 @@
+"""What the command line shows: flag errors in argparse's own format, and no tensorboardX notice.
+
+* A wrong flag or flag combination that pe_plugin detects (``PEConfigError``, at the end of parsing or when
+  the model is built) ends fairseq-train, fairseq-generate and fairseq-interactive the way argparse ends a
+  bad flag: usage, one ``PROG: error: ...`` line naming the flag and the fix, exit status 2, no traceback.
+  The reference format is argparse's own, taken from fairseq's answer to an unknown --arch.
+* fairseq logs "Please install tensorboardX" whenever it is imported without tensorboardX; our entry points
+  (launch.py train / generate, scripts importing pe_plugin first) drop exactly that line and nothing else.
+"""
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from pe_testing import PLUGIN, REPO, TRAIN_FLAGS, run
+
+NOTICE = "Please install tensorboardX"
+BIN = Path(sys.executable).parent
+
+
+def fairseq(tool: str, args, stdin=None) -> subprocess.CompletedProcess:
+    """Run a fairseq console script (``fairseq-train``, ...) with stdout and stderr apart."""
+    exe = BIN / f"fairseq-{tool}"
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", f"fairseq_cli.{tool}"]
+    env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
+    return subprocess.run(cmd + [str(a) for a in args], input=stdin, env=env, text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def prog(tool: str) -> str:
+    return f"fairseq-{tool}" if (BIN / f"fairseq-{tool}").exists() else f"{tool}.py"
+
+
+def assert_usage_error(proc: subprocess.CompletedProcess, tool: str, *needles: str) -> str:
+    """argparse's error format: exit 2, usage first, exactly one error line, no traceback."""
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "Traceback" not in proc.stdout + proc.stderr, proc.stderr[-3000:]
+    assert f"usage: {prog(tool)} " in proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1, errors
+    assert errors[0].startswith(f"{prog(tool)}: error: "), errors[0]
+    for needle in needles:
+        assert needle in errors[0], (needle, errors[0])
+    return errors[0]
+
+
+def train_args(data_bin, save_dir, *extra):
+    return [data_bin, "--user-dir", PLUGIN, *TRAIN_FLAGS, "--max-update", 1, "--save-dir", save_dir, *extra]
+
+
+def test_reference_format_is_fairseqs_own(data_bin, tmp_path):
+    """The format asserted below is the one argparse gives fairseq-train for a bad --arch."""
+    proc = fairseq("train", train_args(data_bin, tmp_path, "--arch", "transformer_fancy_tiny"))
+    assert_usage_error(proc, "train", "invalid choice: 'transformer_fancy_tiny'")
+
+
+@pytest.mark.parametrize("extra, flag, fix", [
+    # checked when the model is built (fairseq-train's main, after parsing)
+    (["--arch", "transformer_sape_tiny", "--no-token-positional-embeddings"],
+     "--no-token-positional-embeddings", "transformer_nope_<size>"),
+    (["--arch", "transformer_rpe_tiny", "--posnet-dim", "8"], "--posnet-dim", "transformer_posnet_embed_<size>"),
+    # rejected by the encoding's own constructor
+    (["--arch", "transformer_rpe_tiny", "--rpe-max-relative-position", "-1"], "--rpe-max-relative-position", ">= 0"),
+    # checked by the architecture function, at the end of parsing
+    (["--arch", "transformer_sape_tiny", "--pe", "lape"], "--pe lape", "transformer_lape_tiny"),
+])
+def test_train_flag_errors_end_like_argparse(data_bin, tmp_path, extra, flag, fix):
+    proc = fairseq("train", train_args(data_bin, tmp_path, *extra))
+    assert_usage_error(proc, "train", flag, fix)
+    assert not any(tmp_path.iterdir())  # nothing trained or saved
+
+
+def test_library_callers_still_get_the_exception(data_bin):
+    """Outside fairseq's tools (here: pytest) the error is an exception, not an exit."""
+    from pe_testing import build_model
+
+    from pe_plugin.models.validation import PEConfigError
+
+    with pytest.raises(PEConfigError, match="--no-token-positional-embeddings"):
+        build_model(data_bin, "transformer_sape_tiny", ["--no-token-positional-embeddings"])
+    with pytest.raises(PEConfigError, match="--rpe-max-relative-position"):
+        build_model(data_bin, "transformer_rpe_tiny", ["--rpe-max-relative-position", "-1"])
+
+
+@pytest.mark.slow
+def test_generate_and_interactive_flag_errors_end_like_argparse(data_bin, tmp_path):
+    run("fairseq_cli.train", train_args(data_bin, tmp_path, "--arch", "transformer_sape_tiny"))
+    checkpoint = tmp_path / "checkpoint_last.pt"
+    assert checkpoint.exists()
+    decode = ["--user-dir", PLUGIN, "--path", checkpoint, "--cpu", "--beam", 2,
+              "--model-overrides", "{'no_token_positional_embeddings': True}"]
+    proc = fairseq("generate", [data_bin, *decode])
+    assert_usage_error(proc, "generate", "--no-token-positional-embeddings", "transformer_nope_<size>")
+    proc = fairseq("interactive", [data_bin, *decode, "--source-lang", "en", "--target-lang", "de"], stdin="w1 w2\n")
+    assert_usage_error(proc, "interactive", "--no-token-positional-embeddings", "transformer_nope_<size>")
+    proc = fairseq("generate", [data_bin, *decode[:-2], "--model-overrides", "{'pe': 'lape'}"])
+    assert_usage_error(proc, "generate", "--pe lape", "transformer_lape_tiny")
+
+
+# ---- the tensorboardX notice ----------------------------------------------------------------------------
+def python(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], cwd=REPO, text=True, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONWARNINGS="ignore"))
+
+
+def test_importing_pe_plugin_first_drops_the_notice_only():
+    # the reference: fairseq on its own prints the notice (else this test could not fail)
+    assert NOTICE in python("import fairseq").stdout
+    out = python(
+        "import logging, pe_plugin\n"
+        "logging.getLogger('fairseq.tasks.text_to_speech').warning('another record of the same logger')\n"
+    ).stdout
+    assert NOTICE not in out
+    assert "another record of the same logger" in out
+
+
+def test_the_filter_passes_every_other_record(caplog):
+    from pe_plugin.log_noise import LOGGER, drop_tensorboardx_notice
+
+    drop_tensorboardx_notice()
+    drop_tensorboardx_notice()  # idempotent
+    logger = logging.getLogger(LOGGER)
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        logger.info(NOTICE + ": pip install tensorboardX")
+        logger.info("something else")
+        logging.getLogger("fairseq.other").warning(NOTICE)  # the same words from another logger pass
+    assert [r.getMessage() for r in caplog.records] == ["something else", NOTICE]
+
+
+@pytest.mark.slow
+def test_launch_train_and_generate_print_no_notice(data_bin, tmp_path):
+    env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
+    launch = [sys.executable, str(REPO / "scripts" / "launch.py")]
+    train = subprocess.run(
+        launch + ["train", "sape", "--size", "tiny", "--data", str(data_bin), "--runs-dir", str(tmp_path), "--",
+                  "--cpu", "--max-update", "4", "--update-freq", "1", "--save-interval-updates", "2",
+                  "--max-tokens", "400", "--num-workers", "0"],
+        env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert train.returncode == 0, train.stdout[-3000:] + train.stderr[-3000:]
+    run_dir = tmp_path / "sape.en-de.tiny.seed1"
+    log = (run_dir / "train.log").read_text()
+    for text in (train.stdout, train.stderr, log):
+        assert NOTICE not in text
+    assert "| INFO | fairseq_cli.train |" in train.stdout and "| INFO | fairseq_cli.train |" in log  # the rest stays
+
+    gen = subprocess.run(launch + ["generate", str(run_dir), "--checkpoints", "2"],
+                         env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert gen.returncode == 0, gen.stdout[-3000:] + gen.stderr[-3000:]
+    assert NOTICE not in gen.stdout + gen.stderr
+    assert "fairseq_cli.generate" in gen.stderr  # fairseq-generate's own log still reaches the terminal
+    assert (run_dir / "gen" / "hyp.detok.de").exists()
