@@ -1,14 +1,31 @@
 from setuptools import find_packages, setup
 
+# Two packages, one distribution: pe_plugin is the fairseq plugin (importing it imports fairseq and torch and
+# registers the models: `fairseq-train --user-dir pe_plugin` imports it); pe_tools holds the command-line tools,
+# and its data preparation and scoring never import torch, fairseq or pe_plugin (README.md, design paragraph).
 setup(
     name="pe_plugin",
     version="0.1.0",
     description="Positional encodings for fairseq NMT: no-PE, SAPE, LAPE, RPE, T5, Adaptive-T5, PosNet",
-    packages=find_packages(include=["pe_plugin", "pe_plugin.*"]),
+    packages=find_packages(include=["pe_plugin", "pe_plugin.*", "pe_tools", "pe_tools.*"]),
+    # the recipe tables, found with importlib.resources (pe_tools.recipes)
+    package_data={"pe_tools.recipes": ["*/methods.toml", "*/corpora.toml"]},
     # the same floor as scripts/setup_env.sh, README.md and pe_plugin.PYTHON_FLOOR (tests/test_python_floor.py)
     python_requires=">=3.11",
     # fairseq is installed by scripts/setup_env.sh (ve-fairseq 0.12.3 --no-deps); listing it here would pull
     # torchaudio and another torch.
-    install_requires=["sacrebleu>=2.3", "sacremoses", "subword-nmt", "sentencepiece", "regex"],
+    install_requires=["sacrebleu>=2.3", "sacremoses", "subword-nmt", "sentencepiece", "regex", "tqdm"],
     extras_require={"dev": ["pytest"], "plots": ["matplotlib"]},
+    entry_points={"console_scripts": [
+        "pe-prepare = pe_tools.data.cli:main",
+        "pe-train = pe_tools.recipes.launch:train_main",
+        "pe-generate = pe_tools.recipes.launch:generate_main",
+        "pe-evaluate = pe_tools.scoring.cli:main",
+        "pe-average = pe_tools.average:main",
+        "pe-probe = pe_tools.probe:main",
+        "pe-swap-probe = pe_tools.swap_probe:main",
+        "pe-bench = pe_tools.bench.cli:main",
+        "pe-demo = pe_tools.demo:main",
+        "pe-length = pe_tools.length:main",
+    ]},
 )

@@ -12,8 +12,7 @@ from pathlib import Path
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "scripts"))
-from toy_corpus import write_corpus  # noqa: E402,F401  (re-exported for the tests)
+from pe_tools.synthetic.toy import write_corpus  # noqa: E402,F401  (re-exported for the tests)
 
 PLUGIN = str(REPO / "pe_plugin")
 

@@ -1,11 +1,10 @@
-"""pe_plugin.analysis and scripts/probe.py, scripts/swap_probe.py.
+"""pe_plugin.analysis and its command lines pe_tools.probe (pe-probe), pe_tools.swap_probe (pe-swap-probe).
 
 Expected values come from closed forms, small maps computed by hand, and the Locality/Symmetry table of
 docs/analysis.md §Attenuated map (Chen et al.'s map at L=128), never from the code under test. The model tests
 use the no-PE property (docs/encodings.md §no-PE): without positions, identical words get uniform attention and any
 permutation of the source leaves the translation and its likelihood unchanged, while SAPE does not.
 """
-import importlib.util
 import json
 import random
 from pathlib import Path
@@ -18,6 +17,8 @@ import pe_testing
 from pe_plugin.analysis import indicators as ind
 from pe_plugin.analysis import probing, swap
 from pe_plugin.models.validation import pe_signature
+from pe_tools import probe as probe_cli
+from pe_tools import swap_probe as swap_probe_cli
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -29,13 +30,6 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
-
-
-def _script(name):
-    spec = importlib.util.spec_from_file_location(f"pe_{name}", REPO / "scripts" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def uniform_locality(L):
@@ -275,7 +269,7 @@ def save_checkpoint(model, args, path):
 def test_probe_and_swap_cli(data_bin, tmp_path):
     task, model, args = pe_testing.build_model(data_bin, "transformer_rpe_tiny")
     ckpt = save_checkpoint(model, args, tmp_path / "checkpoint_last.pt")
-    assert _script("probe").main([str(ckpt), "--data", str(data_bin), "--length", "16", "--words", "40",
+    assert probe_cli.main([str(ckpt), "--data", str(data_bin), "--length", "16", "--words", "40",
                                   "--out", str(tmp_path / "probe")]) == 0
     report = json.loads((tmp_path / "probe" / "probe.json").read_text())
     assert report["pe_signature"] == pe_signature(model) and report["pe_signature"].startswith("pe:rpe")
@@ -297,7 +291,7 @@ def test_probe_and_swap_cli(data_bin, tmp_path):
         assert png.startswith(b"\x89PNG") and len(png) < 200_000
     assert not list((tmp_path / "probe").glob(".*tmp"))
 
-    assert _script("swap_probe").main([str(ckpt), "--data", str(data_bin), "--max-sentences", "6", "--beam", "2",
+    assert swap_probe_cli.main([str(ckpt), "--data", str(data_bin), "--max-sentences", "6", "--beam", "2",
                                        "--max-len-b", "8", "--out", str(tmp_path / "swap")]) == 0
     rep = json.loads((tmp_path / "swap" / "swap_probe.json").read_text())
     assert rep["pe_signature"] == pe_signature(model) and rep["n_sentences"] == 6

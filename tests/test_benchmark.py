@@ -1,4 +1,4 @@
-"""scripts/benchmark.py models: one tiny run end to end (JSON, CSV, markdown, chart), ratios and parameter counts
+"""pe-bench models (scripts/benchmark.py models): one tiny run end to end (JSON, CSV, markdown, chart), ratios and parameter counts
 checked against figures recomputed here; bad input rejected with a useful message."""
 import csv
 import json
@@ -14,7 +14,7 @@ from pe_testing import REPO, build_model
 ENCODINGS = ["nope", "sape", "posnet_embed"]
 VOCAB = 100
 FILES = {"benchmark.json", "benchmark.csv", "benchmark.md", "benchmark.png"}
-# raw figure -> its ratio to SAPE (scripts/bench/models.py RATIOS, restated so a renamed key fails here)
+# raw figure -> its ratio to SAPE (pe_tools/bench/models.py RATIOS, restated so a renamed key fails here)
 RATIOS = {"forward_s": "forward_ratio", "forward_median_s": "forward_median_ratio", "step_s": "step_ratio",
           "step_median_s": "step_median_ratio", "step_cpu_s": "cpu_ratio", "peak_bytes": "peak_ratio",
           "step_bytes": "step_mem_ratio"}
@@ -78,7 +78,7 @@ def test_parameter_counts_match_a_model_built_here(tiny_run, tmp_path):
 
     for lang in ("src", "tgt"):  # VOCAB symbols in all: fairseq's Dictionary adds its 4 specials
         (tmp_path / f"dict.{lang}.txt").write_text("".join(f"w{i} 1\n" for i in range(VOCAB - 4)))
-    with open(REPO / "examples" / "wmt14" / "methods.toml", "rb") as f:  # the models are the recipe's
+    with open(REPO / "pe_tools" / "recipes" / "wmt14" / "methods.toml", "rb") as f:  # the models are the recipe's
         recipe = tomllib.load(f)["method"]
     assert tiny_run[2]["settings"]["recipe"] == "wmt14"
     for r in tiny_run[2]["results"]:

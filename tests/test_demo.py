@@ -20,7 +20,7 @@ def test_demo_runs_the_recipe_and_resumes(tmp_path):
     # pipeline is what is tested here
     assert first.returncode in (0, 1), first.stdout[-3000:] + first.stderr[-3000:]
     assert "no-PE BLEU" in first.stdout
-    for step in ("prepare: examples/wmt14/prepare.sh raw", "nope: train transformer_nope_tiny",
+    for step in ("prepare: pe-prepare raw", "nope: train transformer_nope_tiny",
                  "sape: train transformer_sape_tiny", "posnet_embed: train transformer_posnet_embed_tiny",
                  "evaluate: BLEU, chrF++, paired bootstrap"):
         assert step in first.stdout, first.stdout[-3000:]

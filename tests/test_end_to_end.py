@@ -60,7 +60,7 @@ def test_train_generate_resume_average(pe, data_bin, tmp_path):
     assert "num_updates 6" in log or "num_updates=6" in log
 
     avg = tmp_path / "avg.pt"
-    out = run("scripts.average_checkpoints", [
+    out = run("pe_tools.average", [
         "--inputs", save / "checkpoint_1_2.pt", save / "checkpoint_1_4.pt", "--output", avg],
         cwd=REPO, env=ENV).stdout
     assert "averaged 2 checkpoints" in out

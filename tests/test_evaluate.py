@@ -3,7 +3,6 @@ signatures), perl's compound-split one-liner plus a closed-form BLEU-4, and dire
 No expected number here comes from evaluate.py itself."""
 import csv
 import functools
-import importlib.util
 import json
 import math
 import os
@@ -21,10 +20,10 @@ import pytest
 from sacrebleu.metrics import BLEU, CHRF
 from sacremoses import MosesTokenizer
 
+from pe_tools import common
+from pe_tools.scoring import cli as scoring_cli, metrics as scoring_metrics, significance
+
 REPO = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("pe_evaluate", REPO / "scripts" / "evaluate.py")
-ev = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(ev)
 
 WORDS = ("der die das Haus Auto-Bahn Welt ist groß klein und oder nicht sehr gut Stadt-Rand Mann Frau Kind "
          "geht läuft sieht , . ! ? \" 's (heute) 3,5 E-Mail Haus. „Zug“ well-known").split()
@@ -61,7 +60,7 @@ def evaluate(corpus, out, *extra):
     cwd = os.getcwd()
     os.chdir(corpus)
     try:
-        return ev.main(["--ref", "ref.de", "--trg-lang", "de", "--out-dir", str(out), *extra])
+        return scoring_cli.main(["--ref", "ref.de", "--trg-lang", "de", "--out-dir", str(out), *extra])
     finally:
         os.chdir(cwd)
 
@@ -177,10 +176,10 @@ def closed_form_bleu4(hyps, refs):
 
 
 def test_compound_split_recipe_on_known_strings():
-    assert ev.compound_split(['Das well-known Auto "Haus" (heute) E-Mail&Co.'], "de") == [
+    assert scoring_metrics.compound_split(['Das well-known Auto "Haus" (heute) E-Mail&Co.'], "de") == [
         "Das well @ ##AT##-##AT## @ known Auto &quot; Haus &quot; ( heute ) E @ ##AT##-##AT## @ Mail &amp; Co."]
     # without Moses -a (tensor2tensor's get_ende_bleu.sh): perl's non-overlapping /g leaves "b-c" alone
-    assert ev.compound_split(["a-b-c well-known"], "de", aggressive=False) == perl_compound_split(
+    assert scoring_metrics.compound_split(["a-b-c well-known"], "de", aggressive=False) == perl_compound_split(
         ["a-b-c well-known"]) == ["a ##AT##-##AT## b-c well ##AT##-##AT## known"]
 
 
@@ -216,7 +215,7 @@ def test_compound_split_bleu_matches_cli_and_closed_form(corpus, tmp_path):
 ])
 def test_significance_marks(delta, p, expected):
     """'++' p < 0.05 and '+' p < 0.10 when better than the baseline; '--'/'-' when worse."""
-    assert ev.mark(delta, p) == expected
+    assert significance.mark(delta, p) == expected
 
 
 def test_lines_are_split_like_the_sacrebleu_cli(corpus, tmp_path):
@@ -364,7 +363,7 @@ def test_bad_input_is_reported_and_nothing_is_written(case, corpus, tmp_path, ca
     monkeypatch.chdir(d)
     argv, words = BAD_INPUTS[case](d)
     out = tmp_path / "out"
-    assert ev.main(["--ref", "ref.de", "--trg-lang", "de", "--out-dir", str(out), "--ngram-analysis", *argv]) == 2
+    assert scoring_cli.main(["--ref", "ref.de", "--trg-lang", "de", "--out-dir", str(out), "--ngram-analysis", *argv]) == 2
     err = capsys.readouterr().err
     assert err.startswith("evaluate.py: error: ")
     for word in words:
@@ -379,7 +378,7 @@ def test_bad_input_is_reported_and_nothing_is_written(case, corpus, tmp_path, ca
 def test_json_holds_numpy2_float32_values(corpus, tmp_path):
     with pytest.raises(TypeError):
         json.dumps({"mean": np.float32(27.5)})  # the CLI's --paired-bs JSON crash under numpy 2
-    assert json.loads(json.dumps(ev.to_jsonable({"m": [np.float32(27.5), np.float64(1.0)], "n": np.int64(3)}))) \
+    assert json.loads(json.dumps(common.to_jsonable({"m": [np.float32(27.5), np.float64(1.0)], "n": np.int64(3)}))) \
         == {"m": [27.5, 1.0], "n": 3}
     out = tmp_path / "out"
     assert evaluate(corpus, out, "--baseline", "base=base1.de", "--system", "good=good1.de", "--n-samples", "100") == 0

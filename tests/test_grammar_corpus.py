@@ -8,8 +8,7 @@ import sys
 import pytest
 from pe_testing import REPO
 
-sys.path.insert(0, str(REPO / "scripts"))
-import grammar_corpus as gc  # noqa: E402
+import pe_tools.synthetic.grammar as gc
 
 NOM = {"the": {"m": "der", "f": "die", "n": "das"}, "a": {"m": "ein", "f": "eine", "n": "ein"}}
 ACC = {"the": {"m": "den", "f": "die", "n": "das"}, "a": {"m": "einen", "f": "eine", "n": "ein"}}

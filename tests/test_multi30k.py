@@ -1,4 +1,4 @@
-"""The Multi30k recipe: examples/multi30k/{corpora,methods}.toml through the WMT14 recipe's own code.
+"""The Multi30k recipe: pe_tools/recipes/multi30k/{corpora,methods}.toml through the WMT14 recipe's own code.
 
 Download, verification and preparation run offline against single-file .gz fixtures served from
 127.0.0.1 (the real files are never needed); the methods table is checked against the registry and
@@ -7,7 +7,6 @@ fairseq's own training parser, and its stock `transformer` entry against `transf
 import gzip
 import hashlib
 import json
-import sys
 import tomllib
 
 import pytest
@@ -15,13 +14,12 @@ import pytest
 from pe_testing import REPO
 from test_prepare import Server, lines, prepare
 
-sys.path.insert(0, str(REPO / "scripts"))
-import launch  # noqa: E402
+from pe_tools.recipes import launch
 
 from pe_plugin.encodings import PE_REGISTRY  # noqa: E402
 
-CORPORA = tomllib.loads((REPO / "examples" / "multi30k" / "corpora.toml").read_text())
-METHODS = launch.load_table(REPO / "examples" / "multi30k" / "methods.toml")
+CORPORA = tomllib.loads((REPO / "pe_tools" / "recipes" / "multi30k" / "corpora.toml").read_text())
+METHODS = launch.load_table(REPO / "pe_tools" / "recipes" / "multi30k" / "methods.toml")
 URL_PREFIX = "https://raw.githubusercontent.com/multi30k/dataset/master"
 COUNTS = {"train": 40, "val": 6, "test_2016_flickr": 5}
 WORDS = "a man dog woman child sits runs on the in red green street water ball plays with".split()
@@ -46,7 +44,7 @@ def texts():
 
 def fixture_table(corrupt=()):
     """The real table, with the fixture's text_sha256 and line counts (and a wrong digest for `corrupt`)."""
-    text = (REPO / "examples" / "multi30k" / "corpora.toml").read_text()
+    text = (REPO / "pe_tools" / "recipes" / "multi30k" / "corpora.toml").read_text()
     for name, entry in CORPORA["archive"].items():
         file = entry["url"].rsplit("/", 1)[1]
         digest = "0" * 64 if name in corrupt else hashlib.sha256(texts()[file].encode()).hexdigest()

@@ -168,16 +168,18 @@ def test_every_test_sentence_is_translated_or_named_before_decoding(method, data
 
 
 def test_swap_probe_leaves_out_sentences_beyond_lmax_and_names_them(data_bin, raw_corpus, tmp_path, capsys):
-    """scripts/swap_probe.py on a LAPE model with L_max = 8: the test sentences longer than that are left out of
+    """pe-swap-probe (pe_tools.swap_probe) on a LAPE model with L_max = 8: the test sentences longer than that are left out of
     the probe and named (warning and JSON), the others probed; without the check it stopped at the first batch
     holding one (LAPE's ValueError)."""
-    from test_analysis import _script, save_checkpoint
+    from test_analysis import save_checkpoint
+
+    from pe_tools import swap_probe as swap_probe_cli
 
     src = (raw_corpus / "test.en").read_text().splitlines()
     long_ids = [i for i, line in enumerate(src) if len(line.split()) + 1 > LMAX]
     _, model, args = build_model(data_bin, "transformer_lape_tiny", LIMS)
     ckpt = save_checkpoint(model, args, tmp_path / "checkpoint_last.pt")
-    assert _script("swap_probe").main([str(ckpt), "--data", str(data_bin), "--beam", "2", "--max-len-b", "8",
+    assert swap_probe_cli.main([str(ckpt), "--data", str(data_bin), "--beam", "2", "--max-len-b", "8",
                                        "--out", str(tmp_path / "swap")]) == 0
     rep = json.loads((tmp_path / "swap" / "swap_probe.json").read_text())
     assert rep["left_out"] == long_ids and rep["n_sentences"] == len(src) - len(long_ids)

@@ -113,13 +113,8 @@ def test_attn_transform_values_equals_per_token_loop():
 
 
 def test_benchmark_candidates_compute_the_same_thing():
-    """scripts/bench/posnet_kernel.py: the released broadcast and the bmm give the same outputs and gradients."""
-    scripts = str(Path(__file__).resolve().parents[1] / "scripts")
-    sys.path.insert(0, scripts)  # only while importing: scripts/ holds generic module names
-    try:
-        from bench.posnet_kernel import setup
-    finally:
-        sys.path.remove(scripts)
+    """pe_tools/bench/posnet_kernel.py: the released broadcast and the bmm give the same outputs and gradients."""
+    from pe_tools.bench.posnet_kernel import setup
 
     runs = []
     for candidate in ("released", "bmm"):

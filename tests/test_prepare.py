@@ -1,13 +1,12 @@
 """examples/wmt14/prepare.sh end to end on tiny WMT-like archives served from 127.0.0.1.
 
-The fixture builds every archive of examples/wmt14/corpora.toml (same file names, same member
+The fixture builds every archive of pe_tools/recipes/wmt14/corpora.toml (same file names, same member
 paths, SGM test sets, a plain tar with .gz members for giga-fren) with a few dozen synthetic
 sentences, and serves them over HTTP with Range support, so resumed downloads are real.
 Tests marked slow run fairseq-preprocess (about 5 s each); the rest take a second or less.
 """
 import gzip
 import hashlib
-import importlib.util
 import io
 import json
 import os
@@ -24,20 +23,14 @@ from pathlib import Path
 
 import pytest
 
+from pe_tools import common
+from pe_tools.data import corpora as data_corpora, files as data_files, pipeline as data_pipeline, text as data_text
+
 REPO = Path(__file__).resolve().parent.parent
 PREPARE = REPO / "examples" / "wmt14" / "prepare.sh"
-TABLE = REPO / "examples" / "wmt14" / "corpora.toml"
+TABLE = REPO / "pe_tools" / "recipes" / "wmt14" / "corpora.toml"
 
 
-def load_module():
-    spec = importlib.util.spec_from_file_location("prepare_data", REPO / "scripts" / "prepare_data.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["prepare_data"] = module  # so worker processes can unpickle its functions
-    spec.loader.exec_module(module)
-    return module
-
-
-prep = load_module()
 
 
 def tokenize(line, lang, test=False):
@@ -546,7 +539,7 @@ def test_raw_corpus_end_to_end_with_few_merges(tmp_path):
 ])
 def test_clean_corpus_rules(tmp_path, src, tgt, kept):
     write_corpus(tmp_path / "c", ["ok fine", src], ["gut fein", tgt])
-    prep.clean_corpus(tmp_path / "c.en", tmp_path / "c.de", tmp_path / "o.en", tmp_path / "o.de", 1, 250, 1.5)
+    data_text.clean_corpus(tmp_path / "c.en", tmp_path / "c.de", tmp_path / "o.en", tmp_path / "o.de", 1, 250, 1.5)
     out_en = lines(tmp_path / "o.en")
     assert len(out_en) == 1 + kept and len(lines(tmp_path / "o.de")) == len(out_en)
     if kept:
@@ -555,33 +548,33 @@ def test_clean_corpus_rules(tmp_path, src, tgt, kept):
 
 def test_clean_corpus_removes_pipes_unless_factored(tmp_path):
     write_corpus(tmp_path / "c", ["plain text", "a|b c"], ["x y", "u|v w"])
-    prep.clean_corpus(tmp_path / "c.en", tmp_path / "c.de", tmp_path / "o.en", tmp_path / "o.de", 1, 250, 1.5)
+    data_text.clean_corpus(tmp_path / "c.en", tmp_path / "c.de", tmp_path / "o.en", tmp_path / "o.de", 1, 250, 1.5)
     assert lines(tmp_path / "o.en") == ["plain text", "ab c"]
 
 
 def test_non_printing_characters_become_spaces():
-    line_fn = prep.make_line_fn("tok-train", "de")
+    line_fn = data_text.make_line_fn("tok-train", "de")
     assert line_fn("Auto\u00admobil und\u200bZug\tTab") == "Auto mobil und Zug Tab"  # sacremoses would delete
     assert line_fn("ein Gute-Nacht-Kuss") == "ein Gute @-@ Nacht @-@ Kuss"
-    assert prep.make_line_fn("tok-test", "en")("It\u2019s") == "It &apos;s"
+    assert data_text.make_line_fn("tok-test", "en")("It\u2019s") == "It &apos;s"
 
 
 def test_parallel_workers_keep_line_order(tmp_path, monkeypatch):
-    monkeypatch.setattr(prep, "CHUNK_LINES", 7)
+    monkeypatch.setattr(data_text, "CHUNK_LINES", 7)
     src = tmp_path / "in.en"
     src.write_text("".join(f"line {i} is a well-known line .\n" for i in range(100)))
-    prep.map_lines(src, tmp_path / "one", "tok-train", "en", 1, "t")
-    prep.map_lines(src, tmp_path / "two", "tok-train", "en", 2, "t")
+    data_text.map_lines(src, tmp_path / "one", "tok-train", "en", 1, "t")
+    data_text.map_lines(src, tmp_path / "two", "tok-train", "en", 2, "t")
     assert (tmp_path / "one").read_text() == (tmp_path / "two").read_text()
     assert lines(tmp_path / "two")[99] == "line 99 is a well @-@ known line ."
 
 
 def test_an_interrupted_step_leaves_nothing_trusted(tmp_path):
-    stamps, src, dst = prep.Stamps(tmp_path), tmp_path / "in", tmp_path / "out"
+    stamps, src, dst = data_pipeline.Stamps(tmp_path), tmp_path / "in", tmp_path / "out"
     src.write_text("a\n")
 
     def broken():
-        with prep.atomic(dst) as tmp:
+        with common.atomic(dst) as tmp:
             tmp.write_text("half")
             raise KeyboardInterrupt
 
@@ -592,7 +585,7 @@ def test_an_interrupted_step_leaves_nothing_trusted(tmp_path):
 
     def good():
         calls.append(1)
-        with prep.atomic(dst) as tmp:
+        with common.atomic(dst) as tmp:
             tmp.write_text("whole")
 
     assert stamps.run("step", [src], [dst], {"n": 1}, good) and calls == [1]
@@ -607,19 +600,19 @@ def test_an_interrupted_step_leaves_nothing_trusted(tmp_path):
 def test_sgm_sets_are_counted_by_segment_and_checked_against_the_table(tmp_path):
     (tmp_path / "src.en.sgm").write_text(sgm(TEST_SEGS["en"], "t"))
     (tmp_path / "ref.de.sgm").write_text(sgm(TEST_SEGS["de"], "t"))
-    corpus = prep.Corpus(tmp_path / "src.en.sgm", tmp_path / "ref.de.sgm", lines=6)
-    assert prep.check_aligned(corpus) == 6 and prep.sgm_segments(corpus.src) == TEST_SEGS["en"]
+    corpus = data_corpora.Corpus(tmp_path / "src.en.sgm", tmp_path / "ref.de.sgm", lines=6)
+    assert data_corpora.check_aligned(corpus) == 6 and data_corpora.sgm_segments(corpus.src) == TEST_SEGS["en"]
     corpus.lines = 3003
-    with pytest.raises(prep.PrepareError, match="have 6 sentences, the corpora table expects 3003"):
-        prep.check_aligned(corpus)
+    with pytest.raises(data_files.PrepareError, match="have 6 sentences, the corpora table expects 3003"):
+        data_corpora.check_aligned(corpus)
 
 
 def test_two_runs_never_share_an_output_folder(tmp_path):
-    with prep.exclusive(tmp_path, "--out"):
-        with pytest.raises(prep.PrepareError, match=f"another prepare run is using {tmp_path}"):
-            with prep.exclusive(tmp_path, "--out"):
+    with data_pipeline.exclusive(tmp_path, "--out"):
+        with pytest.raises(data_files.PrepareError, match=f"another prepare run is using {tmp_path}"):
+            with data_pipeline.exclusive(tmp_path, "--out"):
                 pass
-    with prep.exclusive(tmp_path, "--out"):  # released
+    with data_pipeline.exclusive(tmp_path, "--out"):  # released
         pass
 
 

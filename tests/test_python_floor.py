@@ -77,7 +77,7 @@ def test_setup_env_accepts_the_range(tmp_path, reported):
 
 def test_no_fallbacks_for_unsupported_pythons():
     """tomllib is standard from 3.11 on: no module carries a tomli fallback for older Pythons."""
-    files = [p for d in ("pe_plugin", "scripts", "tests") for p in (REPO / d).rglob("*.py")]
+    files = [p for d in ("pe_plugin", "pe_tools", "scripts", "tests") for p in (REPO / d).rglob("*.py")]
     offenders = [str(p.relative_to(REPO)) for p in files
                  if re.search(r"^\s*(import tomli\b|from tomli\b)", p.read_text(), re.M)]
     assert not offenders, offenders
@@ -85,7 +85,7 @@ def test_no_fallbacks_for_unsupported_pythons():
 
 def test_code_parses_at_the_floor():
     """No syntax newer than the floor in the package, the scripts or the tests."""
-    files = [p for d in ("pe_plugin", "scripts", "tests") for p in (REPO / d).rglob("*.py")]
+    files = [p for d in ("pe_plugin", "pe_tools", "scripts", "tests") for p in (REPO / d).rglob("*.py")]
     assert len(files) > 20
     for path in files:
         ast.parse(path.read_text(), filename=str(path), feature_version=FLOOR)

@@ -22,7 +22,7 @@ def test_every_registered_encoding_is_in_the_method_table():
 
 
 def test_files_the_readme_names_exist():
-    paths = set(re.findall(r"\b((?:scripts|examples|pe_plugin|tests)/[\w./-]+\.(?:py|sh|toml|md))", README))
+    paths = set(re.findall(r"\b((?:scripts|examples|pe_plugin|pe_tools|tests)/[\w./-]+\.(?:py|sh|toml|md))", README))
     assert paths, "the README names no files"
     missing = sorted(p for p in paths if not (REPO / p).exists())
     assert not missing, missing
@@ -45,6 +45,12 @@ SUBCOMMANDS = ("scripts/benchmark.py", "scripts/launch.py")  # their flags are l
 WRAPPERS = {"examples/wmt14/prepare.sh": ["scripts/prepare_data.py"],
             "examples/wmt14/train.sh": ["scripts/launch.py", "train"],
             "examples/wmt14/generate.sh": ["scripts/launch.py", "generate"]}
+# the console scripts setup.py declares: the module behind each, and the arguments that select its sub-command
+CONSOLE_SCRIPTS = {"pe-prepare": ["pe_tools.data.cli"], "pe-train": ["pe_tools.recipes.launch", "train"],
+                   "pe-generate": ["pe_tools.recipes.launch", "generate"], "pe-evaluate": ["pe_tools.scoring.cli"],
+                   "pe-average": ["pe_tools.average"], "pe-probe": ["pe_tools.probe"],
+                   "pe-swap-probe": ["pe_tools.swap_probe"], "pe-bench": ["pe_tools.bench.cli"],
+                   "pe-demo": ["pe_tools.demo"], "pe-length": ["pe_tools.length"]}
 
 
 def readme_commands():
@@ -69,19 +75,22 @@ def readme_commands():
                 prog = words[1]
                 if prog in SUBCOMMANDS and len(words) > 2 and not words[2].startswith("-"):
                     prog = f"{prog} {words[2]}"
+            elif prog == "pe-bench" and len(words) > 1 and not words[1].startswith("-"):
+                prog = f"pe-bench {words[1]}"
             commands.append((prog, sorted({w.split("=")[0] for w in words if w.startswith("--")}), words))
     return commands
 
 
 def help_text(prog: str) -> str:
-    if prog in WRAPPERS:
-        argv = WRAPPERS[prog]
+    if prog.split()[0] in CONSOLE_SCRIPTS:
+        argv = ["-m", *CONSOLE_SCRIPTS[prog.split()[0]], *prog.split()[1:]]
+    elif prog in WRAPPERS:
+        argv = [str(REPO / WRAPPERS[prog][0]), *WRAPPERS[prog][1:]]
     elif prog.startswith("scripts/"):
-        argv = prog.split()
+        argv = [str(REPO / prog.split()[0]), *prog.split()[1:]]
     else:
         raise AssertionError(prog)
-    out = subprocess.run([sys.executable, str(REPO / argv[0]), *argv[1:], "--help"], capture_output=True,
-                         text=True, cwd=REPO)
+    out = subprocess.run([sys.executable, *argv, "--help"], capture_output=True, text=True, cwd=REPO)
     assert out.returncode == 0, (prog, out.stderr[-2000:])
     return out.stdout
 
@@ -124,7 +133,17 @@ def test_every_readme_command_and_flag_exists():
             error = fairseq_rejects(prog, words)
             assert not error, f"fairseq rejects the README's {' '.join(words)}: {error}"
             continue
-        assert (REPO / prog.split()[0]).exists(), f"the README runs {prog}, which does not exist"
+        assert prog.split()[0] in CONSOLE_SCRIPTS or (REPO / prog.split()[0]).exists(), \
+            f"the README runs {prog}, which does not exist"
         helps.setdefault(prog, help_text(prog))
         missing = [f for f in flags if f not in ("--help",) and not re.search(rf"{re.escape(f)}\b", helps[prog])]
         assert not missing, f"the README passes {missing} to {prog}, which does not know them"
+
+
+def test_console_scripts_are_the_ones_setup_py_declares():
+    """The README's console scripts are those of setup.py, each naming the module the tests run."""
+    setup = (REPO / "setup.py").read_text()
+    declared = dict(re.findall(r'"(pe-[\w-]+) = ([\w.]+):\w+"', setup))
+    assert declared == {name: argv[0] for name, argv in CONSOLE_SCRIPTS.items()}
+    for name in CONSOLE_SCRIPTS:
+        assert f"`{name}" in README, f"the README does not mention {name}"

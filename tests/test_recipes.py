@@ -1,4 +1,4 @@
-"""The WMT14 recipe: examples/wmt14/methods.toml against the registry, scripts/launch.py (train.sh,
+"""The WMT14 recipe: pe_tools/recipes/wmt14/methods.toml against the registry, scripts/launch.py (train.sh,
 generate.sh) end to end on the tiny corpus, and the multi-process path (two gloo ranks on CPU equal one
 process with twice the update frequency)."""
 import json
@@ -12,8 +12,7 @@ import pytest
 
 from pe_testing import PLUGIN, REPO
 
-sys.path.insert(0, str(REPO / "scripts"))
-import launch  # noqa: E402
+from pe_tools.recipes import launch
 
 from pe_plugin.encodings import PE_REGISTRY  # noqa: E402
 

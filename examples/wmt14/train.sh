@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Train one method of examples/wmt14/methods.toml on prepared WMT14 data (examples/wmt14/prepare.sh).
+# Train one method of pe_tools/recipes/wmt14/methods.toml on prepared WMT14 data (examples/wmt14/prepare.sh).
 #
 #   examples/wmt14/train.sh posnet_embed                          # en-de, base, seed 1 -> runs/posnet_embed.en-de.base.seed1
 #   examples/wmt14/train.sh sape --pair en-fr --size big --seed 2

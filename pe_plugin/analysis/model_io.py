@@ -1,13 +1,10 @@
 """What the analysis tools share: their checkpoint arguments, loading a checkpoint with its task, per-language
-token counts of a binarised data directory, and atomic JSON output (NaN -> null, +-inf -> "inf"/"-inf")."""
+token counts of a binarised data directory. Their atomic JSON output is pe_tools.common.dump_json."""
 import argparse
-import json
-import math
 import os
-import tempfile
 import warnings
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple
+from typing import Optional, Tuple
 
 import numpy as np
 
@@ -74,41 +71,3 @@ def language_masks(task, data: str, split: str = "train") -> Tuple[Optional[np.n
     if counts[0] is None or counts[1] is None:
         return None, None
     return counts[0] > counts[1], counts[1] > counts[0]
-
-
-def to_jsonable(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {str(k): to_jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [to_jsonable(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return to_jsonable(obj.tolist())
-    if isinstance(obj, (np.floating, float)):
-        x = float(obj)
-        return None if math.isnan(x) else ("inf" if x > 0 else "-inf") if math.isinf(x) else x
-    if isinstance(obj, np.integer):
-        return int(obj)
-    return obj
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write under a temporary name in the same folder, then rename (readers never see a partial file)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the file the usual permissions
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def write_json(path: Path, report: Dict[str, Any]) -> None:
-    text = json.dumps(to_jsonable(report), indent=1, allow_nan=False, ensure_ascii=False) + "\n"
-    write_atomic(path, text.encode("utf-8"))

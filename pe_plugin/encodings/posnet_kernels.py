@@ -15,7 +15,7 @@ L_max is the side's --max-source/target-positions; a module shared by both sides
 (fairseq still filters each side by its own limit). Longer inputs raise ``check_length``'s error, or with
 --pe-beyond-max clamp (for decoding) their positions >= L_max use the last kernel phi_{L_max-1} (``limits``).
 The paper's parameter counts fit L_max = 200 for PosNet-Embed and about 250 for PosNet-Attn, not fairseq's
-default 1024: the WMT14 recipe sets them (examples/wmt14/methods.toml).
+default 1024: the WMT14 recipe sets them (pe_tools/recipes/wmt14/methods.toml).
 """
 from dataclasses import dataclass, field
 

@@ -12,21 +12,21 @@ flags given on the command line win.
 from fairseq.models import register_model_architecture
 from fairseq.models.transformer import transformer_legacy as stock
 
+from pe_tools.naming import SIZES as SIZE_CLASSES, arch_name  # noqa: F401  (arch_name: re-exported)
+
 from .. import cli_errors
 from ..encodings import PE_REGISTRY
 from .validation import PEConfigError
 
+PARENTS = {  # fairseq's parent architecture of each size (pe_tools.naming.SIZES: suffix -> size class)
+    "tiny": stock.tiny_architecture,
+    "wmt_en_de": stock.transformer_wmt_en_de,
+    "wmt_en_de_big": stock.transformer_wmt_en_de_big,
+    "wmt_en_fr_big": stock.transformer_vaswani_wmt_en_fr_big,
+}
+assert set(PARENTS) == set(SIZE_CLASSES), "pe_tools.naming.SIZES and PARENTS must name the same sizes"
 # (suffix, fairseq parent architecture, size class)
-SIZES = [
-    ("tiny", stock.tiny_architecture, "tiny"),
-    ("wmt_en_de", stock.transformer_wmt_en_de, "base"),
-    ("wmt_en_de_big", stock.transformer_wmt_en_de_big, "big"),
-    ("wmt_en_fr_big", stock.transformer_vaswani_wmt_en_fr_big, "big"),
-]
-
-
-def arch_name(pe: str, suffix: str) -> str:
-    return f"transformer_{pe}_{suffix}"
+SIZES = [(suffix, PARENTS[suffix], size) for suffix, size in SIZE_CLASSES.items()]
 
 
 def architecture_names():

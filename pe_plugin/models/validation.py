@@ -3,6 +3,8 @@
 Every error names the flag (or the file) at fault and the fix.
 """
 import logging
+from pe_tools.naming import arch_name
+
 from ..encodings import PE_REGISTRY, config_fields, get_pe_class
 
 logger = logging.getLogger("pe_plugin")
@@ -45,7 +47,7 @@ def check_args(args, task) -> None:
             if name not in own and hasattr(args, name):
                 raise PEConfigError(
                     f"{_flag(name)} is a flag of pe '{other.name}', which pe '{pe}' does not support; "
-                    f"drop it or choose --arch transformer_{other.name}_<size>"
+                    f"drop it or choose --arch {arch_name(other.name, '<size>')}"
                 )
     if getattr(args, "share_all_embeddings", False) and task.source_dictionary != task.target_dictionary:
         raise PEConfigError(

@@ -12,12 +12,10 @@ import resource
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Dict, List, Sequence
 
 import torch
 
-_SCRIPTS = Path(__file__).resolve().parents[1]
 _RESULT = "@@bench-result@@"
 
 
@@ -90,14 +88,14 @@ def peak_memory_bytes(fn) -> int:
 
 
 def run_isolated(module: str, func: str, kwargs: Dict, timeout: float = None) -> Dict:
-    """``module.func(**kwargs)`` in a fresh interpreter (``module`` importable from scripts/, e.g.
-    ``bench.models``); returns its JSON-serialisable result. Raises with the child's output on failure."""
+    """``module.func(**kwargs)`` in a fresh interpreter (``module`` an importable module, e.g.
+    ``pe_tools.bench.models``); returns its JSON-serialisable result. Raises with the child's output on failure."""
     code = (
-        "import json, sys; sys.path[:0] = [sys.argv[1], sys.argv[2]]; import importlib; "
-        f"r = getattr(importlib.import_module({module!r}), {func!r})(**json.loads(sys.argv[3])); "
+        "import json, sys; import importlib; "
+        f"r = getattr(importlib.import_module({module!r}), {func!r})(**json.loads(sys.argv[1])); "
         f"print({_RESULT!r} + json.dumps(r), flush=True)"
     )
-    argv = [sys.executable, "-c", code, str(_SCRIPTS), str(_SCRIPTS.parent), json.dumps(kwargs)]
+    argv = [sys.executable, "-c", code, json.dumps(kwargs)]
     proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
     for line in reversed(proc.stdout.splitlines()):
         if line.startswith(_RESULT):

@@ -1,15 +1,15 @@
 """Forward time, training-step time and peak training memory of every registered encoding, as ratios to SAPE
 (the paper's Figure 2 and Table 3).
 
-    python scripts/benchmark.py models                        # tiny and base sizes, every encoding, B=32, T=30
-    python scripts/benchmark.py models --sizes base big --rounds 5 --out-dir runs/bench
-    python scripts/benchmark.py models --sizes tiny --pe sape posnet_embed --device cpu --threads 1
-    python scripts/benchmark.py models --size tiny           # --size SIZE is an alias of --sizes SIZE
+    pe-bench models                        # tiny and base sizes, every encoding, B=32, T=30
+    pe-bench models --sizes base big --rounds 5 --out-dir runs/bench
+    pe-bench models --sizes tiny --pe sape posnet_embed --device cpu --threads 1
+    pe-bench models --size tiny           # --size SIZE is an alias of --sizes SIZE
 
 Setup. Each (size, encoding) runs in its own fresh interpreter (peak RSS is monotonic, so sharing a process
 would hide every peak but the first): it builds ``transformer_<pe>_<arch>`` (arch: tiny -> tiny,
 base -> wmt_en_de, big -> wmt_en_de_big) with the flags of the encoding's entry in the ``--recipe``'s
-examples/RECIPE/methods.toml (default wmt14: the models the paper's runs train, e.g. PosNet-Embed with
+pe_tools/recipes/RECIPE/methods.toml (default wmt14: the models the paper's runs train, e.g. PosNet-Embed with
 L_max 200 and PosNet-Attn with 251, as Table 1's parameter counts; ``--recipe none``: the architecture's own
 defaults, L_max 1024), through fairseq's parser with a dummy joined dictionary of
 ``--vocab`` symbols (fairseq's 4 specials included; ``--share-all-embeddings``), moves it to ``--device``
@@ -62,11 +62,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from ..common import atomic, load_toml
+from ..naming import BASELINE, SUFFIX_OF_CLASS as SIZES, arch_name
+from ..recipes import recipe_names, table_path
 from ._timing import current_rss_bytes, markdown_table, peak_rss_bytes, run_isolated
 
 NAME = "models"
 HELP = "forward time, training-step time and peak memory of every registered encoding, as ratios to SAPE"
-SIZES = {"tiny": "tiny", "base": "wmt_en_de", "big": "wmt_en_de_big"}
 # raw figure -> its ratio to SAPE within the same size
 RATIOS = {"forward_s": "forward_ratio", "forward_median_s": "forward_median_ratio",
           "step_s": "step_ratio", "step_median_s": "step_median_ratio", "step_cpu_s": "cpu_ratio",
@@ -115,9 +117,9 @@ def add_args(parser):
             ("--rounds", 1, 3, "round-robin repetitions"), ("--threads", 0, 0, "torch threads (0: torch's choice)")]
     for flag, low, default, text in ints:
         parser.add_argument(flag, type=_int_at_least(low), default=default, help=f"{text} (default: {default})")
-    recipes = sorted(p.parent.name for p in (Path(__file__).resolve().parents[2] / "examples").glob("*/methods.toml"))
+    recipes = recipe_names("methods")
     parser.add_argument("--recipe", choices=recipes + ["none"], default="wmt14",
-                        help="build each encoding with its entry's flags in examples/RECIPE/methods.toml, e.g. "
+                        help="build each encoding with its entry's flags in pe_tools/recipes/RECIPE/methods.toml, e.g. "
                              "PosNet's L_max (default: wmt14); none: the architectures' defaults")
     parser.add_argument("--out-dir", help=f"write {OUT_NAME}.json, .csv, .md and .png into this folder")
     parser.add_argument("--json", help="also write the JSON results to this file")
@@ -125,14 +127,10 @@ def add_args(parser):
 
 
 def recipe_flags(recipe: str, pe: str) -> list:
-    """The flags of ``pe``'s entry in examples/RECIPE/methods.toml ([] for --recipe none or no such entry)."""
+    """The flags of ``pe``'s entry in pe_tools/recipes/RECIPE/methods.toml ([] for --recipe none or no such entry)."""
     if recipe == "none":
         return []
-    import tomllib
-
-    path = Path(__file__).resolve().parents[2] / "examples" / recipe / "methods.toml"
-    with open(path, "rb") as f:
-        entry = tomllib.load(f)["method"].get(pe, {})
+    entry = load_toml(table_path(recipe), "recipe table")["method"].get(pe, {})
     return list(entry.get("flags", []))
 
 
@@ -148,11 +146,13 @@ def measure(pe: str, size: str, batch: int, length: int, vocab: int, steps: int,
     if threads:
         torch.set_num_threads(threads)
     cuda = device == "cuda"
-    plugin = Path(__file__).resolve().parents[2] / "pe_plugin"
+    from ..common import plugin_dir
+
+    plugin = plugin_dir()
     with tempfile.TemporaryDirectory() as data:
         for lang in ("src", "tgt"):  # fairseq's Dictionary adds its 4 special symbols to these vocab - 4
             Path(data, f"dict.{lang}.txt").write_text("".join(f"w{i} 1\n" for i in range(vocab - 4)))
-        argv = [data, "--user-dir", str(plugin), "--arch", f"transformer_{pe}_{SIZES[size]}", "--task", "translation",
+        argv = [data, "--user-dir", str(plugin), "--arch", arch_name(pe, SIZES[size]), "--task", "translation",
                 "-s", "src", "-t", "tgt", "--share-all-embeddings", "--cpu",  # --cpu: we place the model below
                 *recipe_flags(recipe, pe)]
         args = options.parse_args_and_arch(options.get_training_parser(), argv)
@@ -216,7 +216,7 @@ def measure(pe: str, size: str, batch: int, length: int, vocab: int, steps: int,
         forward, forward_cpu = time.perf_counter() - t0, time.process_time() - c0
 
     return {
-        "pe": pe, "size": size, "arch": f"transformer_{pe}_{SIZES[size]}", "flags": recipe_flags(recipe, pe),
+        "pe": pe, "size": size, "arch": arch_name(pe, SIZES[size]), "flags": recipe_flags(recipe, pe),
         "max_positions": [args.max_source_positions, args.max_target_positions],
         "params": sum(p.numel() for p in model.parameters()), "pe_params": pe_parameter_count(model),
         "step_wall_s": wall, "step_cpu_s": cpu, "forward_s": forward, "forward_cpu_s": forward_cpu,
@@ -258,7 +258,7 @@ def summarise(runs):
 def add_ratios(results):
     """ratio = figure / sape's figure, within each size (None where sape's figure is 0)."""
     for size in {r["size"] for r in results}:
-        ref = next(r for r in results if r["size"] == size and r["pe"] == "sape")
+        ref = next(r for r in results if r["size"] == size and r["pe"] == BASELINE)
         for r in results:
             if r["size"] == size:
                 for key, ratio in RATIOS.items():
@@ -299,17 +299,8 @@ def _settings_line(s):
 
 def _atomic_write(path: Path, write):
     """``write(file)`` into a temporary file in ``path``'s folder, renamed to ``path`` once complete."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the usual permissions of a new file
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    with atomic(path) as tmp, open(tmp, "wb") as f:
+        write(f)
 
 
 def _text(text):
@@ -382,7 +373,7 @@ def run(args) -> int:
         return 2
     else:
         device = args.device
-    wanted = set(args.pe or PE_REGISTRY) | {"sape"}
+    wanted = set(args.pe or PE_REGISTRY) | {BASELINE}
     names = [pe for pe in PE_REGISTRY if pe in wanted]  # registry order, sape always in
     sizes = list(dict.fromkeys(args.sizes))
     kwargs = dict(batch=args.batch, length=args.length, vocab=args.vocab, steps=args.steps, warmup=args.warmup,
@@ -394,7 +385,7 @@ def run(args) -> int:
         for size in sizes:
             for pe in names:
                 print(f"[round {k + 1}/{args.rounds}] {size} {pe}", file=sys.stderr, flush=True)
-                runs[size, pe].append(run_isolated("bench.models", "measure", dict(pe=pe, size=size, **kwargs)))
+                runs[size, pe].append(run_isolated("pe_tools.bench.models", "measure", dict(pe=pe, size=size, **kwargs)))
     results = [summarise(runs[size, pe]) for size in sizes for pe in names]
     add_ratios(results)
 

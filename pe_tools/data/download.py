@@ -1,4 +1,4 @@
-"""Resumable, verified downloads of corpus archives, for prepare_data.py.
+"""Resumable, verified downloads of corpus archives, for the preparation pipeline (pe_tools.data.pipeline).
 
 A download goes to NAME.part and resumes from its size with an HTTP Range request; only a file that
 passes `verify` is renamed to NAME. A file that fails is moved to NAME.corrupt, so no later run
@@ -22,16 +22,10 @@ from typing import Optional
 
 from tqdm import tqdm
 
+from .files import CorruptFile, PrepareError
+
 CHUNK = 1 << 20
 USER_AGENT = "pe_plugin-prepare/1.0"
-
-
-class PrepareError(Exception):
-    """A failure the user can fix; the message names the file or flag and the fix."""
-
-
-class CorruptFile(Exception):
-    """A file failed verification; the message says which check."""
 
 
 @dataclass(frozen=True)

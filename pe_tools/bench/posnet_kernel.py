@@ -1,7 +1,7 @@
 """PosNet-Embed forward + backward: the batched matmul over positions against the released broadcast.
 
-    python scripts/benchmark.py posnet_kernel                  # B=64, T=50, C=512, d_p=128, L_max=512
-    python scripts/benchmark.py posnet_kernel --json out.json
+    pe-bench posnet_kernel                  # B=64, T=50, C=512, d_p=128, L_max=512
+    pe-bench posnet_kernel --json out.json
 
 Candidates, each h = x + ReLU((x W1) (x) phi) W2 on x (B,T,C), then backward of a fixed random gradient:
   released      ``(x W1).unsqueeze(2).matmul(phi[:T])`` (posnet/modules.py): torch.matmul broadcasts phi to a
@@ -105,7 +105,7 @@ def run(args) -> int:
             n = len(cpu[c])
             wall[c] += time_calls(lambda: _cpu_timed(steps[c][0], cpu[c]), repeats=args.repeats, warmup=args.warmup)
             del cpu[c][n:n + args.warmup]
-    memory = {c: run_isolated("bench.posnet_kernel", "measure_memory",
+    memory = {c: run_isolated("pe_tools.bench.posnet_kernel", "measure_memory",
                               dict(candidate=c, threads=args.threads, **shape))["peak_bytes"] for c in CANDIDATES}
     med = {c: statistics.median(wall[c]) for c in CANDIDATES}
     med_cpu = {c: statistics.median(cpu[c]) for c in CANDIDATES}

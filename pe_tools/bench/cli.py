@@ -1,0 +1,43 @@
+"""pe-bench: speed and memory benchmarks, reported as ratios measured side by side in one run.
+
+    pe-bench --list                     (= python scripts/benchmark.py --list)
+    pe-bench NAME [options]      # NAME from --list; NAME --help for its options
+
+Each benchmark is one module of pe_tools/bench/ (not cli, not _private) exposing NAME, HELP, add_args(parser) and run(args) -> int;
+they are discovered automatically.
+"""
+import argparse
+import importlib
+import pkgutil
+import sys
+
+
+def discover():
+    from pe_tools import bench
+
+    found = {}
+    for info in sorted(pkgutil.iter_modules(bench.__path__), key=lambda i: i.name):
+        if info.name.startswith("_") or info.name == "cli":
+            continue
+        mod = importlib.import_module(f"pe_tools.bench.{info.name}")
+        found[mod.NAME] = mod
+    return found
+
+
+def main(argv=None) -> int:
+    benches = discover()
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--list", action="store_true", help="list the benchmarks")
+    sub = parser.add_subparsers(dest="name")
+    for name, mod in benches.items():
+        mod.add_args(sub.add_parser(name, help=mod.HELP, description=mod.HELP))
+    args = parser.parse_args(argv)
+    if args.list or args.name is None:
+        for name, mod in benches.items():
+            print(f"{name:24s} {mod.HELP}")
+        return 0
+    return benches[args.name].run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

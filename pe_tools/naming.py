@@ -1,0 +1,24 @@
+"""Names shared by pe_plugin (which registers the architectures) and the tools (which build commands and
+reports), as plain data: the baseline encoding, the architecture sizes and ``transformer_<pe>_<size>`` names.
+pe_plugin/models/architectures.py registers one architecture per encoding and row of SIZES."""
+
+BASELINE = "sape"  # the encoding every report compares with (sinusoidal absolute positions)
+
+# architecture suffix -> size class (whose encoding defaults apply, ``PositionalEncoding.size_defaults``)
+SIZES = {
+    "tiny": "tiny",
+    "wmt_en_de": "base",
+    "wmt_en_de_big": "big",
+    "wmt_en_fr_big": "big",
+}
+
+
+def arch_name(pe: str, suffix: str) -> str:
+    """The registered architecture of encoding ``pe`` at size ``suffix``: ``transformer_<pe>_<suffix>``."""
+    return f"transformer_{pe}_{suffix}"
+
+
+# size class -> the first architecture suffix of that class ("base" -> "wmt_en_de", "big" -> "wmt_en_de_big")
+SUFFIX_OF_CLASS = {}
+for _suffix, _size in SIZES.items():
+    SUFFIX_OF_CLASS.setdefault(_size, _suffix)

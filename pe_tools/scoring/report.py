@@ -1,0 +1,134 @@
+"""The report: one JSON-ready dict of every score, then its markdown table (the paper's Table 1 with marks and
+signatures) and CSV rows (per system and per run)."""
+import argparse
+import csv
+import io
+import json
+from importlib.metadata import version
+from typing import Any, Dict, List, Optional
+
+from .inputs import Inputs
+from .metrics import METRICS
+from .significance import AR_CI_SAMPLES, DEFAULT_SAMPLES, TEST_NAMES, summarise
+
+
+def build_report(inputs: Inputs, scored: Dict[str, Any], args: argparse.Namespace) -> Dict[str, Any]:
+    n_samples = args.n_samples or DEFAULT_SAMPLES[args.paired]
+    systems = []
+    for s in [inputs.baseline] + inputs.systems:
+        is_base = s is inputs.baseline
+        runs = [
+            {"run": r + 1, "file": f, "meta": m, "scores": scored["results"][(s.name, r)]}
+            for r, (f, m) in enumerate(zip(s.files, s.run_meta))
+        ]
+        summary = {spec.key: summarise([run["scores"][spec.key] for run in runs], is_base) for spec in METRICS}
+        for spec in METRICS:
+            summary[spec.key]["signature"] = scored["signatures"][spec.key]
+        systems.append({"name": s.name, "baseline": is_base, "files": s.files, "meta": s.meta,
+                        "pe_signature": pe_signature(s.meta), "runs": runs, "summary": summary})
+    return {
+        "reference": inputs.ref_file, "segments": len(inputs.ref), "target_language": args.trg_lang,
+        "baseline": inputs.baseline.name,
+        "test": {"type": args.paired, "name": TEST_NAMES[args.paired], "n_samples": n_samples,
+                 "seed": args.seed, "ci": "95% bootstrap percentile interval, half-width around the "
+                 f"bootstrap mean ({n_samples if args.paired == 'bs' else AR_CI_SAMPLES} resamples)",
+                 "marks": "++/+: better than the baseline at p<0.05/p<0.10; --/-: worse; two-sided test"},
+        "metrics": {spec.key: {"label": spec.label, "signature": scored["signatures"][spec.key]}
+                    for spec in METRICS},
+        "versions": {"sacrebleu": version("sacrebleu"), "sacremoses": version("sacremoses")},
+        "systems": systems,
+    }
+
+
+def pe_signature(meta: Dict[str, Any]) -> str:
+    if not meta:
+        return ""
+    sig = meta.get("pe_signature")
+    return sig if isinstance(sig, str) else json.dumps(meta, sort_keys=True, separators=(",", ":"))
+
+
+def cell(summary: Dict[str, Any], width: int) -> str:
+    f = lambda x: f"{x:.{width}f}"  # noqa: E731
+    text = f(summary["mean"]) + summary.get("mark", "")
+    if summary["n_runs"] == 1:
+        extra = f"{f(summary['mu'])} ± {f(summary['ci95'])}"
+        if "p_max" in summary:
+            extra += f"; p = {summary['p_max']:.4f}"
+    else:
+        extra = f"sd {f(summary['sd'])}, {summary['n_runs']} runs"
+        if "p_max" in summary:
+            extra += f"; max p = {summary['p_max']:.4f}"
+    return f"{text} ({extra})"
+
+
+def render_markdown(report: Dict[str, Any], width: int) -> str:
+    with_pe = any(s["pe_signature"] for s in report["systems"])
+    head = ["System"] + [report["metrics"][spec.key]["label"] for spec in METRICS] + (["PE"] if with_pe else [])
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for s in report["systems"]:
+        row = [s["name"] + (" (baseline)" if s["baseline"] else "")]
+        row += [cell(s["summary"][spec.key], width) for spec in METRICS]
+        pe = s["pe_signature"].replace("|", "\\|")  # a bare '|' would end the cell, even inside backticks
+        row += [f"`{pe}`" if pe else ""] if with_pe else []
+        lines.append("| " + " | ".join(row) + " |")
+    t = report["test"]
+    n_runs = {s["summary"][METRICS[0].key]["n_runs"] for s in report["systems"]}
+    notes = [f"{report['segments']} segments of `{report['reference']}`; {t['name']} against {report['baseline']} "
+             f"({t['n_samples']} samples, seed {t['seed']}): `++`/`+` better at p < 0.05 / p < 0.10, "
+             "`--`/`-` worse."]
+    if 1 in n_runs:
+        notes.append("One run: score (bootstrap mean ± 95% CI; p-value).")
+    if n_runs - {1}:
+        notes.append("Several runs: mean over runs (sample standard deviation; largest p-value of the per-run "
+                     "tests, run i against baseline run i or the baseline's only run); the mark holds for every run.")
+    lines += [
+        "",
+        " ".join(notes),
+        "",
+        "Signatures:",
+    ]
+    lines += [f"- {m['label']}: `{m['signature']}`" for m in report["metrics"].values()]
+    return "\n".join(lines) + "\n"
+
+
+def csv_text(rows: List[Dict[str, Any]]) -> str:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows({k: "" if v is None else v for k, v in row.items()} for row in rows)
+    return buf.getvalue()
+
+
+def table_rows(report: Dict[str, Any]) -> List[Dict[str, Any]]:
+    rows = []
+    for s in report["systems"]:
+        row = {"system": s["name"], "baseline": s["baseline"], "runs": len(s["runs"]),
+               "files": ",".join(s["files"]), "pe_signature": s["pe_signature"]}
+        for spec in METRICS:
+            row.update(summary_columns(spec.key, s["summary"][spec.key]))
+        rows.append(row)
+    return rows
+
+
+def summary_columns(key: str, m: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    """CSV columns of one metric's summary (``summarise`` plus its signature); None: the columns, empty."""
+    m = m or {}
+    return {key: m.get("mean"), f"{key}_sd": m.get("sd"), f"{key}_mu": m.get("mu"), f"{key}_ci95": m.get("ci95"),
+            f"{key}_p": m.get("p_max"), f"{key}_delta": m.get("delta"), f"{key}_mark": m.get("mark", ""),
+            f"{key}_signature": m.get("signature")}
+
+
+def run_rows(report: Dict[str, Any]) -> List[Dict[str, Any]]:
+    rows = []
+    for s in report["systems"]:
+        for run in s["runs"]:
+            row = {"system": s["name"], "baseline": s["baseline"], "run": run["run"], "file": run["file"]}
+            for spec in METRICS:
+                m = run["scores"][spec.key]
+                row.update({spec.key: m["score"], f"{spec.key}_mu": m["mu"], f"{spec.key}_ci95": m["ci95"],
+                            f"{spec.key}_p": m["p"], f"{spec.key}_delta": m.get("delta"),
+                            f"{spec.key}_mark": m.get("mark", ""),
+                            f"{spec.key}_baseline_run": m.get("baseline_run")})
+            row["meta"] = json.dumps(run["meta"], sort_keys=True) if run["meta"] else ""
+            rows.append(row)
+    return rows

@@ -1,0 +1,190 @@
+"""The distribution as users get it: `pip install .` (not editable: the wheel built from a copy of the sources,
+installed) into a fresh virtual environment installs
+pe_plugin, pe_tools, the recipe tables and the console scripts, which run from a folder that holds no checkout;
+the scoring and data-preparation modules import neither torch nor fairseq; the tests and scripts/ use the
+installed modules, not files loaded by path.
+
+The fresh environment reaches torch, fairseq and sacrebleu through a .pth line naming this environment's
+site-packages (nothing is downloaded). A .pth line only extends sys.path: the .pth files inside that folder
+(the editable install's finder) are not processed, so the fresh, non-editable copy is what imports.
+"""
+import ast
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+import pe_testing
+
+REPO = Path(__file__).resolve().parents[1]
+CONSOLE_SCRIPTS = ("pe-prepare", "pe-train", "pe-generate", "pe-evaluate", "pe-average", "pe-probe",
+                   "pe-swap-probe", "pe-bench", "pe-demo", "pe-length")
+TORCH_FREE = ("pe_tools.scoring.cli", "pe_tools.data.cli")
+
+
+def imported_modules(module: str, python: str = sys.executable) -> list:
+    """Every module ``python -X importtime -c 'import MODULE'`` imports, by name."""
+    proc = subprocess.run([python, "-X", "importtime", "-c", f"import {module}"], capture_output=True, text=True,
+                          cwd=REPO, env=dict(os.environ, PYTHONWARNINGS="ignore"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    names = [line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")]
+    return names[1:]  # the first line is the header
+
+
+@pytest.mark.parametrize("module", TORCH_FREE)
+def test_scoring_and_preparation_import_neither_torch_nor_fairseq(module):
+    names = imported_modules(module)
+    assert module in names  # the probe saw the import itself
+    heavy = [n for n in names if n.split(".")[0] in ("torch", "fairseq", "fairseq_cli", "pe_plugin")]
+    assert not heavy, f"{module} imports {heavy[:10]}"
+
+
+def test_tests_and_scripts_use_installed_modules():
+    """No test loads a file by path or puts scripts/ on sys.path, and every scripts/*.py is a thin entry point
+    that calls a pe_tools module's main."""
+    for path in sorted((REPO / "tests").glob("*.py")):
+        text = path.read_text()
+        assert not re.search(r"spec_from_file_location\(", text), path.name
+        assert not re.search(r"sys\.path\.insert\(.*\bscripts\b", text), path.name
+    for path in sorted((REPO / "scripts").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        imports = [n for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+        assert [n.module.split(".")[0] for n in imports] == ["pe_tools"], path.name
+        assert len([n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))]) == 0, path.name
+        assert len(path.read_text().splitlines()) <= 10, path.name
+
+
+def test_shared_names_have_one_home():
+    """pe_tools.naming is what pe_plugin registers: the baseline is a registered encoding, the sizes are the
+    registered architectures' sizes, and every architecture name is arch_name's."""
+    from pe_plugin.encodings import PE_REGISTRY
+    from pe_plugin.models import architectures
+    from pe_tools import naming
+
+    assert naming.BASELINE in PE_REGISTRY
+    assert [(suffix, size) for suffix, _, size in architectures.SIZES] == list(naming.SIZES.items())
+    assert architectures.architecture_names() == [naming.arch_name(pe, s) for pe in PE_REGISTRY for s in naming.SIZES]
+    assert naming.SUFFIX_OF_CLASS == {"tiny": "tiny", "base": "wmt_en_de", "big": "wmt_en_de_big"}
+
+
+def test_json_has_one_rule_for_nan_and_infinity(tmp_path):
+    import json
+
+    import numpy as np
+
+    from pe_tools import common
+
+    value = {"nan": float("nan"), "inf": np.float32("inf"), "-inf": -math.inf, "x": np.float64(0.5), "n": np.int64(2),
+             "t": (1, 2), 3: [np.array([1.0, float("nan")])]}
+    expected = {"nan": None, "inf": "inf", "-inf": "-inf", "x": 0.5, "n": 2, "t": [1, 2], "3": [[1.0, None]]}
+    assert common.to_jsonable(value) == expected
+    common.dump_json(tmp_path / "a.json", value)
+    assert json.loads((tmp_path / "a.json").read_text()) == expected
+    assert [p.name for p in tmp_path.iterdir()] == ["a.json"]  # no temporary file left
+
+
+def test_toml_errors_name_the_file(tmp_path):
+    from pe_tools import common
+
+    with pytest.raises(common.TomlError, match=f"recipe table {tmp_path / 'no.toml'} not found"):
+        common.load_toml(tmp_path / "no.toml", "recipe table")
+    (tmp_path / "bad.toml").write_text("[a\n")
+    with pytest.raises(common.TomlError, match=f"{tmp_path / 'bad.toml'} is not valid TOML"):
+        common.load_toml(tmp_path / "bad.toml")
+
+
+def test_atomic_writes_leave_the_old_file_on_error(tmp_path):
+    from pe_tools import common
+
+    path = tmp_path / "f.txt"
+    common.write_atomic(path, "old\n")
+    with pytest.raises(RuntimeError):
+        with common.atomic(path) as tmp:
+            tmp.write_text("new\n")
+            raise RuntimeError
+    with pytest.raises(TypeError):
+        common.write_all_atomic({tmp_path / "g.txt": "g", path: 3})  # the second cannot be written: neither is
+    assert path.read_text() == "old\n" and sorted(p.name for p in tmp_path.iterdir()) == ["f.txt"]
+
+
+def _fresh_venv(tmp: Path) -> Path:
+    """A virtual environment with this distribution installed from a copy of its sources (pip install, not
+    editable), seeing this environment's packages through a .pth line. Returns its bin folder."""
+    src = tmp / "src"
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
+    for name in ("pe_plugin", "pe_tools"):
+        shutil.copytree(REPO / name, src / name, ignore=ignore)
+    shutil.copy(REPO / "setup.py", src / "setup.py")
+    # what `pip install .` does, in two steps: build the wheel (with this environment's setuptools: a fresh
+    # venv's bundled setuptools may lack bdist_wheel, and nothing is downloaded), then install it
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
+                           "-q", "-w", str(tmp / "wheels"), str(src)], capture_output=True, text=True, cwd=tmp)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (wheel,) = (tmp / "wheels").glob("pe_plugin-*.whl")
+    venv = tmp / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    bin_dir = venv / "bin"
+    proc = subprocess.run([str(bin_dir / "python"), "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheel)],
+                          capture_output=True, text=True, cwd=tmp)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    site = subprocess.run([str(bin_dir / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    # after the install, so that pip never sees (nor tries to replace) this environment's editable copy
+    (Path(site) / "project_env.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    return bin_dir
+
+
+@pytest.mark.slow
+def test_pip_install_gives_console_scripts_that_run_without_a_checkout(tmp_path):
+    bin_dir = _fresh_venv(tmp_path)
+    python = str(bin_dir / "python")
+    work = tmp_path / "work"  # no checkout here or above
+    work.mkdir()
+    env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
+    env.pop("PYTHONPATH", None)
+
+    def run(argv, check=True):
+        proc = subprocess.run([str(a) for a in argv], capture_output=True, text=True, cwd=work, env=env)
+        if check:
+            assert proc.returncode == 0, f"{argv[:3]}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        return proc
+
+    for name in CONSOLE_SCRIPTS:
+        assert (bin_dir / name).is_file(), name
+    where = run([python, "-c", "import os, pe_plugin, pe_tools, pe_tools.recipes as r; print(os.path.dirname("
+                 "pe_plugin.__file__)); print(os.path.dirname(pe_tools.__file__)); print(r.recipe_names('corpora'))"])
+    plugin_dir, tools_dir, recipes = where.stdout.splitlines()
+    for folder in (plugin_dir, tools_dir):  # the fresh copy, not the checkout
+        assert Path(folder).resolve().is_relative_to(tmp_path / "venv"), folder
+    assert recipes == "['multi30k', 'wmt14']"  # the tables are package data
+
+    # pe-prepare raw: tiny text -> BPE text and fairseq binaries
+    raw = pe_testing.write_corpus(work / "raw")
+    out = run([bin_dir / "pe-prepare", "raw", "--src", "en", "--tgt", "de", "--train", raw / "train", "--valid",
+               raw / "valid", "--test", raw / "test", "--out", "data", "--bpe-merges", "20", "--workers", "1"])
+    assert "done: fairseq data in data" in out.stdout, out.stdout[-2000:]
+    assert (work / "data" / "dict.en.txt").is_file() and (work / "data" / "train.en-de.en.bin").is_file()
+    assert run([bin_dir / "pe-train", "sape", "--dry-run", "--data", "data"]).stdout.count(plugin_dir) == 1
+
+    # pe-evaluate: a reference, a baseline and a system
+    ref = (raw / "test.de").read_text().splitlines()
+    (work / "ref.de").write_text("\n".join(ref) + "\n")
+    (work / "base.de").write_text("\n".join(ref) + "\n")
+    (work / "sys.de").write_text("\n".join(" ".join(line.split()[::-1]) for line in ref) + "\n")
+    out = run([bin_dir / "pe-evaluate", "--ref", "ref.de", "--trg-lang", "de", "--baseline", "base=base.de",
+               "--system", "rev=sys.de", "--out-dir", "results", "--n-samples", "20"])
+    assert "| base (baseline) | 100.00" in out.stdout, out.stdout
+    assert {p.name for p in (work / "results").iterdir()} >= {"results.md", "results.json", "results.csv"}
+
+    # fairseq-train with --user-dir the installed plugin
+    out = run([python, "-m", "fairseq_cli.train", "data", "--user-dir", plugin_dir, "--arch", "transformer_sape_tiny",
+               *pe_testing.TRAIN_FLAGS, "--max-update", "2", "--save-dir", "ck", "--no-epoch-checkpoints"])
+    log = out.stdout + out.stderr
+    assert "arch transformer_sape_tiny" in log and "done training" in log, log[-3000:]
+    assert (work / "ck" / "checkpoint_last.pt").is_file()
