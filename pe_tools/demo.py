@@ -130,12 +130,13 @@ class Pipeline:
                 self.say(f"{method:13s} update {int(m[3]):4d}/{self.a.updates}  valid loss {m[1]}  nll {m[2]}")
 
         self.say(f"{method}: train {arch_name(method, 'tiny')} ({self.a.updates} updates)")
-        self.call(f"train {method}", [sys.executable, "-m", "pe_tools.recipes.launch", "train", method, "--size", "tiny", "--data",
+        launch = [sys.executable, "-m", "pe_tools.recipes.launch"]
+        self.call(f"train {method}", [*launch, "train", method, "--size", "tiny", "--data",
                                       data, "--runs-dir", self.out / "runs", "--seed", self.a.seed, "--",
                                       *self.train_flags, "--max-update", self.a.updates, "--save-interval-updates",
                                       self.interval, "--keep-interval-updates", AVERAGE],
                   self.out / "logs" / f"train.{method}.log", progress)
-        self.call(f"decode {method}", [sys.executable, "-m", "pe_tools.recipes.launch", "generate", run, "--checkpoints", AVERAGE],
+        self.call(f"decode {method}", [*launch, "generate", run, "--checkpoints", AVERAGE],
                   self.out / "logs" / f"generate.{method}.log")
         self.say(f"{method}: trained and decoded in {time.time() - t0:.0f} s")
         return hyp

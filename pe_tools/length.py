@@ -1,4 +1,5 @@
-"""pe-length: train short, test long: how each positional encoding translates sentences longer than any it was trained on.
+"""pe-length: train short, test long: how each positional encoding translates sentences longer than any it was
+trained on.
 CPU, about 15 minutes for every registered encoding on 2 cores.
 
     make length                                 # = pe-length = python scripts/length_experiment.py (after .venv)

@@ -1,6 +1,7 @@
 """Identical-word probing of a checkpoint's encoder and decoder self-attention (Wang et al. 2021; Chen et al. 2023).
 
-    pe-probe CHECKPOINT   (= python scripts/probe.py CHECKPOINT) --data DATA_BIN [--length 64] [--words 100] [--out DIR]
+    pe-probe CHECKPOINT --data DATA_BIN [--length 64] [--words 100] [--out DIR]
+    (python scripts/probe.py from a checkout)
 
 Each probe word w gives the encoder [w] x L + [EOS] and the decoder [EOS] + [w'] x (L-1); the maps are averaged
 over heads and words, per layer and over all layers. Words: whole-word, alphabetic dictionary entries of

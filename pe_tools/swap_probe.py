@@ -1,7 +1,8 @@
 """Word-swap probe of a translation checkpoint: how much do local and global word-order changes of the source
 change the translation?
 
-    pe-swap-probe CHECKPOINT   (= python scripts/swap_probe.py CHECKPOINT) --data DATA_BIN [--subset test] [--max-sentences N] [--out DIR]
+    pe-swap-probe CHECKPOINT --data DATA_BIN [--subset test] [--max-sentences N] [--out DIR]
+    (python scripts/swap_probe.py from a checkout)
 
 For each source sentence x of --subset (binarised, BPE words kept whole) and its beam output y = T(x):
 local swap (a window of 3-5 words permuted), global swap (two distant spans of 1-3 words exchanged) and a

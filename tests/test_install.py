@@ -130,8 +130,8 @@ def _fresh_venv(tmp: Path) -> Path:
     venv = tmp / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     bin_dir = venv / "bin"
-    proc = subprocess.run([str(bin_dir / "python"), "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheel)],
-                          capture_output=True, text=True, cwd=tmp)
+    proc = subprocess.run([str(bin_dir / "python"), "-m", "pip", "install", "--no-deps", "--no-index", "-q",
+                           str(wheel)], capture_output=True, text=True, cwd=tmp)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     site = subprocess.run([str(bin_dir / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                           capture_output=True, text=True, check=True).stdout.strip()

@@ -3,7 +3,8 @@
     pe-bench --list                     (= python scripts/benchmark.py --list)
     pe-bench NAME [options]      # NAME from --list; NAME --help for its options
 
-Each benchmark is one module of pe_tools/bench/ (not cli, not _private) exposing NAME, HELP, add_args(parser) and run(args) -> int;
+Each benchmark is one module of pe_tools/bench/ (not cli, not _private) exposing NAME, HELP, add_args(parser) and
+run(args) -> int;
 they are discovered automatically.
 """
 import argparse

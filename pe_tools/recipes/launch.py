@@ -92,8 +92,8 @@ def train(a) -> int:
     cmd = [sys.executable, "-m", "fairseq_cli.train", *argv]
     if not a.dry_run and not (data / f"dict.{a.pair.split('-')[0]}.txt").exists():
         return _error(f"data directory {data} has no fairseq dictionary; prepare it with "
-                      f"pe-prepare {a.pair} --recipe {a.recipe} (examples/wmt14/prepare.sh {a.pair} --recipe {a.recipe}) "
-                      f"(or pass --data DIR)")
+                      f"pe-prepare {a.pair} --recipe {a.recipe} (from a checkout: examples/wmt14/prepare.sh "
+                      f"{a.pair} --recipe {a.recipe}), or pass --data DIR")
     print(shlex.join(cmd), flush=True)
     if a.dry_run:
         return 0
@@ -260,13 +260,16 @@ def _error(msg: str) -> int:
     return 2
 
 
-def main(argv=None) -> int:
+def main(argv=None, progs=None) -> int:
+    """``progs``: the program name a sub-command's usage shows (the console scripts pe-train, pe-generate)."""
+    progs = progs or {}
     argv = list(sys.argv[1:] if argv is None else argv)
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
     argv = argv[: argv.index("--")] if "--" in argv else argv
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
-    t = sub.add_parser("train", help="train one method (flags after -- go to fairseq-train)")
+    named = {cmd: {"prog": prog} for cmd, prog in progs.items()}
+    t = sub.add_parser("train", help="train one method (flags after -- go to fairseq-train)", **named.get("train", {}))
     t.add_argument("method")
     t.add_argument("--recipe", default="wmt14", help="pe_tools/recipes/RECIPE/methods.toml: " + ", ".join(recipes()))
     t.add_argument("--pair", choices=["en-de", "en-fr"], default="en-de")
@@ -277,7 +280,7 @@ def main(argv=None) -> int:
     t.add_argument("--data", help="fairseq data directory (default: the recipe's, data-bin/RECIPE_SRC_TGT)")
     t.add_argument("--runs-dir", help="parent of the run directory (default: the recipe's runs_dir, else runs)")
     t.add_argument("--dry-run", action="store_true", help="print the fairseq command and stop")
-    g = sub.add_parser("generate", help="average, decode and detokenise one run")
+    g = sub.add_parser("generate", help="average, decode and detokenise one run", **named.get("generate", {}))
     g.add_argument("run_dir")
     g.add_argument("--data", help="fairseq data directory (default: the one the run trained on)")
     g.add_argument("--subset", default="test")
@@ -300,12 +303,12 @@ def main(argv=None) -> int:
 
 def train_main() -> int:
     """pe-train: ``launch train``."""
-    return main(["train", *sys.argv[1:]])
+    return main(["train", *sys.argv[1:]], {"train": "pe-train"})
 
 
 def generate_main() -> int:
     """pe-generate: ``launch generate``."""
-    return main(["generate", *sys.argv[1:]])
+    return main(["generate", *sys.argv[1:]], {"generate": "pe-generate"})
 
 
 if __name__ == "__main__":

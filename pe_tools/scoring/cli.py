@@ -37,8 +37,8 @@ is copied into the outputs. Its ``pe_signature`` entry, if any, fills the table'
 Modules: metrics, inputs, significance, ngram (Figure 4), length (buckets), report; this one is the CLI.
 
 sacrebleu quirks handled here (see tests/test_evaluate.py):
-  * numpy 2 float32 values in paired-test results are not JSON serialisable: converted by ``pe_tools.common.to_jsonable``
-    (NaN -> null, +-inf -> "inf"/"-inf").
+  * numpy 2 float32 values in paired-test results are not JSON serialisable: converted by
+    ``pe_tools.common.to_jsonable`` (NaN -> null, +-inf -> "inf"/"-inf").
   * ``SACREBLEU_SEED=0`` silently unseeds the paired tests: seed 0 is rejected.
   * ``PairedTest`` keys results by ``Score.name``, so two BLEU variants collide: one test per metric.
   * ``BLEU(max_ngram_order=n)`` leaves n out of its signature: added as ``ngram:n``.
