@@ -113,6 +113,16 @@ def test_atomic_writes_leave_the_old_file_on_error(tmp_path):
     assert path.read_text() == "old\n" and sorted(p.name for p in tmp_path.iterdir()) == ["f.txt"]
 
 
+def _can_build_wheels() -> bool:
+    """Whether this environment's setuptools builds wheels by itself (bdist_wheel: setuptools >= 70.1, or the
+    wheel package)."""
+    import importlib.util
+
+    setuptools = importlib.util.find_spec("setuptools")
+    return importlib.util.find_spec("wheel") is not None or (
+        setuptools is not None and (Path(setuptools.origin).parent / "command" / "bdist_wheel.py").is_file())
+
+
 def _fresh_venv(tmp: Path) -> Path:
     """A virtual environment with this distribution installed from a copy of its sources (pip install, not
     editable), seeing this environment's packages through a .pth line. Returns its bin folder."""
@@ -123,8 +133,9 @@ def _fresh_venv(tmp: Path) -> Path:
     shutil.copy(REPO / "setup.py", src / "setup.py")
     # what `pip install .` does, in two steps: build the wheel (with this environment's setuptools: a fresh
     # venv's bundled setuptools may lack bdist_wheel, and nothing is downloaded), then install it
-    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
-                           "-q", "-w", str(tmp / "wheels"), str(src)], capture_output=True, text=True, cwd=tmp)
+    offline = ["--no-build-isolation", "--no-index"] if _can_build_wheels() else []  # else: pip's build isolation
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", *offline, "-q", "-w", str(tmp / "wheels"),
+                           str(src)], capture_output=True, text=True, cwd=tmp)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (wheel,) = (tmp / "wheels").glob("pe_plugin-*.whl")
     venv = tmp / "venv"
