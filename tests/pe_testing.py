@@ -95,3 +95,21 @@ def rescore_max_diff(task, model, sample, beam: int = 4) -> float:
                 full = lprobs.gather(-1, tgt.unsqueeze(-1)).squeeze(-1)[0]
                 worst = max(worst, (full - h["positional_scores"]).abs().max().item())
     return worst
+
+
+def assert_micro_batches_add_up(model, criterion, sample_of, n: int = 12) -> dict:
+    """What --update-freq 2 computes (fairseq sums the summed losses' gradients of the micro-batches, then divides
+    by the total sample size) equals one batch of twice the size: the gradients of sentences 0..n/2-1 and
+    n/2..n-1 against those of 0..n-1. ``sample_of(ids)`` is the batch of those sentences. Returns the full
+    batch's gradients by parameter name."""
+    def grads(ids):
+        model.zero_grad()
+        loss, sample_size, _ = criterion(model, sample_of(ids))
+        loss.backward()
+        return {name: p.grad.clone() for name, p in model.named_parameters()}, sample_size
+
+    (g1, n1), (g2, n2), (g, total) = grads(range(0, n // 2)), grads(range(n // 2, n)), grads(range(n))
+    assert n1 + n2 == total
+    for name in g:
+        torch.testing.assert_close((g1[name] + g2[name]) / total, g[name] / total, rtol=1e-9, atol=1e-12, msg=name)
+    return g
