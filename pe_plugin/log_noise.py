@@ -5,12 +5,12 @@ import when tensorboardX is missing. Translation never uses tensorboardX (``--te
 through ``torch.utils.tensorboard`` and warns on its own if that is missing), so the line is noise. Importing
 pe_plugin before fairseq (as our scripts do) installs a filter on exactly that logger and message; every other
 record, of that logger too, passes. fairseq's command-line tools log the notice before they load
-``--user-dir``, so ``scripts/launch.py`` drops the same line from their output. See docs/fairseq.md §Log noise.
+``--user-dir``, so ``pe_tools.recipes.launch`` drops the same line from their output; both use the literals of
+``pe_tools.log_noise``. See docs/fairseq.md §Log noise.
 """
 import logging
 
-LOGGER = "fairseq.tasks.text_to_speech"
-NOTICE = "Please install tensorboardX"
+from pe_tools.log_noise import LOGGER, NOTICE
 
 
 class DropTensorboardXNotice(logging.Filter):

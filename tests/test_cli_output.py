@@ -129,6 +129,17 @@ def test_the_filter_passes_every_other_record(caplog):
     assert [r.getMessage() for r in caplog.records] == ["something else", NOTICE]
 
 
+def test_the_printed_notice_is_matched_in_both_log_formats_and_nothing_else():
+    from pe_tools.log_noise import PRINTED_NOTICE
+
+    # the two forms fairseq's tools print: their own format, and logging's default before they configure it
+    assert PRINTED_NOTICE.search(
+        "2026-11-23 18:00:00 | INFO | fairseq.tasks.text_to_speech | Please install tensorboardX: pip install tensorboardX")
+    assert PRINTED_NOTICE.search("INFO:fairseq.tasks.text_to_speech:Please install tensorboardX: pip install tensorboardX")
+    assert not PRINTED_NOTICE.search("2026-11-23 18:00:00 | INFO | fairseq.tasks.translation | [en] dictionary: 7940 types")
+    assert not PRINTED_NOTICE.search("INFO:fairseq.other:Please install tensorboardX")
+
+
 @pytest.mark.slow
 def test_launch_train_and_generate_print_no_notice(data_bin, tmp_path):
     env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")

@@ -29,6 +29,7 @@ import threading
 from pathlib import Path
 
 from ..common import load_toml, plugin_dir, write_atomic
+from ..log_noise import PRINTED_NOTICE
 from ..naming import arch_name
 from . import recipe_names, table_path
 
@@ -104,17 +105,12 @@ def train(a) -> int:
     return tee(cmd, run_dir / "train.log")
 
 
-# fairseq's text-to-speech task logs this on import (every fairseq tool imports every task) when tensorboardX is
-# missing; translation never uses it, so our runs drop exactly this line (docs/fairseq.md §Log noise)
-TENSORBOARDX_NOTICE = re.compile(r"fairseq\.tasks\.text_to_speech ?[|:] ?Please install tensorboardX")
-
-
 def tee(cmd, log: Path) -> int:
     """Run ``cmd``, its output to the terminal and appended to ``log`` (a resumed run appends)."""
     with open(log, "a", encoding="utf-8") as f, subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1) as proc:
         for line in proc.stdout:
-            if TENSORBOARDX_NOTICE.search(line):
+            if PRINTED_NOTICE.search(line):
                 continue
             sys.stdout.write(line)
             f.write(line)
@@ -123,10 +119,10 @@ def tee(cmd, log: Path) -> int:
 
 
 def run_captured(cmd) -> subprocess.CompletedProcess:
-    """Run ``cmd`` with its stdout captured; its stderr goes to ours as it comes, without TENSORBOARDX_NOTICE."""
+    """Run ``cmd`` with its stdout captured; its stderr goes to ours as it comes, without PRINTED_NOTICE."""
     def relay(stream):
         for line in stream:
-            if not TENSORBOARDX_NOTICE.search(line):
+            if not PRINTED_NOTICE.search(line):
                 sys.stderr.write(line)
                 sys.stderr.flush()
 
