@@ -89,6 +89,22 @@ def test_rope_equals_a_naive_pairwise_rotation(fraction, base, rotary_dim):
     assert pe.cos.size(0) >= 2996  # grown from 4 rows
 
 
+@pytest.mark.parametrize("fraction,rotary_dim", [(1.0, 8), (0.3, 2)])
+def test_rope_gradient_is_the_inverse_rotation(fraction, rotary_dim):
+    """The rotation's own backward against finite differences (gradcheck, float64) and against the closed
+    form: R_p is orthogonal, so dL/dx = R_p^T dL/dy = R_{-p} dL/dy, the naive rotation at -p; the input is
+    a permuted view, as the attention's heads are (the tables are float32, hence 1e-6)."""
+    pe = make_pe("rope", "encoder", max_positions=8, rope_fraction=fraction).double()
+    nonpad = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]], dtype=torch.bool)
+    pos = Positions.from_padding(nonpad, 5, "cpu")
+    torch.manual_seed(0)
+    x = torch.randn(5, 2, H, D, dtype=torch.float64).permute(1, 2, 0, 3).requires_grad_()  # (B,H,T,d) view
+    assert torch.autograd.gradcheck(lambda t: pe.transform_qk(t, t, pos, 0)[0], (x,))
+    grad_out = torch.randn(2, H, 5, D, dtype=torch.float64)
+    (grad_x,) = torch.autograd.grad(pe.transform_qk(x, x, pos, 0)[0], x, grad_out)
+    torch.testing.assert_close(grad_x, naive_rotate(grad_out, -pos, 10000.0, rotary_dim), rtol=0, atol=1e-6)
+
+
 def test_rope_fraction_too_small_names_the_flag():
     with pytest.raises(ValueError, match="--rope-fraction 0.1 rotates no pair.*at least 0.25"):
         make_pe("rope", "encoder", rope_fraction=0.1)

@@ -16,6 +16,9 @@ applied after fairseq's d^-1/2 scaling of q. Applied through ``transform_qk`` be
 in incremental decoding a key is rotated once, at its own position, and the cache holds rotated keys.
 Values, cross-attention and the embeddings are untouched; there are no parameters. Attention keeps the
 fused kernel: nothing is added to the logits, no (Tq,Tk) or (T,T,d) tensor is built.
+The rotation is one autograd function (``Rotate``): its forward writes R_p x into one new tensor (no
+temporaries), and its backward is the inverse rotation, grad_x = R_p^T grad = R_{-p} grad (the same formula
+with -sin), so it saves only the (B,1,T,r/2) cos / sin and no activation (docs/encodings.md §RoPE).
 cos / sin tables: one (N, r/2) pair per stack, shared by its layers, computed in float64 (an angle p theta
 in float32 is off by up to about 1e-3 rad near p = 1e4) and stored in float32 as non-persistent buffers
 (they follow the model's device and dtype). They start at the side's max positions, so training, whose
@@ -47,6 +50,35 @@ def rotary_tables(num_positions: int, rotary_dim: int, base: float):
     inv_freq = base ** (-torch.arange(0, rotary_dim, 2, dtype=torch.float64) / rotary_dim)  # (r/2,) theta_i
     angles = torch.arange(num_positions, dtype=torch.float64).unsqueeze(1) * inv_freq  # (N, r/2)
     return torch.cos(angles).float(), torch.sin(angles).float()
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rotary_dim: int) -> torch.Tensor:
+    """R_p x for x (B,H,T,d), cos / sin (B|1,1,T,r/2), without autograd: one new (B,H,T,d) tensor.
+        x'_i = x_i cos - x_{i+r/2} sin,   x'_{i+r/2} = x_{i+r/2} cos + x_i sin,   x'_rest = x_rest
+    """
+    half = rotary_dim // 2
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)  # (B,H,T,d), contiguous whatever x's layout
+    x1, x2 = x[..., :half], x[..., half:rotary_dim]  # (B,H,T,r/2) each, views
+    o1, o2 = out[..., :half], out[..., half:rotary_dim]
+    torch.mul(x1, cos, out=o1).addcmul_(x2, sin, value=-1)
+    torch.mul(x2, cos, out=o2).addcmul_(x1, sin)
+    out[..., rotary_dim:] = x[..., rotary_dim:]
+    return out
+
+
+class Rotate(torch.autograd.Function):
+    """y = R_p x with dL/dx = R_p^T dL/dy = R_{-p} dL/dy: saves cos and sin, never x or y."""
+
+    @staticmethod
+    def forward(ctx, x, cos, sin, rotary_dim: int):
+        ctx.save_for_backward(cos, sin)
+        ctx.rotary_dim = rotary_dim
+        return rotate(x, cos, sin, rotary_dim)
+
+    @staticmethod
+    def backward(ctx, grad):
+        cos, sin = ctx.saved_tensors
+        return rotate(grad, cos, -sin, ctx.rotary_dim), None, None, None
 
 
 @register_pe
@@ -85,9 +117,7 @@ class RotaryPositionalEncoding(PositionalEncoding):
 
     def rotate(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         """R_p x for x (B,H,T,d): pairs (x_i, x_{i+r/2}) of the first r dimensions rotated, the rest kept."""
-        half = self.rotary_dim // 2
-        x1, x2, rest = x[..., :half], x[..., half:self.rotary_dim], x[..., self.rotary_dim:]  # (B,H,T,r/2) x2
-        return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin, rest], dim=-1)  # (B,H,T,d)
+        return Rotate.apply(x, cos, sin, self.rotary_dim)  # (B,H,T,d)
 
     def transform_qk(self, q, k, q_pos, layer):
         cos, sin = self._angles(q_pos, q.dtype)
