@@ -45,9 +45,12 @@ def test_every_encoding_and_size_measured_and_files_complete(tiny_run):
     assert settings["memory_kind"] in ("cuda-allocated", "cpu-rss")
     assert len(settings["loadavg_start"]) == len(settings["loadavg_end"]) == 3 and settings["torch"]
     assert [(r["size"], r["pe"]) for r in results] == [("tiny", pe) for pe in ENCODINGS]
+    cpu = settings["memory_kind"] == "cpu-rss"
+    assert settings.get("memory_env") == ({"MALLOC_MMAP_THRESHOLD_": "131072"} if cpu else None)
     for r in results:
         assert r["memory_kind"] == settings["memory_kind"]
         assert r["forward_s"] > 0 and r["step_s"] > 0 and r["peak_bytes"] > 0
+        assert ("malloc_default_step_bytes" in r) == cpu  # the timing interpreter's own RSS, kept beside
         assert r["forward_s"] <= r["forward_median_s"] and r["step_s"] <= r["step_median_s"]
 
     with open(out / "benchmark.csv", newline="") as f:
@@ -108,3 +111,12 @@ def test_unknown_encoding_lists_the_valid_names():
 def test_zero_counts_rejected_naming_the_flag(flag):
     proc = benchmark(flag, 0)
     assert proc.returncode != 0 and flag in proc.stderr and "at least 1" in proc.stderr
+
+
+def test_an_isolated_run_gets_the_environment_it_is_given(monkeypatch):
+    """The memory interpreter's allocator setting must reach the child (glibc reads it at start-up)."""
+    from pe_tools.bench._timing import run_isolated
+
+    monkeypatch.delenv("PE_BENCH_PROBE", raising=False)
+    assert run_isolated("os", "getenv", {"key": "PE_BENCH_PROBE"}) is None
+    assert run_isolated("os", "getenv", {"key": "PE_BENCH_PROBE"}, env={"PE_BENCH_PROBE": "131072"}) == "131072"

@@ -8,6 +8,7 @@ after it bound what the work added (``peak_memory_bytes`` does both).
 """
 import gc
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -87,16 +88,18 @@ def peak_memory_bytes(fn) -> int:
     return peak_rss_bytes() - before
 
 
-def run_isolated(module: str, func: str, kwargs: Dict, timeout: float = None) -> Dict:
+def run_isolated(module: str, func: str, kwargs: Dict, timeout: float = None, env: Dict = None) -> Dict:
     """``module.func(**kwargs)`` in a fresh interpreter (``module`` an importable module, e.g.
-    ``pe_tools.bench.models``); returns its JSON-serialisable result. Raises with the child's output on failure."""
+    ``pe_tools.bench.models``), with ``env`` added to its environment; returns its JSON-serialisable result.
+    Raises with the child's output on failure."""
     code = (
         "import json, sys; import importlib; "
         f"r = getattr(importlib.import_module({module!r}), {func!r})(**json.loads(sys.argv[1])); "
         f"print({_RESULT!r} + json.dumps(r), flush=True)"
     )
     argv = [sys.executable, "-c", code, json.dumps(kwargs)]
-    proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
+    proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout,
+                          env=dict(os.environ, **env) if env else None)
     for line in reversed(proc.stdout.splitlines()):
         if line.startswith(_RESULT):
             return json.loads(line[len(_RESULT):])
