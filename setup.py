@@ -20,6 +20,8 @@ setup(
         "pe-prepare = pe_tools.data.cli:main",
         "pe-train = pe_tools.recipes.launch:train_main",
         "pe-generate = pe_tools.recipes.launch:generate_main",
+        "pe-record = pe_tools.recipes.launch:record_main",
+        "pe-report = pe_tools.recipes.launch:report_main",
         "pe-evaluate = pe_tools.scoring.cli:main",
         "pe-average = pe_tools.average:main",
         "pe-probe = pe_tools.probe:main",

@@ -18,6 +18,13 @@ def arch_name(pe: str, suffix: str) -> str:
     return f"transformer_{pe}_{suffix}"
 
 
+def is_pe_arch(arch: str) -> bool:
+    """Whether ``arch`` has the form of ``arch_name`` (a pe_plugin architecture), not a stock fairseq one such as
+    ``transformer`` or ``transformer_wmt_en_de``."""
+    return any(arch.startswith("transformer_") and arch.endswith(f"_{suffix}") and
+               len(arch) > len("transformer_") + len(suffix) + 1 for suffix in SIZES)
+
+
 # size class -> the first architecture suffix of that class ("base" -> "wmt_en_de", "big" -> "wmt_en_de_big")
 SUFFIX_OF_CLASS = {}
 for _suffix, _size in SIZES.items():

@@ -47,7 +47,8 @@ WRAPPERS = {"examples/wmt14/prepare.sh": ["scripts/prepare_data.py"],
             "examples/wmt14/generate.sh": ["scripts/launch.py", "generate"]}
 # the console scripts setup.py declares: the module behind each, and the arguments that select its sub-command
 CONSOLE_SCRIPTS = {"pe-prepare": ["pe_tools.data.cli"], "pe-train": ["pe_tools.recipes.launch", "train"],
-                   "pe-generate": ["pe_tools.recipes.launch", "generate"], "pe-evaluate": ["pe_tools.scoring.cli"],
+                   "pe-generate": ["pe_tools.recipes.launch", "generate"], "pe-record": ["pe_tools.recipes.launch", "record"],
+                   "pe-report": ["pe_tools.recipes.launch", "report"], "pe-evaluate": ["pe_tools.scoring.cli"],
                    "pe-average": ["pe_tools.average"], "pe-probe": ["pe_tools.probe"],
                    "pe-swap-probe": ["pe_tools.swap_probe"], "pe-bench": ["pe_tools.bench.cli"],
                    "pe-demo": ["pe_tools.demo"], "pe-length": ["pe_tools.length"]}

@@ -133,6 +133,19 @@ def test_train_resume_and_generate(data_bin, raw_corpus, tmp_path):
     meta = json.loads((run_dir / "gen" / "hyp.detok.de.meta.json").read_text())
     assert meta["pe_signature"].startswith("pe:posnet_embed|")
     assert not list((run_dir / "gen").glob("*.tmp"))
+    # the training summary of both segments, against fairseq's own parameter count and its restored wall meter
+    log = (run_dir / "train.log").read_text()
+    fairseq_count = int(re.findall(r"num\. shared model params: ([\d,]+)", log)[-1].replace(",", ""))
+    first_wall = max(int(w) for w in re.findall(r"\bwall=(\d+)", first.stdout))
+    t = meta["training"]
+    assert (t["updates"], t["max_update"], t["params"], t["arch"]) == (6, 6, fairseq_count, "transformer_posnet_embed_tiny")
+    assert t["wall_seconds"] >= first_wall and t["valid_loss"] > 0 and t["threads"] and t["device"]
+    assert meta["checkpoints"] == ["checkpoint_1_2.pt", "checkpoint_1_4.pt", "checkpoint_1_6.pt"]
+    # recorded as the files a results table needs
+    assert launch.main(["record", str(run_dir), "--into", str(tmp_path / "recorded")]) == 0
+    rec = tmp_path / "recorded" / run_dir.name
+    assert (rec / "hyp.detok.de").read_text() == (run_dir / "gen" / "hyp.detok.de").read_text()
+    assert json.loads((rec / "hyp.detok.de.meta.json").read_text()) == meta
 
 
 def _free_port():

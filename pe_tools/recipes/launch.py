@@ -3,10 +3,12 @@ command (scripts/launch.py and examples/wmt14/{train,generate}.sh call it too).
 
     pe-train METHOD [--recipe wmt14] [--pair en-de] [--size base] [--seed 1] [--gpus N] [--dry-run] [-- FLAGS]
     pe-generate RUN_DIR [--data DIR] [--subset test] [--checkpoints 5] [--no-detok] [--pe-beyond-max {clamp,error}]
-    python scripts/launch.py {train,generate,methods} ...        (the same, from a checkout)
+    pe-record RUN_DIR [--into DIR]
+    pe-report [--recipe multi30k] [--pair en-de] [--size small] [--ref REF] --out-dir DIR [-- PE-EVALUATE FLAGS]
+    python scripts/launch.py {train,generate,record,report,methods} ...        (the same, from a checkout)
 
 A recipe is data: pe_tools/recipes/RECIPE/methods.toml ([common], [size.*], [method.*] and optional defaults
-data, runs_dir, default_size). wmt14 (the paper's) and multi30k (small enough for a CPU) ship here.
+data, runs_dir, results_dir, default_size). wmt14 (the paper's) and multi30k (small enough for a CPU) ship here.
 
 train: one run directory RUNS/METHOD.PAIR.SIZE.seedN holds the checkpoints, train.log (all output) and the resolved
 command (command.txt, command.json); re-running the same command resumes from its checkpoint_last.pt.
@@ -17,7 +19,10 @@ Every test sentence is translated: before decoding, the sentences longer than th
 and PosNet's L_max) are named in a warning and decoded with the positions beyond L_max reusing the last row
 (--pe-beyond-max clamp, the default; hypotheses that run past the target limit are counted after decoding,
 and both lists go into the meta file as positions_beyond_max); --pe-beyond-max error names them and stops
-before anything is decoded.
+before anything is decoded. The meta file also holds the training summary (parameters, updates, losses, wall time)
+read from train.log.
+record / report: a finished run as small files to commit, and the results table made from them
+(pe_tools/recipes/results.py).
 """
 import argparse
 import json
@@ -30,8 +35,8 @@ from pathlib import Path
 
 from ..common import load_toml, plugin_dir, write_atomic
 from ..log_noise import PRINTED_NOTICE
-from ..naming import arch_name
-from . import recipe_names, table_path
+from ..naming import arch_name, is_pe_arch
+from . import recipe_names, results, table_path
 
 TABLE = table_path("wmt14", "methods")
 
@@ -42,6 +47,12 @@ def recipes() -> list:
 
 def load_table(path=TABLE) -> dict:
     return load_toml(path, "recipe table")
+
+
+def data_dir(table, recipe: str, pair: str) -> Path:
+    """The recipe's prepared data of ``pair``: its ``data`` pattern, else data-bin/RECIPE_SRC_TGT."""
+    src, tgt = pair.split("-")
+    return Path(table.get("data", "data-bin/{recipe}_{src}_{tgt}").format(recipe=recipe, src=src, tgt=tgt))
 
 
 def update_freq(table) -> int:
@@ -82,8 +93,7 @@ def train(a) -> int:
     if a.recipe not in recipes():
         return _error(f"unknown recipe {a.recipe!r}; recipes: {', '.join(recipes())} (pe_tools/recipes/RECIPE/methods.toml)")
     table = load_table(table_path(a.recipe))
-    src, tgt = a.pair.split("-")
-    data = Path(a.data or table.get("data", "data-bin/{recipe}_{src}_{tgt}").format(recipe=a.recipe, src=src, tgt=tgt))
+    data = Path(a.data or data_dir(table, a.recipe, a.pair))
     size = a.size or table.get("default_size", "base")
     run_dir = Path(a.runs_dir or table.get("runs_dir", "runs")) / f"{a.method}.{a.pair}.{size}.seed{a.seed}"
     try:
@@ -101,7 +111,8 @@ def train(a) -> int:
     run_dir.mkdir(parents=True, exist_ok=True)
     write_atomic(run_dir / "command.txt", shlex.join(cmd) + "\n")
     write_atomic(run_dir / "command.json", json.dumps(
-        {"recipe": a.recipe, "method": a.method, "pair": a.pair, "size": size, "seed": a.seed, "data": str(data), "argv": cmd}, indent=1))
+        {"recipe": a.recipe, "method": a.method, "pair": a.pair, "size": size, "seed": a.seed, "data": str(data),
+         "argv": cmd, **results.machine()}, indent=1))
     return tee(cmd, run_dir / "train.log")
 
 
@@ -173,7 +184,7 @@ def generate(a) -> int:
         return proc.returncode
     count_long_hypotheses(proc.stdout, limits)
     return write_outputs(proc.stdout, out, tgt, run_dir / "train.log", a.no_detok,
-                         {"positions_beyond_max": limits})
+                         {"positions_beyond_max": limits, "checkpoints": [Path(p).name for p in paths]}, meta)
 
 
 def check_positions(checkpoint: Path, data: Path, subset: str, src: str, tgt: str, mode: str):
@@ -225,8 +236,11 @@ def count_long_hypotheses(text: str, limits: dict) -> None:
               f"position {top - 1} were decoded reusing the last row (--pe-beyond-max clamp)", file=sys.stderr)
 
 
-def write_outputs(text: str, out: Path, tgt: str, train_log: Path, no_detok: bool, extra_meta=None) -> int:
-    """H-/T- lines of fairseq-generate, sorted by sentence id, detokenised, written atomically."""
+def write_outputs(text: str, out: Path, tgt: str, train_log: Path, no_detok: bool, extra_meta=None,
+                  command=None) -> int:
+    """H-/T- lines of fairseq-generate, sorted by sentence id, detokenised, written atomically; the meta file
+    holds the encoding signature (``fairseq:ARCH`` for a stock fairseq model), ``extra_meta`` and the training
+    summary of ``train_log`` (pe_tools.recipes.results.training_summary)."""
     hyps = {int(m[1]): m[2] for m in re.finditer(r"^H-(\d+)\t[^\t]*\t(.*)$", text, re.M)}
     refs = {int(m[1]): m[2] for m in re.finditer(r"^T-(\d+)\t(.*)$", text, re.M)}
     if not hyps or sorted(hyps) != list(range(len(hyps))) or sorted(refs) != sorted(hyps):
@@ -234,11 +248,16 @@ def write_outputs(text: str, out: Path, tgt: str, train_log: Path, no_detok: boo
     detok = (lambda s: s) if no_detok else _detokenizer(tgt)
     for name, lines in (("hyp", hyps), ("ref", refs)):
         write_atomic(out / f"{name}.detok.{tgt}", "".join(detok(lines[i]) + "\n" for i in range(len(lines))))
-    sig = re.findall(r"\| params total .* \| (pe:.*)$", train_log.read_text(), re.M) if train_log.exists() else []
+    log = train_log.read_text(encoding="utf-8") if train_log.exists() else ""
+    training = results.training_summary(log, command)
+    sig = re.findall(r"\| params total .* \| (pe:.*)$", log, re.M)
+    if not sig and training.get("arch") and not is_pe_arch(training["arch"]):
+        sig = [f"fairseq:{training['arch']}"]  # a stock fairseq model, e.g. the recipes' fairseq_transformer
     if not sig:
         print(f"warning: no encoding signature in {train_log}; meta file left without pe_signature", file=sys.stderr)
     meta = {"pe_signature": sig[-1]} if sig else {}
     meta.update(extra_meta or {})
+    meta["training"] = training
     write_atomic(out / f"hyp.detok.{tgt}.meta.json", json.dumps(meta, indent=1) + "\n")
     print(f"wrote {len(hyps)} sentences: {out / f'hyp.detok.{tgt}'}, {out / f'ref.detok.{tgt}'}")
     return 0
@@ -288,12 +307,61 @@ def main(argv=None, progs=None) -> int:
                         "warning; error names them and stops before decoding")
     m = sub.add_parser("methods", help="list a recipe's methods, one a line (e.g. for xargs)")
     m.add_argument("--recipe", default="wmt14", choices=recipes())
+    r = sub.add_parser("record", help="copy a finished, decoded run's translations, meta file, command and log "
+                                      "into the recipe's results folder (to commit)", **named.get("record", {}))
+    r.add_argument("run_dir")
+    r.add_argument("--into", help="parent folder (default: the recipe's results_dir, e.g. examples/multi30k/results)")
+    rp = sub.add_parser("report", help="score every recorded run of a pair and size against the baseline with "
+                                      "pe-evaluate (its flags after --)", **named.get("report", {}))
+    rp.add_argument("--recipe", default="multi30k", choices=recipes())
+    rp.add_argument("--pair", choices=["en-de", "en-fr"], default="en-de")
+    rp.add_argument("--size", help="default: the recipe's default_size, else base")
+    rp.add_argument("--results", help="folder of recorded runs (default: the recipe's results_dir)")
+    rp.add_argument("--ref", help="the test reference, untokenised (default: DATA/work/raw.test.TGT of the "
+                                 "recipe's prepared data)")
+    rp.add_argument("--out-dir", required=True, help="pe-evaluate's report folder")
     a = p.parse_args(argv)
     a.extra = extra
     if a.cmd == "methods":
         print("\n".join(load_table(table_path(a.recipe))["method"]))
         return 0
-    return train(a) if a.cmd == "train" else generate(a)
+    return {"train": train, "generate": generate, "record": record, "report": report}[a.cmd](a)
+
+
+def record(a) -> int:
+    run_dir = Path(a.run_dir)
+    try:
+        command = results.run_command(run_dir)
+        into = Path(a.into or load_table(table_path(command["recipe"])).get("results_dir", "results"))
+        dest = results.record(run_dir, into)
+    except results.RecordError as e:
+        return _error(str(e))
+    print(f"recorded {run_dir} -> {dest}")
+    return 0
+
+
+def report(a) -> int:
+    from ..scoring import cli as evaluate
+
+    table = load_table(table_path(a.recipe))
+    tgt = a.pair.split("-")[1]
+    size = a.size or table.get("default_size", "base")
+    ref = Path(a.ref or data_dir(table, a.recipe, a.pair) / "work" / f"raw.test.{tgt}")
+    if not ref.is_file():
+        return _error(f"reference {ref} not found; prepare the data (pe-prepare {a.pair} --recipe {a.recipe}) or "
+                      f"pass --ref FILE (the untokenised test reference)")
+    try:
+        runs = results.recorded_runs(Path(a.results or table.get("results_dir", "results")),
+                                     list(table["method"]), a.pair, size)
+    except results.RecordError as e:
+        return _error(str(e))
+    for prefix, systems in results.tables(runs).items():
+        argv = results.evaluate_argv(systems, ref, tgt, Path(a.out_dir), prefix, a.extra)
+        print("pe-evaluate " + shlex.join(argv), flush=True)
+        rc = evaluate.main(argv)
+        if rc:
+            return rc
+    return 0
 
 
 
@@ -305,6 +373,16 @@ def train_main() -> int:
 def generate_main() -> int:
     """pe-generate: ``launch generate``."""
     return main(["generate", *sys.argv[1:]], {"generate": "pe-generate"})
+
+
+def record_main() -> int:
+    """pe-record: ``launch record``."""
+    return main(["record", *sys.argv[1:]], {"record": "pe-record"})
+
+
+def report_main() -> int:
+    """pe-report: ``launch report``."""
+    return main(["report", *sys.argv[1:]], {"report": "pe-report"})
 
 
 if __name__ == "__main__":

@@ -61,13 +61,30 @@ def cell(summary: Dict[str, Any], width: int) -> str:
     return f"{text} ({extra})"
 
 
+def training(system: Dict[str, Any]) -> Dict[str, Any]:
+    """The training columns of a system, from its runs' meta files (``training``, written by pe-generate):
+    parameters (of the first run that has them) and the mean training wall time over runs, in minutes."""
+    runs = [(r["meta"] or {}).get("training") or {} for r in system["runs"]]
+    params = next((t["params"] for t in runs if "params" in t), None)
+    walls = [t["wall_seconds"] for t in runs if "wall_seconds" in t]
+    where = sorted({f"{t['device']}, {t['threads']} thread(s)" for t in runs if "device" in t and "threads" in t})
+    return {"params": params, "train_minutes": sum(walls) / len(walls) / 60 if walls else None, "where": where}
+
+
 def render_markdown(report: Dict[str, Any], width: int) -> str:
     with_pe = any(s["pe_signature"] for s in report["systems"])
-    head = ["System"] + [report["metrics"][spec.key]["label"] for spec in METRICS] + (["PE"] if with_pe else [])
+    trained = {s["name"]: training(s) for s in report["systems"]}
+    with_training = any(t["params"] is not None or t["train_minutes"] is not None for t in trained.values())
+    head = (["System"] + [report["metrics"][spec.key]["label"] for spec in METRICS]
+            + (["Params", "Train min"] if with_training else []) + (["PE"] if with_pe else []))
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for s in report["systems"]:
         row = [s["name"] + (" (baseline)" if s["baseline"] else "")]
         row += [cell(s["summary"][spec.key], width) for spec in METRICS]
+        if with_training:
+            t = trained[s["name"]]
+            row += ["" if t["params"] is None else f"{t['params'] / 1e6:.2f}M",
+                    "" if t["train_minutes"] is None else f"{t['train_minutes']:.0f}"]
         pe = s["pe_signature"].replace("|", "\\|")  # a bare '|' would end the cell, even inside backticks
         row += [f"`{pe}`" if pe else ""] if with_pe else []
         lines.append("| " + " | ".join(row) + " |")
@@ -81,6 +98,10 @@ def render_markdown(report: Dict[str, Any], width: int) -> str:
     if n_runs - {1}:
         notes.append("Several runs: mean over runs (sample standard deviation; largest p-value of the per-run "
                      "tests, run i against baseline run i or the baseline's only run); the mark holds for every run.")
+    if with_training:
+        where = sorted({w for t in trained.values() for w in t["where"]})
+        notes.append("Params: the model's parameters; Train min: fairseq-train's wall time (validation and "
+                     "checkpoints included), mean over runs" + (f", on {'; '.join(where)}." if where else "."))
     lines += [
         "",
         " ".join(notes),
@@ -102,8 +123,10 @@ def csv_text(rows: List[Dict[str, Any]]) -> str:
 def table_rows(report: Dict[str, Any]) -> List[Dict[str, Any]]:
     rows = []
     for s in report["systems"]:
+        t = training(s)
         row = {"system": s["name"], "baseline": s["baseline"], "runs": len(s["runs"]),
-               "files": ",".join(s["files"]), "pe_signature": s["pe_signature"]}
+               "files": ",".join(s["files"]), "pe_signature": s["pe_signature"],
+               "params": t["params"], "train_minutes": t["train_minutes"]}
         for spec in METRICS:
             row.update(summary_columns(spec.key, s["summary"][spec.key]))
         rows.append(row)

@@ -1,0 +1,191 @@
+"""Finished runs as small files that travel with the repository, and a recipe's results table made from them.
+
+A run directory (RUNS/METHOD.PAIR.SIZE.seedN) holds checkpoints of about 90 MB each at Multi30k's small size:
+it is not committed, and a machine that trains it may not be the one that reports it. What a comparison needs is
+small, so a finished and decoded run is *recorded* (docs/evaluation.md §Recorded runs):
+
+    pe-record RUN_DIR [--into DIR]        (scripts/launch.py record)
+
+copies into DIR/RUN_NAME/ (default DIR: the recipe's ``results_dir``, e.g. examples/multi30k/results):
+  hyp.detok.TGT             the detokenised test translations of `pe-generate`, in corpus order
+  hyp.detok.TGT.meta.json   its meta file: the encoding signature and the training summary (``training_summary``)
+  command.json, command.txt the resolved fairseq-train command
+  train.log                 the training log's logger lines (fairseq's warnings about deprecated torch calls left out)
+It refuses a run that has not reached its --max-update or whose translations are older than its last checkpoint.
+The folder is written under a temporary name and renamed when whole.
+
+    pe-report [--recipe multi30k] [--pair en-de] [--size small] --ref REF --out-dir DIR [pe-evaluate flags]
+
+scores the recorded runs of the pair and size with pe-evaluate against the baseline encoding, in the recipe table's
+method order, with the training columns (parameters, training time) from the meta files: DIR/results.md compares
+every method's run of the baseline's first seed; DIR/results_seeds.md, when the baseline has several seeds, the
+methods recorded with all of them (run i against the baseline's run of the same seed; mean and deviation).
+"""
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from ..common import write_atomic
+from ..naming import BASELINE
+
+INFO_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \| [A-Z]+ \| ")
+
+
+class RecordError(ValueError):
+    """A run that cannot be recorded or reported; the message names the run and the fix."""
+
+
+# ------------------------------------------------------------------------------------ training summary
+def training_summary(log_text: str, command: Optional[dict] = None) -> Dict:
+    """What a results table says about training, read from a fairseq-train log (all segments of a resumed run).
+
+    params / pe_params: the model's parameters (pe_plugin's summary line; fairseq's count for a stock model);
+    updates: the last update logged; train_loss: the last logged training loss (label-smoothed, base 2);
+    valid_loss / best_valid_loss: the last and the best validation loss; wall_seconds: fairseq's ``wall`` meter,
+    the time since training began, which a resumed run restores from its checkpoint, so it is the total over
+    segments (validation and checkpoint saving included) without the time between them; train_wall_seconds: the
+    forward/backward part of it. From ``command`` (command.json): arch, max_update and the thread settings."""
+    s: Dict = {}
+    if m := _last(r"\| pe_plugin \| arch (\S+) \| params total ([\d,]+) \| pe-only ([\d,]+) \|", log_text):
+        s.update(arch=m[1], params=_int(m[2]), pe_params=_int(m[3]))
+    elif m := _last(r"num\. shared model params: ([\d,]+)", log_text):
+        s["params"] = _int(m[1])
+    for key, pattern in (("updates", r"num_updates[= ](\d+)"), ("wall_seconds", r"\bwall[= ](\d+)"),
+                         ("train_wall_seconds", r"\btrain_wall[= ](\d+)")):
+        values = [int(x) for x in re.findall(pattern, log_text)]
+        if values:
+            s[key] = max(values)
+    if m := _last(r"\| train_inner \| .* loss=([\d.]+),", log_text):
+        s["train_loss"] = float(m[1])
+    valid = re.findall(r"valid on 'valid' subset \| loss ([\d.]+) \|.*?(?:\| best_loss ([\d.]+))?$", log_text, re.M)
+    if valid:
+        s["valid_loss"] = float(valid[-1][0])
+        if valid[-1][1]:
+            s["best_valid_loss"] = float(valid[-1][1])
+    if command:
+        argv = command.get("argv", [])
+        if "--arch" in argv:
+            s.setdefault("arch", argv[argv.index("--arch") + 1])
+        if "--max-update" in argv:
+            s["max_update"] = int(argv[len(argv) - 1 - argv[::-1].index("--max-update") + 1])  # the last one wins
+        s.update({k: command[k] for k in ("threads", "device") if k in command})
+    return s
+
+
+def _last(pattern: str, text: str):
+    found = list(re.finditer(pattern, text, re.M))
+    return found[-1] if found else None
+
+
+def _int(text: str) -> int:
+    return int(text.replace(",", ""))
+
+
+def machine() -> Dict:
+    """command.json's record of where a run trains: torch threads (OMP_NUM_THREADS) and the processor."""
+    cpu = next((ln.split(":", 1)[1].strip() for ln in _read("/proc/cpuinfo").splitlines()
+                if ln.startswith("model name")), "")
+    return {"threads": os.environ.get("OMP_NUM_THREADS", "torch default"), "device": cpu or "cpu"}
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+# ------------------------------------------------------------------------------------------------ record
+def record(run_dir: Path, into: Path) -> Path:
+    """Copy the small files of a finished, decoded run into ``into/RUN_NAME`` (module docstring)."""
+    run_dir, command = Path(run_dir), run_command(Path(run_dir))
+    tgt = command["pair"].split("-")[1]
+    gen = run_dir / "gen"
+    hyp, meta_file = gen / f"hyp.detok.{tgt}", gen / f"hyp.detok.{tgt}.meta.json"
+    if not (hyp.is_file() and meta_file.is_file()):
+        raise RecordError(f"{run_dir}: no {hyp.name} and {meta_file.name} in {gen}; decode it first with "
+                          f"pe-generate {run_dir}")
+    meta = json.loads(meta_file.read_text(encoding="utf-8"))
+    training = meta.get("training") or training_summary(_read(str(run_dir / "train.log")), command)
+    if training.get("updates") is None or training.get("updates") != training.get("max_update"):
+        raise RecordError(f"{run_dir}: training stopped at update {training.get('updates')} of "
+                          f"{training.get('max_update')}; finish it (re-run its pe-train command, it resumes) "
+                          f"and decode it again with pe-generate {run_dir}")
+    last = run_dir / "checkpoint_last.pt"
+    if last.exists() and last.stat().st_mtime > hyp.stat().st_mtime:
+        raise RecordError(f"{run_dir}: {hyp} is older than {last.name}; decode it again with pe-generate {run_dir}")
+    meta["training"] = training
+    log = "".join(ln for ln in _read(str(run_dir / "train.log")).splitlines(keepends=True) if INFO_LINE.match(ln))
+    files = {hyp.name: hyp.read_bytes(), meta_file.name: json.dumps(meta, indent=1) + "\n",
+             "command.json": (run_dir / "command.json").read_bytes(), "train.log": log}
+    if (run_dir / "command.txt").is_file():
+        files["command.txt"] = (run_dir / "command.txt").read_bytes()
+    dest = Path(into) / run_dir.name
+    tmp, old = dest.with_name(f".{dest.name}.tmp{os.getpid()}"), dest.with_name(f".{dest.name}.old{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        for name, data in files.items():
+            write_atomic(tmp / name, data)
+        if dest.exists():
+            dest.rename(old)
+        tmp.rename(dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
+    return dest
+
+
+def run_command(run_dir: Path) -> dict:
+    path = run_dir / "command.json"
+    if not path.is_file():
+        raise RecordError(f"{run_dir} has no command.json; is it a run directory of pe-train?")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+# ------------------------------------------------------------------------------------------------ report
+def recorded_runs(results_dir: Path, methods: List[str], pair: str, size: str) -> Dict[str, Dict[int, Path]]:
+    """{method: {seed: hypothesis file}} of the runs recorded under ``results_dir`` for one pair and size, in the
+    order of ``methods`` (the recipe table's), the baseline first. Raises RecordError when the baseline has no run
+    or a recorded run names a method the table does not have."""
+    tgt, found = pair.split("-")[1], {}
+    for cmd_file in sorted(Path(results_dir).glob("*/command.json")):
+        c = json.loads(cmd_file.read_text(encoding="utf-8"))
+        if (c.get("pair"), c.get("size")) != (pair, size):
+            continue
+        if c["method"] not in methods:
+            raise RecordError(f"{cmd_file.parent}: method {c['method']!r} is not in the recipe table "
+                              f"(methods: {', '.join(methods)}); remove the folder or restore the entry")
+        found.setdefault(c["method"], {})[int(c["seed"])] = cmd_file.parent / f"hyp.detok.{tgt}"
+    if BASELINE not in found:
+        raise RecordError(f"{results_dir}: no recorded {BASELINE} run for {pair} {size} (the baseline of the "
+                          f"table); record one with pe-record RUN_DIR")
+    order = [BASELINE] + [m for m in methods if m != BASELINE]
+    return {m: dict(sorted(found[m].items())) for m in order if m in found}
+
+
+def tables(runs: Dict[str, Dict[int, Path]]) -> Dict[str, Dict[str, List[Path]]]:
+    """The comparisons a report makes, {prefix: {system: [hypothesis files]}}, the baseline first in each:
+    ``results``: every method's run of the baseline's first seed, each tested against that baseline run;
+    ``results_seeds`` (when the baseline has several seeds): the methods recorded with every seed of the
+    baseline, run i tested against the baseline's run of the same seed."""
+    base = runs[BASELINE]
+    first = min(base)
+    out = {"results": {m: [r[first]] for m, r in runs.items() if first in r}}
+    seeds = {m: [r[seed] for seed in base] for m, r in runs.items() if set(base) <= set(r)}
+    if len(base) > 1 and len(seeds) > 1:
+        out["results_seeds"] = seeds
+    return out
+
+
+def evaluate_argv(systems: Dict[str, List[Path]], ref: Path, tgt: str, out_dir: Path, prefix: str,
+                  extra=()) -> List[str]:
+    """pe-evaluate's arguments for one of ``tables``: the first system is the baseline."""
+    names = list(systems)
+    argv = ["--ref", str(ref), "--trg-lang", tgt, "--out-dir", str(out_dir), "--prefix", prefix,
+            "--baseline", f"{names[0]}={','.join(map(str, systems[names[0]]))}"]
+    for name in names[1:]:
+        argv += ["--system", f"{name}={','.join(map(str, systems[name]))}"]
+    return argv + list(extra)

@@ -1,0 +1,145 @@
+"""Recorded runs (pe_tools/recipes/results.py): the training summary of a fairseq-train log, the training columns
+of pe-evaluate's table, and pe-record / pe-report's checks. The end-to-end path (a real tiny run trained, resumed,
+decoded, recorded and reported) is in tests/test_recipes.py::test_train_resume_and_generate."""
+import json
+import os
+
+import pytest
+
+from pe_tools.recipes import launch, results
+from pe_tools.scoring import cli as scoring_cli
+
+# Two segments of one run, in fairseq 0.12's simple log format: 4 updates, then resumed to 6. fairseq restores its
+# meters from the checkpoint, so the second segment's wall continues from the first's (14 s) rather than from 0.
+LOG = """\
+2026-01-01 10:00:00 | INFO | pe_plugin | arch transformer_rope_tiny | params total 1,234,567 | pe-only 0 | pe:rope|side:both
+2026-01-01 10:00:00 | INFO | fairseq_cli.train | num. shared model params: 1,234,567 (num. trained: 1,234,567)
+2026-01-01 10:00:05 | INFO | train_inner | epoch 001:      2 / 9 loss=9.5, nll_loss=9.4, ppl=675.6, wps=10, ups=0.5, num_updates=2, lr=1e-07, gnorm=3.1, train_wall=4, wall=5
+2026-01-01 10:00:09 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 9.1 | nll_loss 9 | ppl 512 | wps 40 | wpb 30 | bsz 2 | num_updates 2 | best_loss 9.1
+2026-01-01 10:00:12 | INFO | train_inner | epoch 001:      4 / 9 loss=8.75, nll_loss=8.6, ppl=388, wps=10, ups=0.5, num_updates=4, lr=2e-07, gnorm=3, train_wall=8, wall=14
+2026-01-01 10:00:14 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 8.5 | nll_loss 8.4 | ppl 338 | wps 40 | wpb 30 | bsz 2 | num_updates 4 | best_loss 8.5
+/venv/lib/python3.11/site-packages/torch/nn/functional.py:6802: UserWarning: Support for mismatched key_padding_mask
+2026-01-01 11:00:00 | INFO | pe_plugin | arch transformer_rope_tiny | params total 1,234,567 | pe-only 0 | pe:rope|side:both
+2026-01-01 11:00:06 | INFO | train_inner | epoch 001:      6 / 9 loss=8.25, nll_loss=8.1, ppl=274, wps=10, ups=0.5, num_updates=6, lr=3e-07, gnorm=2.9, train_wall=12, wall=20
+2026-01-01 11:00:08 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 8.7 | nll_loss 8.6 | ppl 416 | wps 40 | wpb 30 | bsz 2 | num_updates 6 | best_loss 8.5
+"""
+COMMAND = {"recipe": "multi30k", "method": "rope", "pair": "en-de", "size": "small", "seed": 1, "data": "d",
+           "argv": ["python", "-m", "fairseq_cli.train", "d", "--arch", "transformer_rope_tiny", "--max-update", "4",
+                    "--max-update", "6"], "threads": "1", "device": "Some CPU"}
+
+
+def test_training_summary_of_a_resumed_log():
+    s = results.training_summary(LOG, COMMAND)
+    assert s == {"arch": "transformer_rope_tiny", "params": 1234567, "pe_params": 0, "updates": 6,
+                 "wall_seconds": 20, "train_wall_seconds": 12, "train_loss": 8.25, "valid_loss": 8.7,
+                 "best_valid_loss": 8.5, "max_update": 6, "threads": "1", "device": "Some CPU"}
+
+
+def test_training_summary_of_a_stock_fairseq_log():
+    log = "\n".join(ln for ln in LOG.splitlines() if "| pe_plugin |" not in ln)
+    s = results.training_summary(log, dict(COMMAND, argv=["--arch", "transformer", "--max-update", "6"]))
+    assert (s["arch"], s["params"], "pe_params" in s) == ("transformer", 1234567, False)
+
+
+def write_run(tmp_path, method, seed, hyp_lines, wall, params=7_000_000, updates=6, max_update=6):
+    """A finished, decoded run directory as pe-train and pe-generate leave it (no checkpoints)."""
+    run = tmp_path / "runs" / f"{method}.en-de.small.seed{seed}"
+    (run / "gen").mkdir(parents=True)
+    command = dict(COMMAND, method=method, seed=seed, argv=["--arch", f"transformer_{method}_tiny",
+                                                            "--max-update", str(max_update)])
+    (run / "command.json").write_text(json.dumps(command))
+    (run / "train.log").write_text(LOG.replace("num_updates=6", f"num_updates={updates}"))
+    (run / "gen" / "hyp.detok.de").write_text("".join(x + "\n" for x in hyp_lines))
+    training = {"params": params, "wall_seconds": wall, "updates": updates, "max_update": max_update,
+                "threads": "1", "device": "Some CPU"}
+    (run / "gen" / "hyp.detok.de.meta.json").write_text(json.dumps({"pe_signature": f"pe:{method}",
+                                                                    "training": training}))
+    return run
+
+
+REF = ["ein mann fährt fahrrad .", "zwei hunde spielen im schnee .", "eine frau liest ein buch im park .",
+       "kinder spielen fußball auf der straße ."] * 5
+GOOD = ["ein mann fährt ein fahrrad .", "zwei hunde spielen im schnee .", "eine frau liest im park .",
+        "kinder spielen fußball auf der straße ."] * 5
+BAD = ["mann fahrrad .", "hunde schnee spielen .", "frau buch park .", "straße kinder ."] * 5
+
+
+def test_record_copies_the_small_files_and_report_scores_them(tmp_path, capsys):
+    into = tmp_path / "recorded"
+    runs = [write_run(tmp_path, "sape", 1, GOOD, 3600), write_run(tmp_path, "sape", 2, GOOD[::-1], 3000),
+            write_run(tmp_path, "nope", 1, BAD, 1200, params=6_500_000), write_run(tmp_path, "nope", 2, BAD, 1800),
+            write_run(tmp_path, "rope", 1, GOOD[1:] + BAD[:1], 600)]
+    for run in runs:
+        assert launch.main(["record", str(run), "--into", str(into)]) == 0
+    rec = into / "sape.en-de.small.seed1"
+    assert sorted(p.name for p in rec.iterdir()) == ["command.json", "hyp.detok.de", "hyp.detok.de.meta.json",
+                                                     "train.log"]
+    assert "UserWarning" not in (rec / "train.log").read_text() and "| train_inner |" in (rec / "train.log").read_text()
+    assert not [p for p in into.iterdir() if p.name.startswith(".")]  # no temporary folder left
+    (tmp_path / "ref.de").write_text("".join(x + "\n" for x in REF))
+    capsys.readouterr()
+    out = tmp_path / "report"
+    assert launch.main(["report", "--recipe", "multi30k", "--results", str(into), "--ref", str(tmp_path / "ref.de"),
+                        "--out-dir", str(out), "--", "--n-samples", "100"]) == 0
+    printed = capsys.readouterr().out
+    hyp = {f"{m}{seed}": into / f"{m}.en-de.small.seed{seed}" / "hyp.detok.de" for m in ("sape", "nope", "rope")
+           for seed in (1, 2)}
+    # seed 1 of every method against sape's seed 1, in the recipe table's order (nope before rope)
+    assert f"--prefix results --baseline sape={hyp['sape1']} --system nope={hyp['nope1']} --system rope={hyp['rope1']}" in printed
+    # the methods recorded with every seed of the baseline, run i against the baseline's run i
+    assert f"--prefix results_seeds --baseline sape={hyp['sape1']},{hyp['sape2']} --system nope={hyp['nope1']},{hyp['nope2']} --n-samples" in printed
+
+    def rows(name):
+        return {ln.split(" | ")[0].strip("| "): ln.split(" | ") for ln in (out / name).read_text().splitlines()
+                if ln.startswith("| ")}
+
+    seed1, seeds = rows("results.md"), rows("results_seeds.md")
+    assert seed1["System"][-3:] == ["Params", "Train min", "PE |"]
+    assert seed1["sape (baseline)"][-3:-1] == ["7.00M", "60"] and seed1["nope"][-3:-1] == ["6.50M", "20"]
+    assert seeds["sape (baseline)"][-3:-1] == ["7.00M", "55"]  # (3600 s + 3000 s) / 2 = 55 min
+    assert set(seeds) == {"System", "sape (baseline)", "nope"}
+    assert "on Some CPU, 1 thread(s)." in (out / "results.md").read_text()
+    # the scores are pe-evaluate's own, on the same files: the report only assembles the command
+    direct = tmp_path / "direct"
+    assert scoring_cli.main(["--ref", str(tmp_path / "ref.de"), "--trg-lang", "de", "--out-dir", str(direct),
+                             "--baseline", f"sape={hyp['sape1']}", "--system", f"rope={hyp['rope1']}",
+                             "--n-samples", "100"]) == 0
+    report, alone = (json.loads((d / "results.json").read_text()) for d in (out, direct))
+    assert report["systems"][2]["name"] == "rope"
+    assert report["systems"][2]["runs"][0]["scores"] == alone["systems"][1]["runs"][0]["scores"]
+
+
+@pytest.mark.parametrize("case, expect", [
+    ("unfinished", "stopped at update 4 of 6"),
+    ("stale", "older than checkpoint_last.pt"),
+    ("undecoded", "decode it first"),
+])
+def test_record_refuses_what_a_table_must_not_trust(case, expect, tmp_path, capsys):
+    run = write_run(tmp_path, "sape", 1, GOOD, 60, updates=4 if case == "unfinished" else 6)
+    if case == "stale":
+        (run / "checkpoint_last.pt").write_bytes(b"x")
+        hyp = run / "gen" / "hyp.detok.de"
+        os.utime(hyp, (hyp.stat().st_mtime - 60, hyp.stat().st_mtime - 60))
+    if case == "undecoded":
+        (run / "gen" / "hyp.detok.de").unlink()
+    assert launch.main(["record", str(run), "--into", str(tmp_path / "recorded")]) == 2
+    err = capsys.readouterr().err
+    assert expect in err and str(run) in err
+    assert not (tmp_path / "recorded" / run.name).exists()
+
+
+def test_report_needs_the_baseline_and_known_methods(tmp_path, capsys):
+    into = tmp_path / "recorded"
+    (tmp_path / "ref.de").write_text("".join(x + "\n" for x in REF))
+    argv = ["report", "--recipe", "multi30k", "--results", str(into), "--ref", str(tmp_path / "ref.de"),
+            "--out-dir", str(tmp_path / "out")]
+    assert launch.main(["record", str(write_run(tmp_path, "nope", 1, BAD, 60)), "--into", str(into)]) == 0
+    assert launch.main(argv) == 2
+    assert "no recorded sape run for en-de small" in capsys.readouterr().err
+    assert launch.main(["record", str(write_run(tmp_path, "sape", 1, GOOD, 60)), "--into", str(into)]) == 0
+    cmd = into / "nope.en-de.small.seed1" / "command.json"
+    cmd.write_text(json.dumps(dict(json.loads(cmd.read_text()), method="posnet")))
+    assert launch.main(argv) == 2
+    assert "method 'posnet' is not in the recipe table" in capsys.readouterr().err
+    assert launch.main(argv[:-4] + ["--ref", str(tmp_path / "missing.de"), "--out-dir", str(tmp_path / "o")]) == 2
+    assert "missing.de not found" in capsys.readouterr().err
