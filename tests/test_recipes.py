@@ -7,6 +7,7 @@ import re
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -108,8 +109,10 @@ def test_unknown_method_and_missing_data(capsys, tmp_path):
 @pytest.mark.slow
 def test_train_resume_and_generate(data_bin, raw_corpus, tmp_path):
     runs = tmp_path / "runs"
+    started = time.monotonic()
     first = shell("train.sh", "posnet_embed", "--size", "tiny", "--data", data_bin, "--runs-dir", runs,
                   "--", "--max-update", "4", *TINY_RUN)
+    train_seconds = time.monotonic() - started
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     run_dir = runs / "posnet_embed.en-de.tiny.seed1"
     saved = json.loads((run_dir / "command.json").read_text())
@@ -117,8 +120,10 @@ def test_train_resume_and_generate(data_bin, raw_corpus, tmp_path):
     assert (run_dir / "command.txt").read_text().strip().endswith(" ".join(TINY_RUN))
     assert {"checkpoint_1_2.pt", "checkpoint_1_4.pt", "checkpoint_last.pt"} <= {p.name for p in run_dir.iterdir()}
 
+    started = time.monotonic()
     again = shell("train.sh", "posnet_embed", "--size", "tiny", "--data", data_bin, "--runs-dir", runs,
                   "--", "--max-update", "6", *TINY_RUN)
+    train_seconds += time.monotonic() - started
     assert again.returncode == 0, again.stdout[-3000:]
     assert re.search(r"[Ll]oaded checkpoint .*checkpoint_last\.pt \(epoch 1 @ 4 updates\)", again.stdout), again.stdout[-3000:]
     assert (run_dir / "checkpoint_1_6.pt").exists() and not (run_dir / "checkpoint_1_8.pt").exists()
@@ -133,13 +138,16 @@ def test_train_resume_and_generate(data_bin, raw_corpus, tmp_path):
     meta = json.loads((run_dir / "gen" / "hyp.detok.de.meta.json").read_text())
     assert meta["pe_signature"].startswith("pe:posnet_embed|")
     assert not list((run_dir / "gen").glob("*.tmp"))
-    # the training summary of both segments, against fairseq's own parameter count and its restored wall meter
+    # the training summary of both segments, against fairseq's own parameter count and training times
     log = (run_dir / "train.log").read_text()
     fairseq_count = int(re.findall(r"num\. shared model params: ([\d,]+)", log)[-1].replace(",", ""))
-    first_wall = max(int(w) for w in re.findall(r"\bwall=(\d+)", first.stdout))
+    fairseq_seconds = [float(x) for x in re.findall(r"done training in ([\d.]+) seconds", log)]
     t = meta["training"]
     assert (t["updates"], t["max_update"], t["params"], t["arch"]) == (6, 6, fairseq_count, "transformer_posnet_embed_tiny")
-    assert t["wall_seconds"] >= first_wall and t["valid_loss"] > 0 and t["threads"] and t["device"]
+    assert t["segments"] == len(fairseq_seconds) == 2 and t["valid_loss"] > 0 and t["threads"] and t["device"]
+    # bracketed by fairseq's clock (which starts after the checkpoint and data are loaded) and by the time the two
+    # train.sh commands took here (which adds Python's start-up and imports); timestamps have 1 s resolution
+    assert sum(fairseq_seconds) - 2 <= t["train_seconds"] <= train_seconds + 2
     assert meta["checkpoints"] == ["checkpoint_1_2.pt", "checkpoint_1_4.pt", "checkpoint_1_6.pt"]
     # recorded as the files a results table needs
     assert launch.main(["record", str(run_dir), "--into", str(tmp_path / "recorded")]) == 0

@@ -3,15 +3,17 @@ of pe-evaluate's table, and pe-record / pe-report's checks. The end-to-end path 
 decoded, recorded and reported) is in tests/test_recipes.py::test_train_resume_and_generate."""
 import json
 import os
+from datetime import datetime, timedelta
 
 import pytest
 
 from pe_tools.recipes import launch, results
 from pe_tools.scoring import cli as scoring_cli
 
-# Two segments of one run, in fairseq 0.12's simple log format: 4 updates, then resumed to 6. fairseq restores its
-# meters from the checkpoint, so the second segment's wall continues from the first's (14 s) rather than from 0.
+# Two segments of one run, in fairseq 0.12's simple log format: 4 updates in 14 s, then resumed an hour later to 6
+# updates in 8 s. A resumed fairseq logs wall=0 (its restored wall meter is stopped): the timestamps are what counts.
 LOG = """\
+2026-01-01 10:00:00 | INFO | fairseq_cli.train | {'_name': None, 'common': {'_name': None}}
 2026-01-01 10:00:00 | INFO | pe_plugin | arch transformer_rope_tiny | params total 1,234,567 | pe-only 0 | pe:rope|side:both
 2026-01-01 10:00:00 | INFO | fairseq_cli.train | num. shared model params: 1,234,567 (num. trained: 1,234,567)
 2026-01-01 10:00:05 | INFO | train_inner | epoch 001:      2 / 9 loss=9.5, nll_loss=9.4, ppl=675.6, wps=10, ups=0.5, num_updates=2, lr=1e-07, gnorm=3.1, train_wall=4, wall=5
@@ -19,8 +21,9 @@ LOG = """\
 2026-01-01 10:00:12 | INFO | train_inner | epoch 001:      4 / 9 loss=8.75, nll_loss=8.6, ppl=388, wps=10, ups=0.5, num_updates=4, lr=2e-07, gnorm=3, train_wall=8, wall=14
 2026-01-01 10:00:14 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 8.5 | nll_loss 8.4 | ppl 338 | wps 40 | wpb 30 | bsz 2 | num_updates 4 | best_loss 8.5
 /venv/lib/python3.11/site-packages/torch/nn/functional.py:6802: UserWarning: Support for mismatched key_padding_mask
+2026-01-01 11:00:00 | INFO | fairseq_cli.train | {'_name': None, 'common': {'_name': None}}
 2026-01-01 11:00:00 | INFO | pe_plugin | arch transformer_rope_tiny | params total 1,234,567 | pe-only 0 | pe:rope|side:both
-2026-01-01 11:00:06 | INFO | train_inner | epoch 001:      6 / 9 loss=8.25, nll_loss=8.1, ppl=274, wps=10, ups=0.5, num_updates=6, lr=3e-07, gnorm=2.9, train_wall=12, wall=20
+2026-01-01 11:00:06 | INFO | train_inner | epoch 001:      6 / 9 loss=8.25, nll_loss=8.1, ppl=274, wps=10, ups=0.5, num_updates=6, lr=3e-07, gnorm=2.9, train_wall=12, wall=0
 2026-01-01 11:00:08 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 8.7 | nll_loss 8.6 | ppl 416 | wps 40 | wpb 30 | bsz 2 | num_updates 6 | best_loss 8.5
 """
 COMMAND = {"recipe": "multi30k", "method": "rope", "pair": "en-de", "size": "small", "seed": 1, "data": "d",
@@ -31,7 +34,7 @@ COMMAND = {"recipe": "multi30k", "method": "rope", "pair": "en-de", "size": "sma
 def test_training_summary_of_a_resumed_log():
     s = results.training_summary(LOG, COMMAND)
     assert s == {"arch": "transformer_rope_tiny", "params": 1234567, "pe_params": 0, "updates": 6,
-                 "wall_seconds": 20, "train_wall_seconds": 12, "train_loss": 8.25, "valid_loss": 8.7,
+                 "train_seconds": 14 + 8, "segments": 2, "train_loss": 8.25, "valid_loss": 8.7,
                  "best_valid_loss": 8.5, "max_update": 6, "threads": "1", "device": "Some CPU"}
 
 
@@ -41,19 +44,25 @@ def test_training_summary_of_a_stock_fairseq_log():
     assert (s["arch"], s["params"], "pe_params" in s) == ("transformer", 1234567, False)
 
 
-def write_run(tmp_path, method, seed, hyp_lines, wall, params=7_000_000, updates=6, max_update=6):
+def run_log(params: int, seconds: int, updates: int) -> str:
+    """A one-segment fairseq-train log of ``params`` parameters that ran ``seconds`` to update ``updates``."""
+    end = datetime(2026, 1, 1, 10) + timedelta(seconds=seconds)
+    return (f"2026-01-01 10:00:00 | INFO | fairseq_cli.train | {{'_name': None}}\n"
+            f"2026-01-01 10:00:00 | INFO | pe_plugin | arch transformer_x_tiny | params total {params:,} | pe-only 0 | pe:x\n"
+            f"{end:%Y-%m-%d %H:%M:%S} | INFO | train_inner | epoch 001:  1 / 9 loss=5.0, num_updates={updates}, wall=0\n"
+            "/venv/lib/python3.11/site-packages/torch/nn/functional.py:6802: UserWarning: deprecated\n")
+
+
+def write_run(tmp_path, method, seed, hyp_lines, seconds, params=7_000_000, updates=6, max_update=6):
     """A finished, decoded run directory as pe-train and pe-generate leave it (no checkpoints)."""
     run = tmp_path / "runs" / f"{method}.en-de.small.seed{seed}"
     (run / "gen").mkdir(parents=True)
     command = dict(COMMAND, method=method, seed=seed, argv=["--arch", f"transformer_{method}_tiny",
                                                             "--max-update", str(max_update)])
     (run / "command.json").write_text(json.dumps(command))
-    (run / "train.log").write_text(LOG.replace("num_updates=6", f"num_updates={updates}"))
+    (run / "train.log").write_text(run_log(params, seconds, updates))
     (run / "gen" / "hyp.detok.de").write_text("".join(x + "\n" for x in hyp_lines))
-    training = {"params": params, "wall_seconds": wall, "updates": updates, "max_update": max_update,
-                "threads": "1", "device": "Some CPU"}
-    (run / "gen" / "hyp.detok.de.meta.json").write_text(json.dumps({"pe_signature": f"pe:{method}",
-                                                                    "training": training}))
+    (run / "gen" / "hyp.detok.de.meta.json").write_text(json.dumps({"pe_signature": f"pe:{method}"}))
     return run
 
 
@@ -75,6 +84,8 @@ def test_record_copies_the_small_files_and_report_scores_them(tmp_path, capsys):
     assert sorted(p.name for p in rec.iterdir()) == ["command.json", "hyp.detok.de", "hyp.detok.de.meta.json",
                                                      "train.log"]
     assert "UserWarning" not in (rec / "train.log").read_text() and "| train_inner |" in (rec / "train.log").read_text()
+    meta = json.loads((rec / "hyp.detok.de.meta.json").read_text())
+    assert meta["pe_signature"] == "pe:sape" and meta["training"]["train_seconds"] == 3600
     assert not [p for p in into.iterdir() if p.name.startswith(".")]  # no temporary folder left
     (tmp_path / "ref.de").write_text("".join(x + "\n" for x in REF))
     capsys.readouterr()

@@ -19,7 +19,7 @@ Every test sentence is translated: before decoding, the sentences longer than th
 and PosNet's L_max) are named in a warning and decoded with the positions beyond L_max reusing the last row
 (--pe-beyond-max clamp, the default; hypotheses that run past the target limit are counted after decoding,
 and both lists go into the meta file as positions_beyond_max); --pe-beyond-max error names them and stops
-before anything is decoded. The meta file also holds the training summary (parameters, updates, losses, wall time)
+before anything is decoded. The meta file also holds the training summary (parameters, updates, losses, training time)
 read from train.log.
 record / report: a finished run as small files to commit, and the results table made from them
 (pe_tools/recipes/results.py).

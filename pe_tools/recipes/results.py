@@ -25,12 +25,14 @@ import json
 import os
 import re
 import shutil
+from datetime import datetime
 from pathlib import Path
 from typing import Dict, List, Optional
 
 from ..common import write_atomic
 from ..naming import BASELINE
 
+SEGMENT_START = "| fairseq_cli.train | {'_name'"  # fairseq-train's first log line: its whole configuration
 INFO_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \| [A-Z]+ \| ")
 
 
@@ -44,20 +46,22 @@ def training_summary(log_text: str, command: Optional[dict] = None) -> Dict:
 
     params / pe_params: the model's parameters (pe_plugin's summary line; fairseq's count for a stock model);
     updates: the last update logged; train_loss: the last logged training loss (label-smoothed, base 2);
-    valid_loss / best_valid_loss: the last and the best validation loss; wall_seconds: fairseq's ``wall`` meter,
-    the time since training began, which a resumed run restores from its checkpoint, so it is the total over
-    segments (validation and checkpoint saving included) without the time between them; train_wall_seconds: the
-    forward/backward part of it. From ``command`` (command.json): arch, max_update and the thread settings."""
+    valid_loss / best_valid_loss: the last and the best validation loss; train_seconds: the time training ran,
+    summed over the log's segments (a segment runs from the configuration fairseq-train logs when it starts to
+    the segment's last timestamped line), so the time between a stop and its resumption is not counted. fairseq's own ``wall`` meter
+    cannot serve: a resumed run restores it stopped, and it logs 0 from then on. From ``command`` (command.json):
+    arch, max_update and where it trained (threads, device)."""
     s: Dict = {}
     if m := _last(r"\| pe_plugin \| arch (\S+) \| params total ([\d,]+) \| pe-only ([\d,]+) \|", log_text):
         s.update(arch=m[1], params=_int(m[2]), pe_params=_int(m[3]))
     elif m := _last(r"num\. shared model params: ([\d,]+)", log_text):
         s["params"] = _int(m[1])
-    for key, pattern in (("updates", r"num_updates[= ](\d+)"), ("wall_seconds", r"\bwall[= ](\d+)"),
-                         ("train_wall_seconds", r"\btrain_wall[= ](\d+)")):
-        values = [int(x) for x in re.findall(pattern, log_text)]
-        if values:
-            s[key] = max(values)
+    updates = [int(x) for x in re.findall(r"num_updates[= ](\d+)", log_text)]
+    if updates:
+        s["updates"] = max(updates)
+    seconds = segment_seconds(log_text)
+    if seconds:
+        s["train_seconds"], s["segments"] = sum(seconds), len(seconds)
     if m := _last(r"\| train_inner \| .* loss=([\d.]+),", log_text):
         s["train_loss"] = float(m[1])
     valid = re.findall(r"valid on 'valid' subset \| loss ([\d.]+) \|.*?(?:\| best_loss ([\d.]+))?$", log_text, re.M)
@@ -73,6 +77,24 @@ def training_summary(log_text: str, command: Optional[dict] = None) -> Dict:
             s["max_update"] = int(argv[len(argv) - 1 - argv[::-1].index("--max-update") + 1])  # the last one wins
         s.update({k: command[k] for k in ("threads", "device") if k in command})
     return s
+
+
+def segment_seconds(log_text: str) -> List[int]:
+    """Seconds from each start of fairseq-train (its first line, the configuration) to the last timestamped line
+    before the next start."""
+    out, start, last = [], None, None
+    for line in log_text.splitlines():
+        if not INFO_LINE.match(line):
+            continue
+        t = datetime.strptime(line[:19], "%Y-%m-%d %H:%M:%S")
+        if SEGMENT_START in line:
+            if start is not None:
+                out.append(int((last - start).total_seconds()))
+            start = t
+        last = t
+    if start is not None:
+        out.append(int((last - start).total_seconds()))
+    return out
 
 
 def _last(pattern: str, text: str):
@@ -109,7 +131,7 @@ def record(run_dir: Path, into: Path) -> Path:
         raise RecordError(f"{run_dir}: no {hyp.name} and {meta_file.name} in {gen}; decode it first with "
                           f"pe-generate {run_dir}")
     meta = json.loads(meta_file.read_text(encoding="utf-8"))
-    training = meta.get("training") or training_summary(_read(str(run_dir / "train.log")), command)
+    training = training_summary(_read(str(run_dir / "train.log")), command)  # the log and command as they are now
     if training.get("updates") is None or training.get("updates") != training.get("max_update"):
         raise RecordError(f"{run_dir}: training stopped at update {training.get('updates')} of "
                           f"{training.get('max_update')}; finish it (re-run its pe-train command, it resumes) "

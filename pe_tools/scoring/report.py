@@ -63,10 +63,10 @@ def cell(summary: Dict[str, Any], width: int) -> str:
 
 def training(system: Dict[str, Any]) -> Dict[str, Any]:
     """The training columns of a system, from its runs' meta files (``training``, written by pe-generate):
-    parameters (of the first run that has them) and the mean training wall time over runs, in minutes."""
+    parameters (of the first run that has them) and the mean training time over runs, in minutes."""
     runs = [(r["meta"] or {}).get("training") or {} for r in system["runs"]]
     params = next((t["params"] for t in runs if "params" in t), None)
-    walls = [t["wall_seconds"] for t in runs if "wall_seconds" in t]
+    walls = [t["train_seconds"] for t in runs if "train_seconds" in t]
     where = sorted({f"{t['device']}, {t['threads']} thread(s)" for t in runs if "device" in t and "threads" in t})
     return {"params": params, "train_minutes": sum(walls) / len(walls) / 60 if walls else None, "where": where}
 
@@ -100,8 +100,8 @@ def render_markdown(report: Dict[str, Any], width: int) -> str:
                      "tests, run i against baseline run i or the baseline's only run); the mark holds for every run.")
     if with_training:
         where = sorted({w for t in trained.values() for w in t["where"]})
-        notes.append("Params: the model's parameters; Train min: fairseq-train's wall time (validation and "
-                     "checkpoints included), mean over runs" + (f", on {'; '.join(where)}." if where else "."))
+        notes.append("Params: the model's parameters; Train min: the time fairseq-train ran (validation and "
+                     "checkpoints included, summed over resumed segments), mean over runs" + (f", on {'; '.join(where)}." if where else "."))
     lines += [
         "",
         " ".join(notes),
