@@ -312,7 +312,9 @@ def main(argv=None, progs=None) -> int:
     r.add_argument("run_dir")
     r.add_argument("--into", help="parent folder (default: the recipe's results_dir, e.g. examples/multi30k/results)")
     rp = sub.add_parser("report", help="score every recorded run of a pair and size against the baseline with "
-                                      "pe-evaluate (its flags after --)", **named.get("report", {}))
+                                      "pe-evaluate (its flags after --)", **named.get("report", {}),
+                        epilog="Flags after -- go to pe-evaluate, e.g. -- --ngram-analysis, or -- --source FILE "
+                               "--length-buckets 10,15,20 for scores by source length.")
     rp.add_argument("--recipe", default="multi30k", choices=recipes())
     rp.add_argument("--pair", choices=["en-de", "en-fr"], default="en-de")
     rp.add_argument("--size", help="default: the recipe's default_size, else base")
