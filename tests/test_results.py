@@ -154,3 +154,22 @@ def test_report_needs_the_baseline_and_known_methods(tmp_path, capsys):
     assert "method 'posnet' is not in the recipe table" in capsys.readouterr().err
     assert launch.main(argv[:-4] + ["--ref", str(tmp_path / "missing.de"), "--out-dir", str(tmp_path / "o")]) == 2
     assert "missing.de not found" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("arch, stock", [("transformer", True), ("transformer_wmt_en_de", True),
+                                         ("transformer_wmt_en_de_big", True), ("transformer_sape_wmt_en_de", False),
+                                         ("transformer_posnet_embed_tiny", False), ("transformer_rope_wmt_en_fr_big", False)])
+def test_meta_of_a_stock_fairseq_model_names_its_architecture(arch, stock, tmp_path):
+    """pe-generate's meta file: pe_plugin's signature for its models, ``fairseq:ARCH`` for fairseq's own."""
+    log = tmp_path / "train.log"
+    lines = LOG.splitlines()
+    if stock:  # a stock model's log has no pe_plugin summary line
+        lines = [ln for ln in lines if "| pe_plugin |" not in ln]
+    log.write_text("\n".join(lines).replace("transformer_rope_tiny", arch) + "\n")
+    generated = "S-1\tb\nT-1\tzwei\nH-1\t-0.1\tzwei\nS-0\ta\nT-0\teins\nH-0\t-0.2\teins\n"
+    command = dict(COMMAND, argv=["--arch", arch, "--max-update", "6"])
+    assert launch.write_outputs(generated, tmp_path, "de", log, True, {"x": 1}, command) == 0
+    meta = json.loads((tmp_path / "hyp.detok.de.meta.json").read_text())
+    assert meta["pe_signature"] == (f"fairseq:{arch}" if stock else "pe:rope|side:both")
+    assert meta["x"] == 1 and meta["training"]["updates"] == 6 and meta["training"]["params"] == 1234567
+    assert (tmp_path / "hyp.detok.de").read_text() == "eins\nzwei\n"
