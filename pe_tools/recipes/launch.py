@@ -250,7 +250,7 @@ def write_outputs(text: str, out: Path, tgt: str, train_log: Path, no_detok: boo
         write_atomic(out / f"{name}.detok.{tgt}", "".join(detok(lines[i]) + "\n" for i in range(len(lines))))
     log = train_log.read_text(encoding="utf-8") if train_log.exists() else ""
     training = results.training_summary(log, command)
-    sig = re.findall(r"\| params total .* \| (pe:.*)$", log, re.M)
+    sig = [m[4] for m in results.PE_SUMMARY.finditer(log)]
     if not sig and training.get("arch") and not is_pe_arch(training["arch"]):
         sig = [f"fairseq:{training['arch']}"]  # a stock fairseq model, e.g. the recipes' fairseq_transformer
     if not sig:

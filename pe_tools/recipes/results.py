@@ -33,6 +33,8 @@ from ..common import write_atomic
 from ..naming import BASELINE
 
 SEGMENT_START = "| fairseq_cli.train | {'_name'"  # fairseq-train's first log line: its whole configuration
+# pe_plugin's model summary line (pe_plugin/models/validation.py): architecture, parameters, encoding signature
+PE_SUMMARY = re.compile(r"\| pe_plugin \| arch (\S+) \| params total ([\d,]+) \| pe-only ([\d,]+) \| (pe:.*)$", re.M)
 INFO_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \| [A-Z]+ \| ")
 
 
@@ -52,7 +54,7 @@ def training_summary(log_text: str, command: Optional[dict] = None) -> Dict:
     cannot serve: a resumed run restores it stopped, and it logs 0 from then on. From ``command`` (command.json):
     arch, max_update and where it trained (threads, device)."""
     s: Dict = {}
-    if m := _last(r"\| pe_plugin \| arch (\S+) \| params total ([\d,]+) \| pe-only ([\d,]+) \|", log_text):
+    if m := _last(PE_SUMMARY, log_text):
         s.update(arch=m[1], params=_int(m[2]), pe_params=_int(m[3]))
     elif m := _last(r"num\. shared model params: ([\d,]+)", log_text):
         s["params"] = _int(m[1])
@@ -97,8 +99,10 @@ def segment_seconds(log_text: str) -> List[int]:
     return out
 
 
-def _last(pattern: str, text: str):
-    found = list(re.finditer(pattern, text, re.M))
+def _last(pattern, text: str):
+    """The last match of ``pattern`` (a compiled pattern, or a string compiled with re.M) in ``text``, or None."""
+    rx = pattern if isinstance(pattern, re.Pattern) else re.compile(pattern, re.M)
+    found = list(rx.finditer(text))
     return found[-1] if found else None
 
 
@@ -131,7 +135,8 @@ def record(run_dir: Path, into: Path) -> Path:
         raise RecordError(f"{run_dir}: no {hyp.name} and {meta_file.name} in {gen}; decode it first with "
                           f"pe-generate {run_dir}")
     meta = json.loads(meta_file.read_text(encoding="utf-8"))
-    training = training_summary(_read(str(run_dir / "train.log")), command)  # the log and command as they are now
+    log = _read(str(run_dir / "train.log"))
+    training = training_summary(log, command)  # the log and command as they are now
     if training.get("updates") is None or training.get("updates") != training.get("max_update"):
         raise RecordError(f"{run_dir}: training stopped at update {training.get('updates')} of "
                           f"{training.get('max_update')}; finish it (re-run its pe-train command, it resumes) "
@@ -140,9 +145,9 @@ def record(run_dir: Path, into: Path) -> Path:
     if last.exists() and last.stat().st_mtime > hyp.stat().st_mtime:
         raise RecordError(f"{run_dir}: {hyp} is older than {last.name}; decode it again with pe-generate {run_dir}")
     meta["training"] = training
-    log = "".join(ln for ln in _read(str(run_dir / "train.log")).splitlines(keepends=True) if INFO_LINE.match(ln))
     files = {hyp.name: hyp.read_bytes(), meta_file.name: json.dumps(meta, indent=1) + "\n",
-             "command.json": (run_dir / "command.json").read_bytes(), "train.log": log}
+             "command.json": (run_dir / "command.json").read_bytes(),
+             "train.log": "".join(ln for ln in log.splitlines(keepends=True) if INFO_LINE.match(ln))}
     if (run_dir / "command.txt").is_file():
         files["command.txt"] = (run_dir / "command.txt").read_bytes()
     dest = Path(into) / run_dir.name
