@@ -17,6 +17,8 @@ import numpy as np
 
 from .encodings.limits import UNLIMITED
 
+STOCK = "fairseq"  # Limits.pe of a stock fairseq model, which has no pe_plugin encoding
+
 
 @dataclass
 class Limits:
@@ -27,8 +29,11 @@ class Limits:
 
 
 def model_limits(model) -> Limits:
-    """The position limits of a built pe_transformer model (read from its encodings, not its flags)."""
-    enc, dec = model.encoder.pe, model.decoder.pe
+    """The position limits of a built pe_transformer model (read from its encodings, not its flags); a stock
+    fairseq model (no ``pe``, e.g. the recipes' fairseq_transformer) has only fairseq's own limits."""
+    enc, dec = getattr(model.encoder, "pe", None), getattr(model.decoder, "pe", None)
+    if enc is None or dec is None:
+        return Limits(STOCK, None, None, tuple(int(x) for x in model.max_positions()))
     saved = enc.beyond_max, dec.beyond_max
     try:
         enc.beyond_max = dec.beyond_max = "error"

@@ -155,7 +155,7 @@ def test_every_entry_parses_as_the_small_model(method, tmp_path):
     assert (args.encoder_attention_heads, args.decoder_attention_heads, args.dropout) == (4, 4, 0.3)
     assert (args.lr, args.warmup_updates, args.max_tokens, args.update_freq, args.max_update) == ([1e-3], 1000, 4096, [1], 1500)
     pe = METHODS["method"][method].get("pe", method)
-    assert args.arch == ("transformer" if method == "fairseq_transformer" else f"transformer_{pe}_wmt_en_de")
+    assert args.arch == (METHODS["method"][method].get("arch") or f"transformer_{pe}_wmt_en_de")
 
 
 def test_stock_entry_builds_the_same_model_as_sape(data_bin, tmp_path):

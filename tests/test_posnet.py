@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]  # also as a script
 from pe_testing import (PLUGIN, TRAIN_FLAGS, assert_micro_batches_add_up, batch, build_model,  # noqa: E402
-                        rescore_max_diff, run)
+                        parse_train_args, rescore_max_diff, run)
 
 from pe_plugin.encodings.base import Dims, Positions  # noqa: E402
 from pe_plugin.encodings.posnet_attention import PosNetAttention, PosNetAttnConfig  # noqa: E402

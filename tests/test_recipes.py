@@ -156,6 +156,38 @@ def test_train_resume_and_generate(data_bin, raw_corpus, tmp_path):
     assert json.loads((rec / "hyp.detok.de.meta.json").read_text()) == meta
 
 
+@pytest.mark.slow
+def test_generate_decodes_a_stock_fairseq_model(data_bin, raw_corpus, tmp_path):
+    """The recipes' parity runs are fairseq's own `transformer` (no pe_plugin encoding): pe-generate must decode
+    them like any run, with fairseq's position limits and without pe_plugin's --model-overrides (it once failed
+    after training, reading the encoder's `pe`)."""
+    from pe_plugin.analysis.model_io import load_model
+    from pe_plugin.decode_limits import STOCK, model_limits
+
+    runs, tiny = tmp_path / "runs", ["--encoder-layers", "1", "--decoder-layers", "1", "--encoder-embed-dim", "16",
+                                     "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32",
+                                     "--decoder-ffn-embed-dim", "32", "--encoder-attention-heads", "2",
+                                     "--decoder-attention-heads", "2", "--max-source-positions", "40",
+                                     "--max-target-positions", "48"]
+    train = shell("train.sh", "fairseq_transformer", "--recipe", "multi30k", "--data", data_bin, "--runs-dir", runs,
+                  "--", "--max-update", "2", *TINY_RUN, *tiny)
+    assert train.returncode == 0, train.stdout[-3000:] + train.stderr[-3000:]
+    run_dir = runs / "fairseq_transformer.en-de.small.seed1"
+    model, _ = load_model(str(run_dir / "checkpoint_last.pt"), str(data_bin), cpu=True)
+    assert not hasattr(model.encoder, "pe")
+    lim = model_limits(model)
+    assert (lim.pe, lim.encoder, lim.decoder, lim.fairseq) == (STOCK, None, None, (40, 48)) == (
+        STOCK, None, None, tuple(model.max_positions()))
+    gen = shell("generate.sh", run_dir, "--no-detok")
+    assert gen.returncode == 0, gen.stdout[-3000:] + gen.stderr[-3000:]
+    assert "--model-overrides" not in gen.stdout
+    hyp = (run_dir / "gen" / "hyp.detok.de").read_text().splitlines()
+    assert len(hyp) == len((raw_corpus / "test.de").read_text().splitlines())
+    meta = json.loads((run_dir / "gen" / "hyp.detok.de.meta.json").read_text())
+    assert meta["pe_signature"] == "fairseq:transformer" and meta["training"]["arch"] == "transformer"
+    assert meta["positions_beyond_max"]["pe"] == STOCK and meta["positions_beyond_max"]["sources"] == []
+
+
 def _free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -173,3 +173,12 @@ def test_meta_of_a_stock_fairseq_model_names_its_architecture(arch, stock, tmp_p
     assert meta["pe_signature"] == (f"fairseq:{arch}" if stock else "pe:rope|side:both")
     assert meta["x"] == 1 and meta["training"]["updates"] == 6 and meta["training"]["params"] == 1234567
     assert (tmp_path / "hyp.detok.de").read_text() == "eins\nzwei\n"
+
+
+def test_machine_names_the_gpu_a_run_trains_on(monkeypatch):
+    """command.json's device: the GPU's name when the run trains on one, else the processor's (/proc/cpuinfo)."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo", encoding="utf-8")
+                if ln.startswith("model name")), "cpu")
+    assert results.machine() == {"threads": "1", "device": cpu}
+    assert results.machine("NVIDIA H100 80GB HBM3") == {"threads": "1", "device": "NVIDIA H100 80GB HBM3"}

@@ -89,6 +89,13 @@ def _cuda() -> bool:
     return torch.cuda.is_available()
 
 
+def _gpu_name(extra=()) -> str:
+    """The GPU a run trains on ("" on the CPU), for command.json."""
+    import torch
+
+    return torch.cuda.get_device_name(0) if "--cpu" not in extra and _cuda() else ""
+
+
 def train(a) -> int:
     if a.recipe not in recipes():
         return _error(f"unknown recipe {a.recipe!r}; recipes: {', '.join(recipes())} (pe_tools/recipes/RECIPE/methods.toml)")
@@ -112,7 +119,7 @@ def train(a) -> int:
     write_atomic(run_dir / "command.txt", shlex.join(cmd) + "\n")
     write_atomic(run_dir / "command.json", json.dumps(
         {"recipe": a.recipe, "method": a.method, "pair": a.pair, "size": size, "seed": a.seed, "data": str(data),
-         "argv": cmd, **results.machine()}, indent=1))
+         "argv": cmd, **results.machine(_gpu_name(a.extra))}, indent=1))
     return tee(cmd, run_dir / "train.log")
 
 
@@ -175,7 +182,9 @@ def generate(a) -> int:
            # fairseq 0.12's batch_by_size drops a last batch whose size is not a multiple of
            # --required-batch-size-multiple (default 8): 3 of newstest2014's 3003 sentences would be lost
            "--required-batch-size-multiple", "1", "--remove-bpe"] + (["--fp16"] if _cuda() else ["--cpu"])
-    if a.pe_beyond_max == "clamp":  # every sentence is translated, whatever its length (pe_plugin.encodings.limits)
+    from pe_plugin.decode_limits import STOCK
+
+    if a.pe_beyond_max == "clamp" and limits["pe"] != STOCK:  # every sentence is translated, whatever its length
         cmd += ["--model-overrides", "{'pe_beyond_max': 'clamp'}"]
     print(shlex.join(cmd), flush=True)
     proc = run_captured(cmd)
@@ -213,14 +222,14 @@ def check_positions(checkpoint: Path, data: Path, subset: str, src: str, tgt: st
                    f"them with --pe-beyond-max clamp (positions beyond the limit reuse the last row), or retrain "
                    f"with larger --max-source-positions / --max-target-positions")
             return None
-        return {"mode": mode, "encoder_limit": lim.encoder, "decoder_limit": lim.decoder, "sources": []}
+        return {"mode": mode, "pe": lim.pe, "encoder_limit": lim.encoder, "decoder_limit": lim.decoder, "sources": []}
     ids = beyond(src_sizes, lim.encoder)
     if ids:
         print(f"warning: {len(ids)} of {n} {subset} sentences are longer than the {lim.encoder} source positions of "
               f"pe {lim.pe}, sentence ids {describe(ids, {i: f'{src_sizes[i]} tokens' for i in ids})}; they are "
               f"translated with positions >= {lim.encoder} reusing the last row (--pe-beyond-max clamp; "
               f"--pe-beyond-max error stops instead)", file=sys.stderr)
-    return {"mode": mode, "encoder_limit": lim.encoder, "decoder_limit": lim.decoder, "sources": ids}
+    return {"mode": mode, "pe": lim.pe, "encoder_limit": lim.encoder, "decoder_limit": lim.decoder, "sources": ids}
 
 
 def count_long_hypotheses(text: str, limits: dict) -> None:

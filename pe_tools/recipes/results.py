@@ -110,11 +110,12 @@ def _int(text: str) -> int:
     return int(text.replace(",", ""))
 
 
-def machine() -> Dict:
-    """command.json's record of where a run trains: torch threads (OMP_NUM_THREADS) and the processor."""
+def machine(gpu: str = "") -> Dict:
+    """command.json's record of where a run trains: torch threads (OMP_NUM_THREADS) and the device, the GPU's
+    name when it trains on one (``gpu``), else the processor."""
     cpu = next((ln.split(":", 1)[1].strip() for ln in _read("/proc/cpuinfo").splitlines()
                 if ln.startswith("model name")), "")
-    return {"threads": os.environ.get("OMP_NUM_THREADS", "torch default"), "device": cpu or "cpu"}
+    return {"threads": os.environ.get("OMP_NUM_THREADS", "torch default"), "device": gpu or cpu or "cpu"}
 
 
 def _read(path: str) -> str:
