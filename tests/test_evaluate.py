@@ -126,6 +126,28 @@ def test_defaults_match_sacrebleu_cli_paired_bootstrap(corpus, tmp_path, monkeyp
     assert "bs:1000|seed:12345" in sigs["BLEU"]
 
 
+def test_output_identical_to_the_baseline_gets_p_one(corpus, tmp_path):
+    """A system whose output is the baseline's, line for line (the recipes' stock fairseq model beside
+    transformer_sape_*): no difference, so p = 1 and no mark, where sacrebleu's own test (MultEval's strict '>')
+    reports its smallest p-value 1/(N+1); a system that differs keeps sacrebleu's p."""
+    out = tmp_path / "out"
+    (corpus / "same1.de").write_bytes((corpus / "base1.de").read_bytes())
+    assert evaluate(corpus, out, "--baseline", "base=base1.de", "--system", "same=same1.de",
+                    "--system", "good=good1.de") == 0
+    text = sacrebleu_cli(corpus, ["ref.de", "-i", "base1.de", "same1.de", "good1.de", "-m", "bleu", "chrf",
+                                  "--chrf-word-order", "2", "--paired-bs", "-f", "text", "-w", "4", "--no-color"])
+    _, pvals, _ = parse_cli_bootstrap(text)
+    assert pvals[:2] == [pytest.approx(1 / 1001, abs=6e-5)] * 2  # what sacrebleu says of identical output
+    rep = by_name(load_json(out))
+    for key, cli_p in (("bleu", pvals[2]), ("chrf", pvals[3])):
+        same = rep["same"]["runs"][0]["scores"][key]
+        assert (same["p"], same["mark"], same["delta"], same["identical"]) == (1.0, "", 0.0, True)
+        good = rep["good"]["runs"][0]["scores"][key]
+        assert good["p"] == pytest.approx(cli_p, abs=6e-5) and "identical" not in good
+    md = (out / "results.md").read_text(encoding="utf-8")
+    assert "p = 1.0000" in md and "identical to its baseline run's" in md
+
+
 def test_approximate_randomisation_matches_sacrebleu_cli(corpus, tmp_path):
     out = tmp_path / "out"
     assert evaluate(corpus, out, "--baseline", "base=base1.de", "--system", "good=good1.de",

@@ -184,7 +184,7 @@ def test_generate_decodes_a_stock_fairseq_model(data_bin, raw_corpus, tmp_path):
     hyp = (run_dir / "gen" / "hyp.detok.de").read_text().splitlines()
     assert len(hyp) == len((raw_corpus / "test.de").read_text().splitlines())
     meta = json.loads((run_dir / "gen" / "hyp.detok.de.meta.json").read_text())
-    assert meta["pe_signature"] == "fairseq:transformer" and meta["training"]["arch"] == "transformer"
+    assert meta["pe_signature"] == "fairseq:transformer|positions:sinusoidal" and meta["training"]["arch"] == "transformer"
     assert meta["positions_beyond_max"]["pe"] == STOCK and meta["positions_beyond_max"]["sources"] == []
 
 

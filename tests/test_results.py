@@ -160,7 +160,8 @@ def test_report_needs_the_baseline_and_known_methods(tmp_path, capsys):
                                          ("transformer_wmt_en_de_big", True), ("transformer_sape_wmt_en_de", False),
                                          ("transformer_posnet_embed_tiny", False), ("transformer_rope_wmt_en_fr_big", False)])
 def test_meta_of_a_stock_fairseq_model_names_its_architecture(arch, stock, tmp_path):
-    """pe-generate's meta file: pe_plugin's signature for its models, ``fairseq:ARCH`` for fairseq's own."""
+    """pe-generate's meta file: pe_plugin's signature for its models, ``fairseq:ARCH|positions:KIND`` for
+    fairseq's own (this log sets no position flag: fairseq's sinusoidal default)."""
     log = tmp_path / "train.log"
     lines = LOG.splitlines()
     if stock:  # a stock model's log has no pe_plugin summary line
@@ -170,7 +171,7 @@ def test_meta_of_a_stock_fairseq_model_names_its_architecture(arch, stock, tmp_p
     command = dict(COMMAND, argv=["--arch", arch, "--max-update", "6"])
     assert launch.write_outputs(generated, tmp_path, "de", log, True, {"x": 1}, command) == 0
     meta = json.loads((tmp_path / "hyp.detok.de.meta.json").read_text())
-    assert meta["pe_signature"] == (f"fairseq:{arch}" if stock else "pe:rope|side:both")
+    assert meta["pe_signature"] == (f"fairseq:{arch}|positions:sinusoidal" if stock else "pe:rope|side:both")
     assert meta["x"] == 1 and meta["training"]["updates"] == 6 and meta["training"]["params"] == 1234567
     assert (tmp_path / "hyp.detok.de").read_text() == "eins\nzwei\n"
 
@@ -182,3 +183,17 @@ def test_machine_names_the_gpu_a_run_trains_on(monkeypatch):
                 if ln.startswith("model name")), "cpu")
     assert results.machine() == {"threads": "1", "device": cpu}
     assert results.machine("NVIDIA H100 80GB HBM3") == {"threads": "1", "device": "NVIDIA H100 80GB HBM3"}
+
+
+@pytest.mark.parametrize("flags, kind", [
+    ("", "sinusoidal"),
+    ("encoder_learned_pos=True, decoder_learned_pos=True, no_token_positional_embeddings=False", "learned"),
+    ("encoder_learned_pos=True, decoder_learned_pos=False", "learned/sinusoidal"),
+    ("encoder_learned_pos=True, decoder_learned_pos=True, no_token_positional_embeddings=True", "none"),
+])
+def test_stock_signature_names_fairseqs_positions(flags, kind):
+    """The stock parity runs (fairseq_transformer, fairseq_transformer_lape) differ only in their position flags;
+    their signatures must tell them apart. A resumed run's last config wins."""
+    old = "Namespace(arch='transformer', encoder_learned_pos=False, decoder_learned_pos=False)"
+    log = f"2026-01-01 00:00:00 | INFO | fairseq_cli.train | {old}\n... | fairseq_cli.train | Namespace({flags})\n"
+    assert results.stock_signature(log, "transformer") == f"fairseq:transformer|positions:{kind}"

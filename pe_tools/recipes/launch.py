@@ -248,7 +248,7 @@ def count_long_hypotheses(text: str, limits: dict) -> None:
 def write_outputs(text: str, out: Path, tgt: str, train_log: Path, no_detok: bool, extra_meta=None,
                   command=None) -> int:
     """H-/T- lines of fairseq-generate, sorted by sentence id, detokenised, written atomically; the meta file
-    holds the encoding signature (``fairseq:ARCH`` for a stock fairseq model), ``extra_meta`` and the training
+    holds the encoding signature (``fairseq:ARCH|positions:KIND`` for a stock fairseq model), ``extra_meta`` and the training
     summary of ``train_log`` (pe_tools.recipes.results.training_summary)."""
     hyps = {int(m[1]): m[2] for m in re.finditer(r"^H-(\d+)\t[^\t]*\t(.*)$", text, re.M)}
     refs = {int(m[1]): m[2] for m in re.finditer(r"^T-(\d+)\t(.*)$", text, re.M)}
@@ -261,7 +261,7 @@ def write_outputs(text: str, out: Path, tgt: str, train_log: Path, no_detok: boo
     training = results.training_summary(log, command)
     sig = [m[4] for m in results.PE_SUMMARY.finditer(log)]
     if not sig and training.get("arch") and not is_pe_arch(training["arch"]):
-        sig = [f"fairseq:{training['arch']}"]  # a stock fairseq model, e.g. the recipes' fairseq_transformer
+        sig = [results.stock_signature(log, training["arch"])]  # a stock fairseq model (fairseq_transformer)
     if not sig:
         print(f"warning: no encoding signature in {train_log}; meta file left without pe_signature", file=sys.stderr)
     meta = {"pe_signature": sig[-1]} if sig else {}

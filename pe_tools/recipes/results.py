@@ -36,6 +36,21 @@ SEGMENT_START = "| fairseq_cli.train | {'_name'"  # fairseq-train's first log li
 # pe_plugin's model summary line (pe_plugin/models/validation.py): architecture, parameters, encoding signature
 PE_SUMMARY = re.compile(r"\| pe_plugin \| arch (\S+) \| params total ([\d,]+) \| pe-only ([\d,]+) \| (pe:.*)$", re.M)
 INFO_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \| [A-Z]+ \| ")
+STOCK_POSITIONS = re.compile(r"\b(encoder_learned_pos|decoder_learned_pos|no_token_positional_embeddings)=(True|False)")
+
+
+def stock_signature(log: str, arch: str) -> str:
+    """The signature of a stock fairseq model: ``fairseq:ARCH|positions:KIND``, KIND from the model config that
+    fairseq-train logs (the last one of a resumed run): sinusoidal (fairseq's default), learned
+    (--encoder/decoder-learned-pos), none (--no-token-positional-embeddings), or ENCODER/DECODER when they differ."""
+    flags = dict(STOCK_POSITIONS.findall(log))
+    if flags.get("no_token_positional_embeddings") == "True":
+        kind = "none"
+    else:
+        enc, dec = ("learned" if flags.get(f"{side}_learned_pos") == "True" else "sinusoidal"
+                    for side in ("encoder", "decoder"))
+        kind = enc if enc == dec else f"{enc}/{dec}"
+    return f"fairseq:{arch}|positions:{kind}"
 
 
 class RecordError(ValueError):

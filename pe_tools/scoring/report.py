@@ -98,6 +98,9 @@ def render_markdown(report: Dict[str, Any], width: int) -> str:
     if n_runs - {1}:
         notes.append("Several runs: mean over runs (sample standard deviation; largest p-value of the per-run "
                      "tests, run i against baseline run i or the baseline's only run); the mark holds for every run.")
+    if any(m.get("identical") for s in report["systems"] for run in s["runs"] for m in run["scores"].values()):
+        notes.append("p = 1 where a run's output is identical to its baseline run's (sacrebleu, like MultEval, "
+                     "counts only strictly larger resampled differences and would give 1/(N+1) there).")
     if with_training:
         where = sorted({w for t in trained.values() for w in t["where"]})
         notes.append("Params: the model's parameters; Train min: the time fairseq-train ran (validation and "

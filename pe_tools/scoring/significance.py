@@ -83,8 +83,11 @@ def score_systems(inputs: Inputs, args: argparse.Namespace,
             out["signatures"][spec.key] = sig.format()
             base_res = results[0]
             out["results"].setdefault((base.name, b), {})[spec.key] = result_dict(base_res, None, None)
-            for (s, r), res in zip(members, results[1:]):
-                out["results"].setdefault((s.name, r), {})[spec.key] = result_dict(res, base_res.score, b)
+            for (s, r), res, (_, lines) in zip(members, results[1:], named[1:]):
+                d = result_dict(res, base_res.score, b)
+                if lines == named[0][1]:  # the baseline's very output: MultEval's 1/(N+1) would read as a difference
+                    d.update(p=1.0, mark="", identical=True)
+                out["results"].setdefault((s.name, r), {})[spec.key] = d
     return out
 
 
