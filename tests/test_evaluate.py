@@ -637,3 +637,16 @@ def test_empty_length_bucket_is_reported_not_scored(with_source, tmp_path, capsy
     empty = [r for r in rows if r["segments"] == "0"]
     assert [r["bucket"] for r in empty] == ["≤0", "≥101"] and all(r["bleu"] == r["chrf"] == "" for r in empty)
     assert (out / "results_length.png").exists()
+
+
+def test_plot_styles_stay_distinct_beyond_the_colour_cycle():
+    """matplotlib cycles 10 colours; a report of 17 systems (the Multi30k one) must not draw two alike."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import colors
+
+    from pe_tools.scoring.style import system_style
+
+    styles = [system_style(i) for i in range(40)]
+    assert len({(colors.to_hex(s["color"]), s["marker"]) for s in styles}) == 40

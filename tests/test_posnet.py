@@ -24,7 +24,7 @@ from pe_plugin.encodings.posnet_kernels import positional_matmul  # noqa: E402
 from pe_plugin.models.validation import PEConfigError, pe_parameter_count  # noqa: E402
 
 EMBED, ATTN = "transformer_posnet_embed_tiny", "transformer_posnet_attn_tiny"
-RELEASED = ["--posnet-sides", "encoder", "--max-source-positions", "512"]  # the released configuration
+RELEASED = ["--posnet-sides", "encoder", "--max-source-positions", "512", "--posnet-max-positions", "512"]  # released
 # the tiny random models' branches are small under the released init; per-matrix init makes them O(1), so a
 # wrong position anywhere would show far above the tolerances below
 VARIANTS = [(EMBED, []), (EMBED, ["--posnet-init", "per-matrix"]), (EMBED, RELEASED + ["--posnet-init", "per-matrix"]),
@@ -77,7 +77,7 @@ def test_positional_matmul_decoding_step_uses_its_own_position():
 
 
 def _module(cls, cfg_cls, lmax=12, **cfg):
-    cfg = cfg_cls(**{"posnet_init": "per-matrix", **cfg})
+    cfg = cfg_cls(**{"posnet_init": "per-matrix", "posnet_max_positions": lmax, **cfg})
     dims = Dims(embed_dim=16, num_heads=2, num_layers=2, max_positions=lmax, padding_idx=1, side="encoder")
     return cls.build(cfg, dims, {}).eval()
 
@@ -258,6 +258,30 @@ def test_max_positions_reach_fairseq_and_long_inputs_raise(arch, data_bin):
     assert t == 31  # the first 30 steps decode
 
 
+def test_lmax_is_capped_by_posnet_max_positions(data_bin):
+    """L_max = min(--posnet-max-positions, --max-source/target-positions); the cap defaults to 256 (the paper's
+    parameter counts; at fairseq's 1024 PosNet-Embed trailed SAPE on Multi30k). fairseq filters with it, the
+    signature shows the L_max built, and the length error names the flag that set it."""
+    fairseq_default = ["--max-source-positions", "1024", "--max-target-positions", "1024"]
+    _, model, _ = build_model(data_bin, EMBED, fairseq_default)
+    sig = model.encoder.pe.signature()
+    assert model.encoder.pe.kernels["phi"].shape[0] == 256 and model.max_positions() == (256, 256)
+    assert sig.endswith("|lmax:256") and "posnet_max_positions" not in sig
+    _, model, _ = build_model(data_bin, EMBED, fairseq_default + ["--posnet-max-positions", "1024"])
+    assert model.encoder.pe.max_positions == 1024 and model.max_positions() == (1024, 1024)
+    _, model, _ = build_model(data_bin, ATTN, ["--max-source-positions", "20", "--max-target-positions", "30",
+                                               "--posnet-max-positions", "25"])
+    enc = model.encoder
+    assert (enc.pe.max_positions, model.decoder.pe.max_positions) == (25, 25) and model.max_positions() == (20, 25)
+    with pytest.raises(ValueError, match="exceeds the 25 positions.*retrain with a larger --posnet-max-positions"):
+        enc(torch.full((1, 26), 5), torch.tensor([26]))
+    _, model, _ = build_model(data_bin, ATTN, ["--max-source-positions", "20", "--max-target-positions", "30"])
+    with pytest.raises(ValueError, match="exceeds the 30 positions.*retrain with a larger --max-source-positions"):
+        model.encoder(torch.full((1, 31), 5), torch.tensor([31]))
+    with pytest.raises(PEConfigError, match="--posnet-max-positions must be at least 1"):
+        build_model(data_bin, EMBED, ["--posnet-max-positions", "0"])
+
+
 def test_sides_and_flag_validation(data_bin):
     _, model, _ = build_model(data_bin, EMBED, ["--posnet-sides", "decoder"])
     assert model.encoder.pe.name == "nope" and model.decoder.pe.name == "posnet_embed"
@@ -335,15 +359,15 @@ def closed_form(pe, c, h, dp, lmax):
     return 2 * c * dp + lmax * dp * dp if pe == "posnet_embed" else lmax * (c // h) ** 2
 
 
-@pytest.mark.parametrize("arch,pe,extra,count", [
-    (EMBED, "posnet_embed", [], 2 * 64 * 16 + 1024 * 16 ** 2),
-    (EMBED, "posnet_embed", ["--posnet-share", "none"], 2 * (2 * 64 * 16 + 1024 * 16 ** 2)),
-    (ATTN, "posnet_attn", [], 1024 * 32 ** 2),
-    (ATTN, "posnet_attn", ["--posnet-attn-per-layer"], 2 * 1024 * 32 ** 2)])
+@pytest.mark.parametrize("arch,pe,extra,count", [  # L_max 256: the default cap under fairseq's 1024 positions
+    (EMBED, "posnet_embed", [], 2 * 64 * 16 + 256 * 16 ** 2),
+    (EMBED, "posnet_embed", ["--posnet-share", "none"], 2 * (2 * 64 * 16 + 256 * 16 ** 2)),
+    (ATTN, "posnet_attn", [], 256 * 32 ** 2),
+    (ATTN, "posnet_attn", ["--posnet-attn-per-layer"], 2 * 256 * 32 ** 2)])
 def test_tiny_parameter_counts_are_closed_form(arch, pe, extra, count, data_bin):
     _, model, _ = build_model(data_bin, arch, extra)
     assert count == pe_parameter_count(model)
-    assert closed_form(pe, 64, 2, 16, 1024) * (2 if extra else 1) == count
+    assert closed_form(pe, 64, 2, 16, 256) * (2 if extra else 1) == count
 
 
 def parameter_table(vocab=40000):
@@ -358,6 +382,7 @@ def parameter_table(vocab=40000):
                          ("posnet_attn", 1024), ("posnet_attn", 200)):
             argv = [data, "--user-dir", PLUGIN, "--arch", f"transformer_{pe}_wmt_en_de", "-s", "en", "-t", "de",
                     "--share-all-embeddings", "--max-source-positions", lmax, "--max-target-positions", lmax]
+            argv += ["--posnet-max-positions", lmax] if pe != "sape" else []  # lift the default cap of 256
             args = options.parse_args_and_arch(options.get_training_parser(), list(map(str, argv)))
             model = tasks.setup_task(args).build_model(args)
             rows.append((pe, lmax, sum(p.numel() for p in model.parameters()), pe_parameter_count(model)))

@@ -2,8 +2,8 @@
 docs/encodings.md §Positions beyond L_max).
 
 LAPE has one learned embedding per position and PosNet one learned kernel per position: L_max rows, where
-L_max is the side's --max-source/target-positions (for a PosNet module shared by both sides, the larger of
-the two). A sequence of more than L_max tokens has positions they have no row for. The model flag
+L_max is the side's --max-source/target-positions (PosNet: capped by --posnet-max-positions, default 256; for
+a PosNet module shared by both sides, the larger side's). A sequence of more than L_max tokens has positions they have no row for. The model flag
 ``--pe-beyond-max`` says what happens then:
 
   error (default)  the encoding raises a ValueError that names the side, the length, L_max and the fixes.
@@ -55,7 +55,7 @@ class BoundedPositions:
         limit = self.max_positions
         if top < limit:
             return
-        flag = f"--max-{'source' if self.dims.side == 'encoder' else 'target'}-positions"
+        flag = self.limit_flag()
         if self.beyond_max == "clamp":
             if not getattr(self, "_warned_beyond_max", False):
                 self._warned_beyond_max = True
@@ -71,6 +71,10 @@ class BoundedPositions:
             f"supports (L_max, from {flag} at training); retrain with a larger {flag}, shorten the input, or "
             f"decode with the positions beyond L_max clamped to the last one: {overrides_hint()}"
         )
+
+    def limit_flag(self) -> str:
+        """The training flag that set L_max (named in the error's fix)."""
+        return f"--max-{'source' if self.dims.side == 'encoder' else 'target'}-positions"
 
     def clamp_positions(self, pos: torch.Tensor) -> torch.Tensor:
         """Positions with those >= L_max replaced by L_max - 1 (call ``check_length`` first)."""

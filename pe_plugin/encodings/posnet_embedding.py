@@ -6,8 +6,8 @@ For token j at position p_j (0-based, from the padding mask), after the embeddin
 --posnet-dim d_p: 128 base, 256 big, 16 tiny. The kernel product is one bmm over positions, and the flags
 --posnet-sides/-share/-init/-dropout and L_max are shared with posnet_attn: see ``posnet_kernels``.
 Released configuration (PosNet in the encoder only, the decoder without any position signal, L_max 512):
-    --arch transformer_posnet_embed_wmt_en_de --posnet-sides encoder --max-source-positions 512
-Table 1's 66.49M (3.41M for PosNet) fits L_max = 200: --max-source-positions 200 --max-target-positions 200.
+    --arch transformer_posnet_embed_wmt_en_de --posnet-sides encoder --posnet-max-positions 512
+Table 1's 66.49M (3.41M for PosNet) fits L_max = 200: --posnet-max-positions 200 (default 256).
 """
 from dataclasses import dataclass, field
 

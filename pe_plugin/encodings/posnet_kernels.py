@@ -11,11 +11,14 @@ Flags (docs/encodings.md §PosNet-Embed, §Defects, §Choices):
   --posnet-init {released,per-matrix}    xavier_normal_ on the 3-D phi, std sqrt(2/(d^2 + L_max d)) (released),
                                          or on each phi_p, std d^-1/2
   --posnet-dropout P                     Dropout_pk of the branch, default 0 (the released value)
-L_max is the side's --max-source/target-positions; a module shared by both sides takes the larger of the two
-(fairseq still filters each side by its own limit). Longer inputs raise ``check_length``'s error, or with
---pe-beyond-max clamp (for decoding) their positions >= L_max use the last kernel phi_{L_max-1} (``limits``).
-The paper's parameter counts fit L_max = 200 for PosNet-Embed and about 250 for PosNet-Attn, not fairseq's
-default 1024: the WMT14 recipe sets them (pe_tools/recipes/wmt14/methods.toml).
+  --posnet-max-positions N               cap on L_max, default 256
+L_max = min(--posnet-max-positions, the side's --max-source/target-positions); a module shared by both sides
+takes the larger side's (fairseq still filters each side by its own limit). Longer inputs raise
+``check_length``'s error, or with --pe-beyond-max clamp (for decoding) their positions >= L_max use the last
+kernel phi_{L_max-1} (``limits``). The cap's default 256: the paper's parameter counts fit L_max = 200 for
+PosNet-Embed and about 250 for PosNet-Attn, not fairseq's default 1024 (the WMT14 recipe sets 200 and 251),
+and on Multi30k PosNet-Embed at L_max 1024 trails SAPE where 256 does not (docs/encodings.md §PosNet-Embed:
+rows beyond the longest sentence are never trained; L_max changes the released initialisation's scale).
 """
 from dataclasses import dataclass, field
 
@@ -89,6 +92,9 @@ class PosNetConfig(FairseqDataclass):
         default="released", metadata={"help": "xavier_normal on the 3-D kernel tensor (released) or per kernel"}
     )
     posnet_dropout: float = field(default=0.0, metadata={"help": "dropout of the PosNet branch (released: 0)"})
+    posnet_max_positions: int = field(
+        default=256, metadata={"help": "cap on L_max, the positions with a kernel: L_max = min(this, "
+                                       "--max-source/target-positions); 256 fits the paper's parameter counts"})
 
 
 class PosNetBase(BoundedPositions, PositionalEncoding):
@@ -103,8 +109,12 @@ class PosNetBase(BoundedPositions, PositionalEncoding):
     def build(cls, cfg, dims, shared):
         if cfg.posnet_sides not in ("both", dims.side):
             return None
+        if cfg.posnet_max_positions < 1:
+            raise ValueError(f"--posnet-max-positions must be at least 1 (got {cfg.posnet_max_positions})")
         both = cfg.posnet_sides == "both" and cfg.posnet_share == "enc-dec"
-        lmax = max(dims.max_positions, dims.max_positions_model or 0) if both else dims.max_positions
+        # L_max = min(cap, side's max positions); a module shared by both sides takes the larger side's
+        lmax = min(cfg.posnet_max_positions,
+                   max(dims.max_positions, dims.max_positions_model or 0) if both else dims.max_positions)
         kernels = shared.get(cls.name) if both else None
         if kernels is None:
             kernels = cls.make_kernels(cfg, dims, lmax)
@@ -126,5 +136,13 @@ class PosNetBase(BoundedPositions, PositionalEncoding):
     def max_positions(self) -> int:
         return self.kernels["phi"].size(-3)
 
+    def limit_flag(self) -> str:
+        if self.max_positions == self.cfg.posnet_max_positions:
+            return "--posnet-max-positions"
+        return super().limit_flag()
+
     def signature(self) -> str:
-        return f"{super().signature()}|lmax:{self.max_positions}"
+        """The settings with L_max as built (lmax:N) in place of the cap it came from (the recorded runs made
+        before the cap existed read the same)."""
+        parts = [p for p in super().signature().split("|") if not p.startswith("posnet_max_positions:")]
+        return "|".join(parts + [f"lmax:{self.max_positions}"])

@@ -49,7 +49,8 @@ def setup(candidate, batch, length, dim, posnet_dim, lmax, seed=0):
 
     torch.manual_seed(seed)
     dims = Dims(dim, 8, 6, lmax, 1, "encoder")
-    pe = PosNetEmbedding.build(PosNetEmbedConfig(posnet_dim=posnet_dim, posnet_init="per-matrix"), dims, {})
+    pe = PosNetEmbedding.build(PosNetEmbedConfig(posnet_dim=posnet_dim, posnet_init="per-matrix",
+                                                 posnet_max_positions=lmax), dims, {})
     w1, w2, phi = (pe.kernels[k] for k in ("w1", "w2", "phi"))
     x = torch.randn(batch, length, dim, requires_grad=True)
     grad = torch.randn(batch, length, dim)

@@ -10,6 +10,7 @@ from .inputs import InputError, Inputs, System
 from .metrics import METRICS, MetricSpec
 from .report import summary_columns
 from .significance import score_systems, summarise
+from .style import system_style
 
 LENGTH_METRICS: Tuple[MetricSpec, ...] = tuple(spec for spec in METRICS if spec.key in ("bleu", "chrf"))
 LENGTH_UNIT = "words (whitespace-separated tokens of the source line as given, before any tokenisation)"
@@ -173,12 +174,12 @@ def plot_length_buckets(report: Dict[str, Any]) -> bytes:
     buckets = lb["buckets"]  # an empty bucket keeps its place on the axis, without points
     fig, axes = plt.subplots(1, len(LENGTH_METRICS), figsize=(5.2 * len(LENGTH_METRICS), 4.0), squeeze=False)
     for ax, spec in zip(axes[0], LENGTH_METRICS):
-        for s in report["systems"]:
+        for i, s in enumerate(report["systems"]):
             pts = [next((x["summary"][spec.key] for x in b.get("systems", []) if x["name"] == s["name"]), None)
                    for b in buckets]
-            line, = ax.plot(range(len(buckets)), [math.nan if m is None else m["mean"] for m in pts], marker="o",
+            line, = ax.plot(range(len(buckets)), [math.nan if m is None else m["mean"] for m in pts],
                             markersize=3, label=s["name"] + (" (baseline)" if s["baseline"] else ""),
-                            linestyle="--" if s["baseline"] else "-")
+                            linestyle="--" if s["baseline"] else "-", **system_style(i))
             for i, m in enumerate(pts):
                 if m is not None and m.get("mark"):
                     ax.annotate(m["mark"], (i, m["mean"]), textcoords="offset points", xytext=(3, 2), fontsize=7,

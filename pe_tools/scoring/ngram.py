@@ -9,6 +9,7 @@ from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.metrics.base import Metric
 
 from .inputs import Inputs
+from .style import system_style
 
 
 @dataclass(frozen=True)
@@ -83,15 +84,15 @@ def plot_ngram_gaps(rows: List[Dict[str, Any]], baseline: str) -> bytes:
     fig, axes = plt.subplots(1, len(NGRAM_SWEEPS), figsize=(4.2 * len(NGRAM_SWEEPS), 3.6))
     for ax, sweep in zip(axes, NGRAM_SWEEPS):
         mine = [r for r in rows if r["analysis"] == sweep.key]
-        for name in dict.fromkeys(r["system"] for r in mine):
+        for i, name in enumerate(dict.fromkeys(r["system"] for r in mine)):
             pts = [(r["order"], r["gap"]) for r in mine if r["system"] == name]
-            ax.plot(*zip(*pts), marker="o", markersize=3, label=name)
+            ax.plot(*zip(*pts), markersize=3, label=name, **system_style(i))
         ax.axhline(0.0, color="grey", linewidth=0.8)
         ax.set(title=sweep.title, xlabel="n", ylabel=f"score - {baseline}")
         ax.title.set_fontsize(9)
-    axes[0].legend(fontsize=8)
+    axes[-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))  # beside the panels, off the lines
     fig.tight_layout()
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=120)
+    fig.savefig(buf, format="png", dpi=120, bbox_inches="tight")
     plt.close(fig)
     return buf.getvalue()
