@@ -176,6 +176,26 @@ def test_stock_entry_builds_the_same_model_as_sape(data_bin, tmp_path):
         torch.testing.assert_close(ours[name], stock[name], rtol=0, atol=0, msg=name)
 
 
+@pytest.mark.parametrize("method, recorded", [("posnet_embed", "posnet_embed_lmax256"),
+                                              ("posnet_embed_user", "posnet_embed_user")])
+def test_recorded_posnet_runs_are_the_models_the_recipe_builds(method, recorded, data_bin, tmp_path):
+    """The README's evidence for PosNet-Embed's default (L_max capped at 256) is the recorded
+    posnet_embed_lmax256 runs; `pe-train posnet_embed` must build that very encoding today (signature and
+    encoding parameters of the recorded meta files), and posnet_embed_user the pre-cap default it pins."""
+    from fairseq import options, tasks
+
+    from pe_plugin.models.validation import pe_parameter_count, pe_signature
+
+    argv = launch.train_argv(METHODS, method, "en-de", "small", 1, data_bin, tmp_path / "run", extra=["--cpu"])
+    args = options.parse_args_and_arch(options.get_training_parser(), argv)
+    model = tasks.setup_task(args).build_model(args)
+    for seed in (1, 2, 3):
+        meta = json.loads((REPO / "examples" / "multi30k" / "results" / f"{recorded}.en-de.small.seed{seed}" /
+                           "hyp.detok.de.meta.json").read_text())
+        assert meta["pe_signature"] == pe_signature(model)
+        assert meta["training"]["pe_params"] == pe_parameter_count(model)
+
+
 def test_dry_run_uses_the_recipe_defaults(capsys):
     assert launch.main(["train", "sape", "--recipe", "multi30k", "--dry-run"]) == 0
     cmd = capsys.readouterr().out

@@ -378,8 +378,8 @@ def parameter_table(vocab=40000):
     with tempfile.TemporaryDirectory() as data:
         for lang in ("en", "de"):  # + 4 special symbols
             Path(data, f"dict.{lang}.txt").write_text("".join(f"w{i} 1\n" for i in range(vocab - 4)))
-        for pe, lmax in (("sape", 1024), ("posnet_embed", 1024), ("posnet_embed", 512), ("posnet_embed", 200),
-                         ("posnet_attn", 1024), ("posnet_attn", 200)):
+        for pe, lmax in (("sape", 1024), ("posnet_embed", 1024), ("posnet_embed", 512), ("posnet_embed", 256),
+                         ("posnet_embed", 200), ("posnet_attn", 1024), ("posnet_attn", 256), ("posnet_attn", 200)):
             argv = [data, "--user-dir", PLUGIN, "--arch", f"transformer_{pe}_wmt_en_de", "-s", "en", "-t", "de",
                     "--share-all-embeddings", "--max-source-positions", lmax, "--max-target-positions", lmax]
             argv += ["--posnet-max-positions", lmax] if pe != "sape" else []  # lift the default cap of 256
