@@ -3,8 +3,8 @@ docs/encodings.md §Positions beyond L_max).
 
 LAPE has one learned embedding per position and PosNet one learned kernel per position: L_max rows, where
 L_max is the side's --max-source/target-positions (PosNet: capped by --posnet-max-positions, default 256; for
-a PosNet module shared by both sides, the larger side's). A sequence of more than L_max tokens has positions they have no row for. The model flag
-``--pe-beyond-max`` says what happens then:
+a PosNet module shared by both sides, the larger side's). A sequence of more than L_max tokens has positions
+they have no row for. The model flag ``--pe-beyond-max`` says what happens then:
 
   error (default)  the encoding raises a ValueError that names the side, the length, L_max and the fixes.
                    fairseq-train and fairseq-generate never get that far: the model reports L_max through

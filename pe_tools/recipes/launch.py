@@ -220,7 +220,7 @@ def check_positions(checkpoint: Path, data: Path, subset: str, src: str, tgt: st
                    f"{lim.pe}'s limits), sentence ids {describe(ids, label)}. Nothing was decoded (fairseq-generate "
                    f"would stop at the first; its --skip-invalid-size-inputs-valid-test would drop them). Translate "
                    f"them with --pe-beyond-max clamp (positions beyond the limit reuse the last row), or retrain "
-                   f"with larger --max-source-positions / --max-target-positions")
+                   f"with larger --max-source-positions / --max-target-positions (PosNet: --posnet-max-positions)")
             return None
         return {"mode": mode, "pe": lim.pe, "encoder_limit": lim.encoder, "decoder_limit": lim.decoder, "sources": []}
     ids = beyond(src_sizes, lim.encoder)
@@ -248,8 +248,8 @@ def count_long_hypotheses(text: str, limits: dict) -> None:
 def write_outputs(text: str, out: Path, tgt: str, train_log: Path, no_detok: bool, extra_meta=None,
                   command=None) -> int:
     """H-/T- lines of fairseq-generate, sorted by sentence id, detokenised, written atomically; the meta file
-    holds the encoding signature (``fairseq:ARCH|positions:KIND`` for a stock fairseq model), ``extra_meta`` and the training
-    summary of ``train_log`` (pe_tools.recipes.results.training_summary)."""
+    holds the encoding signature (``fairseq:ARCH|positions:KIND`` for a stock fairseq model), ``extra_meta``
+    and the training summary of ``train_log`` (pe_tools.recipes.results.training_summary)."""
     hyps = {int(m[1]): m[2] for m in re.finditer(r"^H-(\d+)\t[^\t]*\t(.*)$", text, re.M)}
     refs = {int(m[1]): m[2] for m in re.finditer(r"^T-(\d+)\t(.*)$", text, re.M)}
     if not hyps or sorted(hyps) != list(range(len(hyps))) or sorted(refs) != sorted(hyps):

@@ -174,12 +174,12 @@ def plot_length_buckets(report: Dict[str, Any]) -> bytes:
     buckets = lb["buckets"]  # an empty bucket keeps its place on the axis, without points
     fig, axes = plt.subplots(1, len(LENGTH_METRICS), figsize=(5.2 * len(LENGTH_METRICS), 4.0), squeeze=False)
     for ax, spec in zip(axes[0], LENGTH_METRICS):
-        for i, s in enumerate(report["systems"]):
+        for n, s in enumerate(report["systems"]):
             pts = [next((x["summary"][spec.key] for x in b.get("systems", []) if x["name"] == s["name"]), None)
                    for b in buckets]
             line, = ax.plot(range(len(buckets)), [math.nan if m is None else m["mean"] for m in pts],
                             markersize=3, label=s["name"] + (" (baseline)" if s["baseline"] else ""),
-                            linestyle="--" if s["baseline"] else "-", **system_style(i))
+                            linestyle="--" if s["baseline"] else "-", **system_style(n))
             for i, m in enumerate(pts):
                 if m is not None and m.get("mark"):
                     ax.annotate(m["mark"], (i, m["mean"]), textcoords="offset points", xytext=(3, 2), fontsize=7,
