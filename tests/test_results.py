@@ -176,13 +176,18 @@ def test_meta_of_a_stock_fairseq_model_names_its_architecture(arch, stock, tmp_p
     assert (tmp_path / "hyp.detok.de").read_text() == "eins\nzwei\n"
 
 
-def test_machine_names_the_gpu_a_run_trains_on(monkeypatch):
-    """command.json's device: the GPU's name when the run trains on one, else the processor's (/proc/cpuinfo)."""
+def test_summary_names_the_gpu_a_run_trains_on(monkeypatch):
+    """The meta file's device: the GPU fairseq-train logged (its CUDA environment line, as an H100 run printed
+    it), else command.json's processor (/proc/cpuinfo)."""
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo", encoding="utf-8")
                 if ln.startswith("model name")), "cpu")
     assert results.machine() == {"threads": "1", "device": cpu}
-    assert results.machine("NVIDIA H100 80GB HBM3") == {"threads": "1", "device": "NVIDIA H100 80GB HBM3"}
+    command = dict(COMMAND, **results.machine())
+    assert results.training_summary(LOG, command)["device"] == cpu
+    gpu = ("2026-11-24 13:05:18 | INFO | fairseq.utils | rank   0: capabilities =  9.0  ; total memory = 79.179 GB "
+           "; name = NVIDIA H100 80GB HBM3                   \n")
+    assert results.training_summary(gpu + LOG, command)["device"] == "NVIDIA H100 80GB HBM3"
 
 
 @pytest.mark.parametrize("flags, kind", [

@@ -89,13 +89,6 @@ def _cuda() -> bool:
     return torch.cuda.is_available()
 
 
-def _gpu_name(extra=()) -> str:
-    """The GPU a run trains on ("" on the CPU), for command.json."""
-    import torch
-
-    return torch.cuda.get_device_name(0) if "--cpu" not in extra and _cuda() else ""
-
-
 def train(a) -> int:
     if a.recipe not in recipes():
         return _error(f"unknown recipe {a.recipe!r}; recipes: {', '.join(recipes())} (pe_tools/recipes/RECIPE/methods.toml)")
@@ -119,7 +112,7 @@ def train(a) -> int:
     write_atomic(run_dir / "command.txt", shlex.join(cmd) + "\n")
     write_atomic(run_dir / "command.json", json.dumps(
         {"recipe": a.recipe, "method": a.method, "pair": a.pair, "size": size, "seed": a.seed, "data": str(data),
-         "argv": cmd, **results.machine(_gpu_name(a.extra))}, indent=1))
+         "argv": cmd, **results.machine()}, indent=1))
     return tee(cmd, run_dir / "train.log")
 
 

@@ -36,6 +36,8 @@ SEGMENT_START = "| fairseq_cli.train | {'_name'"  # fairseq-train's first log li
 # pe_plugin's model summary line (pe_plugin/models/validation.py): architecture, parameters, encoding signature
 PE_SUMMARY = re.compile(r"\| pe_plugin \| arch (\S+) \| params total ([\d,]+) \| pe-only ([\d,]+) \| (pe:.*)$", re.M)
 INFO_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \| [A-Z]+ \| ")
+# fairseq-train's CUDA environment line, one per GPU rank: the GPU a run trained on
+CUDA_DEVICE = re.compile(r"\| rank\s+\d+: capabilities = .*; name = (.+?)\s*$", re.M)
 STOCK_POSITIONS = re.compile(r"\b(encoder_learned_pos|decoder_learned_pos|no_token_positional_embeddings)=(True|False)")
 
 
@@ -67,7 +69,8 @@ def training_summary(log_text: str, command: Optional[dict] = None) -> Dict:
     summed over the log's segments (a segment runs from the configuration fairseq-train logs when it starts to
     the segment's last timestamped line), so the time between a stop and its resumption is not counted. fairseq's own ``wall`` meter
     cannot serve: a resumed run restores it stopped, and it logs 0 from then on. From ``command`` (command.json):
-    arch, max_update and where it trained (threads, device)."""
+    arch, max_update and where it trained (threads, device); device: the GPU fairseq-train logged (its CUDA
+    environment line, the last segment's), else command.json's processor."""
     s: Dict = {}
     if m := _last(PE_SUMMARY, log_text):
         s.update(arch=m[1], params=_int(m[2]), pe_params=_int(m[3]))
@@ -93,6 +96,8 @@ def training_summary(log_text: str, command: Optional[dict] = None) -> Dict:
         if "--max-update" in argv:
             s["max_update"] = int(argv[len(argv) - 1 - argv[::-1].index("--max-update") + 1])  # the last one wins
         s.update({k: command[k] for k in ("threads", "device") if k in command})
+    if m := _last(CUDA_DEVICE, log_text):  # command.json names the processor; fairseq names the GPU it used
+        s["device"] = m[1]
     return s
 
 
@@ -125,12 +130,12 @@ def _int(text: str) -> int:
     return int(text.replace(",", ""))
 
 
-def machine(gpu: str = "") -> Dict:
-    """command.json's record of where a run trains: torch threads (OMP_NUM_THREADS) and the device, the GPU's
-    name when it trains on one (``gpu``), else the processor."""
+def machine() -> Dict:
+    """command.json's record of where a run trains: torch threads (OMP_NUM_THREADS) and the processor (the GPU,
+    if any, is read from the training log: ``training_summary``)."""
     cpu = next((ln.split(":", 1)[1].strip() for ln in _read("/proc/cpuinfo").splitlines()
                 if ln.startswith("model name")), "")
-    return {"threads": os.environ.get("OMP_NUM_THREADS", "torch default"), "device": gpu or cpu or "cpu"}
+    return {"threads": os.environ.get("OMP_NUM_THREADS", "torch default"), "device": cpu or "cpu"}
 
 
 def _read(path: str) -> str:
