@@ -179,8 +179,8 @@ class ToyBias(PositionalEncoding):
     def score_bias(self, q, pos, layer):
         return -0.3 * pos.rel.abs().float()[None, None]  # (1,1,Tq,Tk)
 
-    def transform_values(self, v, k_pos, layer):
-        return v + 0.01 * k_pos.view(k_pos.size(0), 1, -1, 1).float()
+    def transform_values(self, v, pos, layer):
+        return v + 0.01 * pos.q.view(pos.q.size(0), 1, -1, 1).float()
 
     def value_bias(self, probs, pos, layer):
         return 0.5 * probs.sum(-1, keepdim=True)  # (B,H,Tq,1)

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 import pe_testing
+from pe_testing import logit_bias
 from pe_plugin.encodings import PE_REGISTRY
 from pe_plugin.encodings.base import Dims, Positions
 from pe_plugin.encodings.relative import clipped_index, distinct_offsets, t5_bucket
@@ -235,7 +236,7 @@ def test_bias_depends_only_on_distance(case, name, overrides, side):
     positions; a decoding step's row equals the full pass's last row."""
     pe = make_pe(name, side, **overrides)
     q = torch.randn(1, H, 1, D).expand(2, H, 12, D)
-    full = pe.score_bias(q, Positions(torch.arange(12)[None], torch.arange(12)[None]), 1)
+    full = logit_bias(pe, q, Positions(torch.arange(12)[None], torch.arange(12)[None]), 1)
     if full is None:
         return  # values-only Shaw: no logit term
     full = full.expand(2, H, 12, 12)
@@ -244,9 +245,9 @@ def test_bias_depends_only_on_distance(case, name, overrides, side):
     # value by O(1) (tables ~ N(0, 1)), far beyond this tolerance.
     for s in range(1, 12):
         torch.testing.assert_close(full[..., s:, s:], full[..., :-s, :-s], rtol=1e-6, atol=1e-6)
-    shifted = pe.score_bias(q, Positions(torch.arange(5, 17)[None], torch.arange(5, 17)[None]), 1)
+    shifted = logit_bias(pe, q, Positions(torch.arange(5, 17)[None], torch.arange(5, 17)[None]), 1)
     assert torch.equal(shifted.expand_as(full), full)
-    step = pe.score_bias(q[:, :, -1:], Positions(torch.arange(11, 12)[None], torch.arange(12)[None]), 1)
+    step = logit_bias(pe, q[:, :, -1:], Positions(torch.arange(11, 12)[None], torch.arange(12)[None]), 1)
     assert torch.allclose(step.expand(2, H, 1, 12), full[:, :, -1:], atol=1e-6)
 
 
@@ -254,7 +255,7 @@ def test_rpe_clips_beyond_k():
     pe = make_pe("rpe", "encoder", rpe_max_relative_position=3)
     q = torch.randn(1, H, 1, D).expand(1, H, 20, D)
     pos = Positions(torch.arange(20)[None], torch.arange(20)[None])
-    bias = pe.score_bias(q, pos, 0)[0, :, 10]  # (H, Tk): query 10
+    bias = logit_bias(pe, q, pos, 0)[0, :, 10]  # (H, Tk): query 10
     assert (bias[:, :7] == bias[:, :1]).all() and (bias[:, 13:] == bias[:, 19:]).all()  # |j - i| >= 3
     assert len({round(v, 5) for v in bias[0, 7:13].tolist()}) == 6  # the 2k+1 = 7 rows between are distinct
     probs = torch.full((1, H, 20, 20), 1 / 20)  # uniform attention
@@ -267,7 +268,7 @@ def test_rpe_clips_beyond_k():
 def test_t5_bias_is_query_independent_and_keeps_the_fused_kernel(monkeypatch):
     attn = make_attention(make_pe("t5", "encoder", t5_num_buckets=8, t5_max_distance=6))
     x, pad = padded_input("encoder")
-    bias = attn.pe.score_bias(torch.randn(3, H, 11, D), Positions(torch.arange(11)[None], torch.arange(11)[None]), 0)
+    bias = logit_bias(attn.pe, torch.randn(3, H, 11, D), Positions(torch.arange(11)[None], torch.arange(11)[None]), 0)
     assert bias.shape == (1, H, 11, 11)
     calls = []
     sdpa = F.scaled_dot_product_attention
@@ -298,8 +299,8 @@ def test_at5_decoding_step_bias_is_the_full_row_not_the_official_constant():
     pe = make_pe("at5", "decoder")
     t = 10
     q = torch.zeros(1, H, t, D)
-    full = pe.score_bias(q, Positions(torch.arange(t)[None], torch.arange(t)[None]), 0)  # (1,H,T,T)
-    step = pe.score_bias(q[:, :, -1:], Positions(torch.tensor([[t - 1]]), torch.arange(t)[None]), 0)  # (1,H,1,T)
+    full = logit_bias(pe, q, Positions(torch.arange(t)[None], torch.arange(t)[None]), 0)  # (1,H,T,T)
+    step = logit_bias(pe, q[:, :, -1:], Positions(torch.tensor([[t - 1]]), torch.arange(t)[None]), 0)  # (1,H,1,T)
     assert torch.allclose(step, full[:, :, -1:], atol=1e-6)
     official = full[:, :, :1, :1].expand_as(step)  # distance 0, broadcast
     assert (step - official).abs().max() > 0.1
@@ -349,13 +350,13 @@ def test_rescoring_catches_the_official_at5_decoding_bias(data_bin, monkeypatch)
     """Negative control: with the official code's constant decoding bias the re-scoring check fails."""
     cls = PE_REGISTRY["at5"]
     task, model = build_excited(data_bin, "transformer_at5_tiny")
-    right = cls.score_bias
+    right = cls.position_bias
 
-    def official(self, q, pos, layer):
-        bias = right(self, q, pos, layer)
+    def official(self, pos):
+        bias = right(self, pos)
         return bias[..., :1].expand_as(bias) if bias.size(2) == 1 else bias  # distance-0 value everywhere
 
-    monkeypatch.setattr(cls, "score_bias", official)
+    monkeypatch.setattr(cls, "position_bias", official)
     assert pe_testing.rescore_max_diff(task, model, pe_testing.batch(task), beam=4) > 1e-2
 
 

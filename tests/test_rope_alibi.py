@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import pe_testing
+from pe_testing import logit_bias
 from pe_plugin.encodings import PE_REGISTRY
 from pe_plugin.encodings.base import Dims, Positions
 from pe_plugin.modules import pe_attention
@@ -229,7 +230,7 @@ HAND_SLOPES = {
 
 def _bias(pe, t, heads):
     q = torch.zeros(1, heads, t, 4)
-    return pe.score_bias(q, Positions(torch.arange(t)[None], torch.arange(t)[None]), 0)
+    return logit_bias(pe, q, Positions(torch.arange(t)[None], torch.arange(t)[None]), 0)
 
 
 @pytest.mark.parametrize("heads", sorted(HAND_SLOPES))
@@ -274,8 +275,8 @@ def test_alibi_directional_tells_left_from_right():
 def test_alibi_bias_depends_only_on_distance():
     pe = make_pe("alibi", "decoder")
     full = _bias(pe, 10, H)
-    shifted = pe.score_bias(torch.zeros(1, H, 10, D), Positions(torch.arange(30, 40)[None], torch.arange(30, 40)[None]), 0)
-    step = pe.score_bias(torch.zeros(1, H, 1, D), Positions(torch.tensor([[9]]), torch.arange(10)[None]), 0)
+    shifted = logit_bias(pe, torch.zeros(1, H, 10, D), Positions(torch.arange(30, 40)[None], torch.arange(30, 40)[None]), 0)
+    step = logit_bias(pe, torch.zeros(1, H, 1, D), Positions(torch.tensor([[9]]), torch.arange(10)[None]), 0)
     assert torch.equal(shifted, full) and torch.equal(step, full[:, :, -1:])
 
 

@@ -112,6 +112,10 @@ class AdaptiveT5Bias(PositionalEncoding):
         g = g.gather(0, side.view(1, 1, -1).expand(1, g.size(1), -1))[0]  # (H,R): g+ for r > 0, else g-
         return g.masked_fill(right, 0) if self.slope.size(0) == 1 else g  # causal: future keys are masked
 
-    def score_bias(self, q, pos, layer):
+    def position_bias_is_shared(self):
+        # with --at5-all-layers each layer draws its own MLP dropout in training, as the reference path does
+        return not (self.training and self.dropout.p > 0)
+
+    def position_bias(self, pos):
         r, index = distinct_offsets(pos.rel)  # (R,), (Tq,Tk)
-        return self.offset_bias(r)[:, index].unsqueeze(0).to(q.dtype)  # (H,R) -> (1,H,Tq,Tk)
+        return self.offset_bias(r)[:, index].unsqueeze(0)  # (H,R) -> (1,H,Tq,Tk)

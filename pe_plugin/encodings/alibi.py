@@ -18,13 +18,14 @@ head H the opposite, so every head but the middle one of an odd H sees direction
 spans the whole range of slopes. The decoder computes -m_h |i - j| too; it equals -m_h (i - j) on every key
 the causal mask leaves. Cross-attention gets no bias.
 The bias depends only on j - i (``Positions.rel``), hence not on the padding side, the batch or the decoding
-step, and not on q: as T5's, it is one (1,H,Tq,Tk) tensor (no batch axis) that travels as the float mask of
-the fused attention kernel, built per layer call at the cost of the mask it joins. Computed in float32, then
-cast to the attention's dtype (fp16: the largest penalty, m_1 (T - 1), stays far below the half maximum).
+step, and not on q: as T5's, it is one (1,H,Tq,Tk) tensor (no batch axis, ``position_bias``), computed once per
+stack pass on the fast attention path and folded into the float mask of the fused kernel. The slopes are
+copied to the device once. Computed in float32, then cast to the attention's dtype (fp16:
+the largest penalty, m_1 (T - 1), stays far below the half maximum).
 """
 import math
 from dataclasses import dataclass, field
-from typing import List
+from typing import List, Tuple
 
 import torch
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
@@ -67,15 +68,25 @@ class ALiBi(PositionalEncoding):
         directional = not dims.causal and cfg.alibi_encoder == "directional"
         self.left_slopes = tuple(slopes)  # (H,) for keys j <= i
         self.right_slopes = tuple(reversed(slopes)) if directional else self.left_slopes  # (H,) for j > i
+        self._slope_tensors = {}  # device -> the float32 (H,1,1) slopes, copied there once
+
+    def slopes(self, device) -> Tuple[torch.Tensor, torch.Tensor]:
+        """The left and right slopes as float32 (H,1,1) tensors on ``device``; copied from the host once per
+        device, not per call, and never cast to half with the model."""
+        hit = self._slope_tensors.get(device)
+        if hit is None:
+            hit = self._slope_tensors[device] = tuple(
+                torch.tensor(s, dtype=torch.float32, device=device).view(-1, 1, 1)
+                for s in (self.left_slopes, self.right_slopes))
+        return hit
 
     def distance_bias(self, rel: torch.Tensor) -> torch.Tensor:
         """-slope x distance for relative positions rel = j - i: (Tq,Tk) -> (H,Tq,Tk) float32."""
-        left = torch.tensor(self.left_slopes, device=rel.device).view(-1, 1, 1)  # (H,1,1)
         dist = rel.abs().float().unsqueeze(0)  # (1,Tq,Tk)
+        left, right = self.slopes(rel.device)  # (H,1,1) each
         if self.right_slopes == self.left_slopes:
             return -left * dist
-        right = torch.tensor(self.right_slopes, device=rel.device).view(-1, 1, 1)  # (H,1,1)
         return -torch.where(rel.unsqueeze(0) > 0, right, left) * dist
 
-    def score_bias(self, q, pos, layer):
-        return self.distance_bias(pos.rel).unsqueeze(0).to(q.dtype)  # (1,H,Tq,Tk)
+    def position_bias(self, pos):
+        return self.distance_bias(pos.rel).unsqueeze(0)  # (1,H,Tq,Tk)

@@ -9,24 +9,39 @@ subclass overrides only the ones it needs:
 
   embed(x, pos)                      embedding level: (B,T,C) -> (B,T,C); applied before the embedding
                                      dropout, or after it when ``embed_after_dropout`` is True
-  transform_qk(q, k, q_pos, layer)   maps the new queries and keys (B,H,T,d) of positions q_pos (B|1,T)
+  transform_qk(q, k, pos, layer)     maps the new queries and keys (B,H,T,d) of positions pos.q (B|1,T)
                                      (in self-attention the new keys stand where the queries stand) and
                                      returns (q, k); applied before the keys are cached, so the cache holds
                                      transformed keys and each key is transformed once. q is already scaled
                                      by d^-1/2, so the map should be linear (a rotation, say)
-  score_bias(q, pos, layer)          a term added to the (scaled) attention logits, broadcastable to
-                                     (B,H,Tq,Tk), or None
-  transform_values(v, k_pos, layer)  maps the new values (B,H,T,d) of key positions k_pos (B|1,T) before
+  position_bias(pos)                 a term added to the (scaled) logits that depends on positions alone,
+                                     (1,H,Tq,Tk) float32, or None; the same for every layer it applies to, so
+                                     the fast attention path computes it once per stack pass (T5, ALiBi)
+  score_bias(q, pos, layer)          a term added to the logits that depends on q, broadcastable to
+                                     (B,H,Tq,Tk), or None (Shaw's key term)
+  transform_values(v, pos, layer)    maps the new values (B,H,T,d) of key positions pos.q (B|1,T) before
                                      they are cached and used
-  value_bias(probs, pos, layer)      a term (B,H,Tq,d) added to the attention output, or None
+  value_bias(probs, pos, layer)      a term (B,H,Tq,d) added to the attention output, or None; ``probs`` is
+                                     float32 on the fast path (the sum accumulates in float32 under fp16)
 
 Attention-level hooks are applied in self-attention only, by ``pe_plugin.modules.pe_attention`` on every
 path (training, validation, incremental decoding). Positions are always passed in as absolute 0-based
 indices of real tokens, computed from the padding mask (``Positions``), never from column indices.
+The hooks that take positions also accept a bare (B|1,T) tensor (wrapped with ``as_positions``).
+
+No hook asks the device for a value: a GPU step stalls whenever Python reads a tensor's value (``int(t)``,
+``bool(t)``, ``nonzero``). Shapes and the ``Positions`` host facts (``bound``, ``start``) carry what the
+code needs to know on the host; the only value read is a length check on a batch longer than an
+encoding's limit (``limits.BoundedPositions``), which fairseq's own length filter makes rare.
+
+Within one forward pass of a stack (``pass_scope``, entered by the model on the fast attention path,
+``--pe-attention-impl auto``), ``memo`` keeps what every layer would otherwise recompute: the positions,
+the position bias with the causal and padding masks folded in, RoPE's angles.
 Forward code here imports only torch.
 """
+import contextlib
 from dataclasses import dataclass, fields
-from typing import ClassVar, Dict, Optional, Tuple
+from typing import Any, Callable, ClassVar, Dict, Optional, Tuple, Union
 
 import torch
 from torch import nn
@@ -57,43 +72,117 @@ class Dims:
 class Positions:
     """Positions of the queries and keys of one attention call (or of the tokens of one embedding call).
 
-    q:   (B|1, Tq) absolute 0-based positions of the query tokens (pads get 0)
-    k:   (B|1, Tk) absolute 0-based positions of the key tokens (pads get 0)
-    rel: (Tq, Tk) key minus query, j - i. Pads are contiguous at one end of a row, so the column difference
-         equals the real-token distance for every pair of real tokens, for any padding side.
+    q:      (B|1, Tq) absolute 0-based positions of the query tokens (pads get 0)
+    k:      (B|1, Tk) absolute 0-based positions of the key tokens (pads get 0)
+    rel:    (Tq, Tk) key minus query, j - i. Pads are contiguous at one end of a row, so the column difference
+            equals the real-token distance for every pair of real tokens, for any padding side.
+    nonpad: (B, Tq) bool mask of the real query tokens, or None when there is no padding
+    Host facts, known without reading the device:
+    bound:  every position is below it (the padded key length for positions made from a mask)
+    start:  when q is one range start..start+Tq-1 shared by every row (no padding), its start; else None
 
-    nonpad: (B, T) bool mask of real tokens, or None when there is no padding (embedding calls only)
+    Positions made from a padding mask (``from_mask``, ``for_tokens``) compute q and k lazily, so encodings
+    that read only ``rel`` (T5, ALiBi, RPE) never pay for them.
     """
 
-    def __init__(self, q: torch.Tensor, k: torch.Tensor, nonpad: Optional[torch.Tensor] = None):
-        self.q, self.k, self.nonpad, self._rel = q, k, nonpad, None
+    def __init__(self, q: Optional[torch.Tensor], k: Optional[torch.Tensor], nonpad: Optional[torch.Tensor] = None,
+                 *, bound: Optional[int] = None, start: Optional[int] = None):
+        self._q, self._k, self.nonpad, self._rel = q, k, nonpad, None
+        self._bound, self.start = bound, start
+        self._key_nonpad: Optional[torch.Tensor] = None  # (B, Tk) mask the lazy q / k come from
+        self._shape: Optional[Tuple[int, int, Any]] = None  # (Tq, Tk, device) of lazy positions
 
-    @property
-    def rel(self) -> torch.Tensor:
-        if self._rel is None:
-            tq, tk = self.q.size(1), self.k.size(1)
-            cols = torch.arange(tk, device=self.k.device)
-            self._rel = cols.unsqueeze(0) - cols[tk - tq:].unsqueeze(1)  # (Tq, Tk)
-        return self._rel
-
+    # ---- construction ------------------------------------------------------------------------------
     @staticmethod
     def from_padding(nonpad: Optional[torch.Tensor], length: int, device) -> torch.Tensor:
-        """(B, T) positions p = cumsum(nonpad) - 1 (0 at pads), or (1, T) arange when there is no padding."""
-        if nonpad is None or bool(nonpad.all()):
+        """(B, T) positions p = cumsum(nonpad) - 1 (0 at pads), or (1, T) arange when there is no mask."""
+        if nonpad is None:
             return torch.arange(length, device=device).unsqueeze(0)
-        return ((nonpad.long().cumsum(dim=1) - 1).clamp_min(0)) * nonpad.long()
+        return ((nonpad.long().cumsum(dim=1) - 1).clamp_min(0)) * nonpad.long()  # (B, T)
+
+    @classmethod
+    def from_mask(cls, key_nonpad: Optional[torch.Tensor], tq: int, tk: int, device) -> "Positions":
+        """Positions of the last ``tq`` of ``tk`` keys (the queries of a self-attention call: all of them in a
+        full pass, the new ones in a decoding step), from the (B, Tk) mask of real keys or None (no padding)."""
+        if key_nonpad is None:
+            return cls(None, None, None, bound=tk, start=tk - tq)._lazy(None, tq, tk, device)
+        return cls(None, None, key_nonpad[:, tk - tq:], bound=tk)._lazy(key_nonpad, tq, tk, device)
 
     @classmethod
     def for_tokens(cls, tokens: torch.Tensor, padding_idx: int, last_only: bool = False) -> "Positions":
         """Positions of (B, T) tokens; with ``last_only`` (incremental decoding) only the last column."""
-        nonpad = tokens.ne(padding_idx)
-        pos = cls.from_padding(nonpad, tokens.size(1), tokens.device)
-        if last_only:
-            pos, nonpad = pos[:, -1:], nonpad[:, -1:]
-        return cls(pos, pos, None if bool(nonpad.all()) else nonpad)
+        t = tokens.size(1)
+        return cls.from_mask(tokens.ne(padding_idx), 1 if last_only else t, t, tokens.device)
+
+    def _lazy(self, key_nonpad, tq, tk, device) -> "Positions":
+        self._key_nonpad, self._shape = key_nonpad, (tq, tk, device)
+        return self
+
+    # ---- values ------------------------------------------------------------------------------------
+    @property
+    def k(self) -> torch.Tensor:
+        if self._k is None:
+            _, tk, device = self._shape
+            self._k = self.from_padding(self._key_nonpad, tk, device)  # (B|1, Tk)
+        return self._k
+
+    @property
+    def q(self) -> torch.Tensor:
+        if self._q is None:
+            tq, tk, _ = self._shape
+            self._q = self.k[:, tk - tq:]  # (B|1, Tq)
+        return self._q
+
+    @property
+    def tq(self) -> int:
+        return self._shape[0] if self._q is None else self._q.size(1)
+
+    @property
+    def tk(self) -> int:
+        return self._shape[1] if self._k is None else self._k.size(1)
+
+    @property
+    def device(self):
+        return self._shape[2] if self._q is None else self._q.device
+
+    @property
+    def bound(self) -> int:
+        """Every position is below it. Known on the host for positions made from a mask; for positions given
+        as values it is read from them, once (tests and direct calls)."""
+        if self._bound is None:
+            self._bound = int(self.q.max()) + 1 if self.q.numel() else 0
+        return self._bound
+
+    @property
+    def rel(self) -> torch.Tensor:
+        if self._rel is None:
+            tq, tk = self.tq, self.tk
+            cols = torch.arange(tk, device=self.device)
+            self._rel = cols.unsqueeze(0) - cols[tk - tq:].unsqueeze(1)  # (Tq, Tk)
+        return self._rel
+
+    def first_real(self) -> Optional[torch.Tensor]:
+        """(B,) column of each row's first real query token (0 for right padding), for positions made from a
+        padding mask (they count from it: p = column - first); None otherwise."""
+        if self._key_nonpad is None or self.nonpad is None:
+            return None
+        return self.nonpad.long().argmax(dim=1)  # first maximum: the first real column
 
 
-ATTENTION_HOOKS = ("transform_qk", "score_bias", "transform_values", "value_bias")
+def _anchor_key(anchor) -> tuple:
+    """What identifies a memo anchor: a tensor by its memory and layout (fairseq slices its causal mask anew in
+    every layer, from one buffer: the slices are one mask), anything else by identity."""
+    if isinstance(anchor, torch.Tensor):
+        return ("tensor", anchor.data_ptr(), tuple(anchor.shape), anchor.stride(), anchor.dtype, anchor.device)
+    return ("object", id(anchor))
+
+
+def as_positions(pos: Union[Positions, torch.Tensor]) -> Positions:
+    """A ``Positions`` for a hook's ``pos`` argument: itself, or a bare (B|1,T) tensor of positions."""
+    return pos if isinstance(pos, Positions) else Positions(pos, pos)
+
+
+ATTENTION_HOOKS = ("transform_qk", "position_bias", "score_bias", "transform_values", "value_bias")
 
 
 class PositionalEncoding(nn.Module):
@@ -111,6 +200,9 @@ class PositionalEncoding(nn.Module):
     def __init__(self, cfg, dims: Dims):
         super().__init__()
         self.cfg, self.dims = cfg, dims
+        # set by the model from --pe-attention-impl: "auto" (fast paths, per-pass memo) or "reference"
+        self.attention_impl = "auto"
+        self._memo_store: Optional[dict] = None  # per stack pass, see ``pass_scope``
 
     # ---- construction ------------------------------------------------------------------------------
     @classmethod
@@ -124,14 +216,17 @@ class PositionalEncoding(nn.Module):
         return x
 
     def transform_qk(
-        self, q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor, layer: int
+        self, q: torch.Tensor, k: torch.Tensor, pos: Positions, layer: int
     ) -> Tuple[torch.Tensor, torch.Tensor]:
         return q, k
+
+    def position_bias(self, pos: Positions) -> Optional[torch.Tensor]:
+        return None
 
     def score_bias(self, q: torch.Tensor, pos: Positions, layer: int) -> Optional[torch.Tensor]:
         return None
 
-    def transform_values(self, v: torch.Tensor, k_pos: torch.Tensor, layer: int) -> torch.Tensor:
+    def transform_values(self, v: torch.Tensor, pos: Positions, layer: int) -> torch.Tensor:
         return v
 
     def value_bias(self, probs: torch.Tensor, pos: Positions, layer: int) -> Optional[torch.Tensor]:
@@ -140,7 +235,13 @@ class PositionalEncoding(nn.Module):
     # ---- what the glue asks -------------------------------------------------------------------------
     @classmethod
     def overrides(cls, hook: str) -> bool:
+        """Whether the class implements ``hook`` (it may still contribute nothing: see ``uses``)."""
         return getattr(cls, hook) is not getattr(PositionalEncoding, hook)
+
+    def uses(self, hook: str) -> bool:
+        """Whether this instance contributes through ``hook``; a subclass whose settings switch a hook off
+        (``--rpe-no-values``) says so here, so that attention can keep its fused kernel."""
+        return self.overrides(hook)
 
     @classmethod
     def has_embedding_hook(cls) -> bool:
@@ -154,19 +255,44 @@ class PositionalEncoding(nn.Module):
         """Whether self-attention layer ``layer`` of this side gets the attention hooks."""
         return self.has_attention_hooks()
 
+    def position_bias_is_shared(self) -> bool:
+        """Whether ``position_bias`` is the same in every layer it applies to, within one pass (so the fast
+        path computes it once); False for a bias that draws its own dropout per layer."""
+        return True
+
     @property
     def max_positions(self) -> int:
         """Longest sequence this encoding supports on its side (fairseq filters longer training pairs)."""
         return int(1e5)
 
-    def check_length(self, pos: torch.Tensor) -> None:
-        """Raise a clear error when a position exceeds what the encoding supports."""
-        if pos.numel() and int(pos.max()) >= self.max_positions:
-            raise ValueError(
-                f"{self.dims.side} sequence of length {int(pos.max()) + 1} exceeds the {self.max_positions} "
-                f"positions that pe '{self.name}' supports; raise --max-{'source' if self.dims.side == 'encoder' else 'target'}"
-                f"-positions when training, or shorten the input"
-            )
+    # ---- what is computed once per stack pass ------------------------------------------------------------
+    @property
+    def fast(self) -> bool:
+        return self.attention_impl != "reference"
+
+    @contextlib.contextmanager
+    def pass_scope(self):
+        """One forward pass of the stack (a full pass, or one decoding step): within it, ``memo`` keeps what
+        every layer shares. Outside it (a module called alone) and on the reference path nothing is kept."""
+        outer = self._memo_store
+        self._memo_store = {} if self.fast else None
+        try:
+            yield
+        finally:
+            self._memo_store = outer
+
+    def memo(self, key: tuple, build: Callable[[], Any], *anchors) -> Any:
+        """``build()``, computed once per pass for ``key`` and the ``anchors`` it is computed from (tensors are
+        told apart by memory and layout, other objects by identity; the memo holds them, so neither their
+        memory nor their ids are reused during the pass)."""
+        store = self._memo_store
+        if store is None:
+            return build()
+        full = (key, *map(_anchor_key, anchors))
+        hit = store.get(full)
+        if hit is None:
+            hit = store[full] = (build(), anchors)
+        return hit[0]
 
     def signature(self) -> str:
         """One-line description of the settings, e.g. ``pe:rpe|rpe_max_relative_position:16``."""

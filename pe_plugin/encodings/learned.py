@@ -34,6 +34,6 @@ class LearnedPositionalEncoding(BoundedPositions, PositionalEncoding):
         return self.dims.max_positions
 
     def embed(self, x, pos):
-        self.check_length(pos.q)
-        pos = Positions(self.clamp_positions(pos.q), pos.k, pos.nonpad)  # unchanged within L_max
+        self.check_length(pos)
+        pos = Positions(self.clamp_positions(pos.q), None, pos.nonpad)  # unchanged within L_max
         return x + self.table(absolute_index(pos, self.dims.padding_idx))  # (B, T, C)

@@ -31,6 +31,8 @@ import logging
 
 import torch
 
+from .base import as_positions
+
 logger = logging.getLogger("pe_plugin")
 
 BEYOND_MAX_CHOICES = ("error", "clamp")
@@ -46,13 +48,20 @@ class BoundedPositions:
 
     The model sets ``beyond_max`` from ``--pe-beyond-max``. ``check_length`` is called with the positions of
     every call: within L_max it does nothing; beyond, it raises (``error``) or warns once (``clamp``), and the
-    encoding then reads row L_max - 1 for those positions (``clamp_positions``, or PosNet's kernel product)."""
+    encoding then reads row L_max - 1 for those positions (``clamp_positions``, or PosNet's kernel product).
+    It reads no value from the device unless the padded length itself exceeds L_max (``Positions.bound``, a
+    host fact): only then does it look for the largest position, once per call."""
 
     beyond_max: str = "error"
 
-    def check_length(self, pos: torch.Tensor) -> None:
-        top = int(pos.max()) if pos.numel() else -1
+    def check_length(self, pos) -> None:
+        pos = as_positions(pos)
         limit = self.max_positions
+        if pos.bound <= limit:  # no position can reach L_max: nothing to read
+            return
+        if self.beyond_max == "clamp" and getattr(self, "_warned_beyond_max", False):
+            return  # clamped already, and said so once
+        top = int(pos.q.max()) if pos.q.numel() else -1
         if top < limit:
             return
         flag = self.limit_flag()

@@ -62,10 +62,10 @@ class PosNetAttention(PosNetBase):
                 f"of head dim {dims.head_dim}; pass --posnet-share none"
             )
 
-    def transform_values(self, v, k_pos, layer):
-        self.check_length(k_pos)
+    def transform_values(self, v, pos, layer):
+        self.check_length(pos)
         phi = self.kernels["phi"]
         phi = phi[layer if phi.size(0) > 1 else 0]  # (L_max, d, d)
         u = v.permute(2, 0, 1, 3)  # (B,H,T,d) -> (T,B,H,d)
-        y = positional_matmul(u, phi, k_pos).permute(1, 2, 0, 3)  # (T,B,H,d) -> (B,H,T,d)
+        y = positional_matmul(u, phi, pos).permute(1, 2, 0, 3)  # (T,B,H,d) -> (B,H,T,d)
         return v + self.dropout(F.relu(y))  # (B,H,T,d)

@@ -48,8 +48,8 @@ class PosNetEmbedding(PosNetBase):
                              f"and {kernels['w1'].size(0)}); pass --posnet-share none")
 
     def embed(self, x, pos):
-        self.check_length(pos.q)
+        self.check_length(pos)
         k = self.kernels
         u = (x @ k["w1"]).transpose(0, 1).unsqueeze(2)  # (B,T,C) -> (T,B,1,d_p)
-        y = positional_matmul(u, k["phi"], pos.q).squeeze(2).transpose(0, 1)  # (T,B,1,d_p) -> (B,T,d_p)
+        y = positional_matmul(u, k["phi"], pos).squeeze(2).transpose(0, 1)  # (T,B,1,d_p) -> (B,T,d_p)
         return x + self.dropout(F.relu(y) @ k["w2"])  # (B,T,C)

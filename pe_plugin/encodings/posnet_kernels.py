@@ -26,7 +26,7 @@ import torch
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from torch import Tensor, nn
 
-from .base import PositionalEncoding
+from .base import PositionalEncoding, as_positions
 from .limits import BoundedPositions
 
 
@@ -41,34 +41,41 @@ def kernel_rows(phi: Tensor, start: int, count: int) -> Tensor:
     return torch.cat([inside, last]) if inside.size(0) else last
 
 
-def positional_matmul(u: Tensor, phi: Tensor, pos: Tensor) -> Tensor:
-    """y[t,b,n] = u[t,b,n] phi[min(pos[b,t], L-1)] for u (T,B,N,d), phi (L,d,e), pos (B|1,T); returns (T,B,N,e).
-    Positions >= L reuse the last kernel (``--pe-beyond-max clamp``; the encoding has checked them first).
+def positional_matmul(u: Tensor, phi: Tensor, pos) -> Tensor:
+    """y[t,b,n] = u[t,b,n] phi[min(p[b,t], L-1)] for u (T,B,N,d), phi (L,d,e) and the positions p = ``pos.q``
+    (B|1,T) of a ``Positions`` (or a bare tensor); returns (T,B,N,e). Positions >= L reuse the last kernel
+    (``--pe-beyond-max clamp``; the encoding has checked them first). No value is read from the device:
 
-    A (1,T) ``pos`` (no padding, or one decoding step) is a contiguous range: one bmm with phi[start:start+T].
-    Per-row positions (left padding): scatter each row, rotated, into a position-major (P,B,N,d) buffer so the
-    token of position p sits in slot p (pads take the free slots), bmm with phi[:W] (W = longest row), gather
-    back. Pads get some kernel or zero; their outputs are masked downstream.
+    * one range for every row (no padding; ``pos.start`` is a host fact): one bmm with phi[start:start+T];
+    * positions made from a padding mask (either side), T > 1: each row is rotated by its number of leading
+      pads (``Positions.first_real``) so that the token of position p sits in slot p of a position-major
+      (T,B,N,d) buffer (pads take the slots after the row's last token), one bmm with phi[:T], and the
+      inverse rotation brings the products back. Pads get some kernel; their outputs are masked downstream;
+    * otherwise (one decoding step with padding; positions given as values): the kernels gathered per token,
+      (B|1,T,d,e), one batched matmul. A decoding step gathers B kernels.
     """
+    pos = as_positions(pos)
     t, b, n, d = u.shape
-    if pos.size(0) == 1:
-        kernels = kernel_rows(phi, int(pos[0, 0]), t)  # (T,d,e)
+    if pos.start is not None:
+        kernels = kernel_rows(phi, pos.start, t)  # (T,d,e)
         return torch.bmm(u.reshape(t, b * n, d), kernels).view(t, b, n, -1)
-    top, last = pos.max(dim=1)  # (B,) largest position of each row and its column
-    width = int(top.max()) + 1  # W
-    slots = max(width, t)  # P (> T only for a decoding step of a left-padded prefix)
-    off = (last - top).unsqueeze(0)  # (1,B) column of position 0 (real tokens are contiguous)
-    cols, rows = torch.arange(t, device=pos.device).unsqueeze(1), torch.arange(b, device=pos.device)
-    dest = (((cols - off) % slots) * b + rows).reshape(-1)  # (T*B,) buffer row p*B+b of token row c*B+b
-    buf = u.new_zeros(slots * b, n * d).index_copy(0, dest, u.reshape(t * b, n * d))  # (P*B, N*d)
-    y = torch.bmm(buf.view(slots, b * n, d)[:width], kernel_rows(phi, 0, width))  # (W, B*N, e)
-    if width < slots:
-        y = torch.cat([y, y.new_zeros(slots - width, b * n, y.size(-1))])  # (P, B*N, e)
-    y = y.reshape(slots * b, -1).index_select(0, dest).view(t, b, n, -1)  # (T,B,N,e)
-    single = top.eq(0).nonzero().squeeze(1)  # rows with one real token: all their positions read 0
-    if t > 1 and single.numel():
-        y = y.index_copy(1, single, torch.matmul(u.index_select(1, single), phi[0]))
-    return y
+    first = pos.first_real()  # (B,) leading pads of each row, for positions made from a mask
+    if first is not None and t > 1:
+        return _rotated_matmul(u, phi, first)
+    kernels = phi[pos.q.clamp_max(phi.size(0) - 1)]  # (B|1,T,d,e)
+    return (u.transpose(0, 1) @ kernels).transpose(0, 1)  # (B,T,N,d) @ (B|1,T,d,e) -> (T,B,N,e)
+
+
+def _rotated_matmul(u: Tensor, phi: Tensor, first: Tensor) -> Tensor:
+    """The per-row case of ``positional_matmul``: row b's token of position p stands in column p + first[b]."""
+    t, b, n, d = u.shape
+    first = first.unsqueeze(0)  # (1,B)
+    cols, rows = torch.arange(t, device=u.device).unsqueeze(1), torch.arange(b, device=u.device)  # (T,1), (B,)
+    slot = (cols - first) % t  # (T,B): buffer slot of token (column c, row b)
+    column = (cols + first) % t  # (T,B): token column held by buffer slot s of row b
+    buf = u.reshape(t * b, n * d).index_select(0, (column * b + rows).reshape(-1))  # (T*B, N*d), position-major
+    y = torch.bmm(buf.view(t, b * n, d), kernel_rows(phi, 0, t))  # (T, B*N, e): slot s uses phi[s]
+    return y.reshape(t * b, -1).index_select(0, (slot * b + rows).reshape(-1)).view(t, b, n, -1)  # (T,B,N,e)
 
 
 def init_kernels(phi: Tensor, how: str) -> None:

@@ -42,11 +42,14 @@ def t5_bucket(rel: torch.Tensor, bidirectional: bool, num_buckets: int = 32, max
 
 
 def distinct_offsets(rel: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-    """The distinct distances of ``rel`` as a contiguous range, and each pair's index into it.
+    """The distinct distances of ``rel`` (a ``Positions.rel``) as a contiguous range, and each pair's index.
 
-    offsets: (R,) long, R = max - min + 1 (2T - 1 for a square T x T pass, t + 1 for a decoding step)
+    offsets: (R,) long, R = Tq + Tk - 1 (2T - 1 for a square T x T pass, t + 1 for a decoding step)
     index:   (Tq,Tk) long, rel = offsets[index]
-    A function of r evaluated on ``offsets`` and gathered with ``index`` costs O(R) instead of O(Tq Tk).
+    rel[i, j] = j - (Tk - Tq + i) runs from -(Tk - 1) (last query, first key) to Tq - 1 (first query, last
+    key), so the range comes from the shape alone, without reading the device. A function of r evaluated on
+    ``offsets`` and gathered with ``index`` costs O(R) instead of O(Tq Tk).
     """
-    lo, hi = int(rel.min()), int(rel.max())
-    return torch.arange(lo, hi + 1, device=rel.device), rel - lo
+    tq, tk = rel.shape
+    lo = -(tk - 1)
+    return torch.arange(lo, tq, device=rel.device), rel - lo

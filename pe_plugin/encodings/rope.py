@@ -23,7 +23,9 @@ cos / sin tables: one (N, r/2) pair per stack, shared by its layers, computed in
 in float32 is off by up to about 1e-3 rad near p = 1e4) and stored in float32 as non-persistent buffers
 (they follow the model's device and dtype). They start at the side's max positions, so training, whose
 sentences fairseq filters to that length, never resizes them; longer inputs at inference double them on
-demand, so there is no length limit.
+demand, so there is no length limit. Whether to grow is decided on the host from the padded length
+(``Positions.bound``), and positions without padding read a slice of the tables: no value is read from the
+device. On the fast attention path the angles are computed once per stack pass and shared by its layers.
 """
 from dataclasses import dataclass, field
 
@@ -31,7 +33,7 @@ import torch
 from fairseq.dataclass import FairseqDataclass
 
 from . import register_pe
-from .base import PositionalEncoding
+from .base import PositionalEncoding, Positions, as_positions
 
 
 @dataclass
@@ -106,19 +108,24 @@ class RotaryPositionalEncoding(PositionalEncoding):
         self.register_buffer("cos", cos, persistent=False)  # (N, r/2)
         self.register_buffer("sin", sin, persistent=False)  # (N, r/2)
 
-    def _angles(self, pos: torch.Tensor, dtype):
-        """cos and sin at positions ``pos`` (B|1,T): two (B|1,1,T,r/2) tensors in ``dtype``."""
-        need = int(pos.max()) + 1 if pos.numel() else 0
-        if need > self.cos.size(0):  # grow on demand, doubling (no length limit)
-            cos, sin = rotary_tables(max(need, 2 * self.cos.size(0)), self.rotary_dim, self.cfg.rope_base)
+    def _angles(self, pos: Positions, dtype):
+        """cos and sin at positions ``pos.q`` (B|1,T): two (B|1,1,T,r/2) tensors in ``dtype``. The tables grow
+        to the host bound ``pos.bound`` (doubling: no length limit); no value is read from the device."""
+        if pos.bound > self.cos.size(0):
+            cos, sin = rotary_tables(max(pos.bound, 2 * self.cos.size(0)), self.rotary_dim, self.cfg.rope_base)
             self.cos, self.sin = cos.to(self.cos), sin.to(self.sin)
-        cos, sin = self.cos[pos], self.sin[pos]  # (B|1,T,r/2)
+        if pos.start is not None:  # one range for every row: a slice of the tables, no gather
+            rows = slice(pos.start, pos.start + pos.tq)
+            cos, sin = self.cos[rows].unsqueeze(0), self.sin[rows].unsqueeze(0)  # (1,T,r/2)
+        else:
+            cos, sin = self.cos[pos.q], self.sin[pos.q]  # (B,T,r/2)
         return cos.unsqueeze(1).to(dtype), sin.unsqueeze(1).to(dtype)  # (B|1,1,T,r/2)
 
     def rotate(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         """R_p x for x (B,H,T,d): pairs (x_i, x_{i+r/2}) of the first r dimensions rotated, the rest kept."""
         return Rotate.apply(x, cos, sin, self.rotary_dim)  # (B,H,T,d)
 
-    def transform_qk(self, q, k, q_pos, layer):
-        cos, sin = self._angles(q_pos, q.dtype)
+    def transform_qk(self, q, k, pos, layer):
+        pos = as_positions(pos)
+        cos, sin = self.memo(("rope-angles", q.dtype), lambda: self._angles(pos, q.dtype), pos)  # once per pass
         return self.rotate(q, cos, sin), self.rotate(k, cos, sin)

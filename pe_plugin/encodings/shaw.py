@@ -6,7 +6,8 @@ idx(i,j) = clip(j - i, -k, k) + k. With q already scaled by d^-1/2 (as fairseq d
     z_i  = sum_j a_ij v_j + sum_j a_ij W^V[idx(i,j)]        (the value hook adds the second term)
 Neither term builds a (Tq,Tk,d) tensor (docs/encodings.md §RPE):
     key term:   R = q W^K^T (B,H,Tq,2k+1), then gather R along the last axis with idx      O(B H Tq (2k+1) d)
-    value term: P = scatter_add of the (dropped-out) weights a into their buckets (B,H,Tq,2k+1), then P W^V
+    value term: P = scatter_add of the (dropped-out) weights a into their buckets (B,H,Tq,2k+1), then P W^V;
+                on the fast path a arrives in float32, so under fp16 the bucket sums accumulate in float32
 Tables are initialised N(0, d^-1/2) (the paper does not say; our choice, docs/encodings.md §RPE). No absolute
 encoding is added (the paper found no gain from adding sinusoids). Clipping makes every distance beyond k share row k.
 
@@ -77,6 +78,15 @@ class ShawRelativePositionalEncoding(PositionalEncoding):
         std = dims.head_dim ** -0.5
         self.key_table = None if cfg.rpe_no_keys else nn.Parameter(torch.randn(shape) * std)
         self.value_table = None if cfg.rpe_no_values else nn.Parameter(torch.randn(shape) * std)
+
+    def uses(self, hook):
+        # --rpe-no-keys / --rpe-no-values switch a term off: attention then skips it (without a value term it
+        # keeps the fused kernel, with the key term as its float mask)
+        if hook == "score_bias":
+            return self.key_table is not None
+        if hook == "value_bias":
+            return self.value_table is not None
+        return super().uses(hook)
 
     @staticmethod
     def _table(table: torch.Tensor, dtype) -> torch.Tensor:

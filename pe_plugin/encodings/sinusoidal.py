@@ -49,7 +49,8 @@ class SinusoidalPositionalEncoding(PositionalEncoding):
         return table
 
     def embed(self, x, pos):
+        rows = pos.bound + self.dims.padding_idx + 1  # a host bound on the largest row index, plus one
+        if rows > self.table.size(0):  # grow on demand (no length limit)
+            self.table = self._table(rows).to(self.table)
         idx = absolute_index(pos, self.dims.padding_idx)  # (B|1, T)
-        if int(idx.max()) >= self.table.size(0):  # grow on demand (no length limit)
-            self.table = self._table(int(idx.max()) + 1).to(self.table)
         return x + self.table[idx].to(x.dtype)  # (B, T, C)

@@ -4,8 +4,9 @@ One table E in R^{N x H} per stack, shared by all its self-attention layers (as 
 layer and reuses it); separate tables for the encoder (bidirectional buckets) and the decoder (causal
 buckets, every future key in bucket 0); none in cross-attention. With q already scaled by d^-1/2:
     e_ij = q_i . k_j + E[bucket(j - i), h]          bucket: ``relative.t5_bucket`` (docs/encodings.md §T5)
-The bias does not depend on q, so it is returned as (1,H,Tq,Tk) and attention keeps the fused kernel (the
-bias travels as its float mask). Init as HF T5: E ~ N(0, C^-1/2).
+The bias does not depend on q (``position_bias``): it is one (1,H,Tq,Tk) tensor, which the fast attention path
+computes once per stack pass and folds, with the causal and padding masks, into the float mask of the fused
+kernel that every layer shares. Init as HF T5: E ~ N(0, C^-1/2).
 """
 from dataclasses import dataclass, field
 
@@ -45,6 +46,6 @@ class T5RelativeBias(PositionalEncoding):
             )
         self.table = nn.Parameter(torch.randn(n, dims.num_heads) * dims.embed_dim ** -0.5)  # (N, H)
 
-    def score_bias(self, q, pos, layer):
+    def position_bias(self, pos):
         bucket = t5_bucket(pos.rel, not self.dims.causal, self.cfg.t5_num_buckets, self.cfg.t5_max_distance)  # (Tq,Tk)
-        return self.table[bucket].permute(2, 0, 1).unsqueeze(0).to(q.dtype)  # (Tq,Tk,H) -> (1,H,Tq,Tk)
+        return self.table[bucket].permute(2, 0, 1).unsqueeze(0)  # (Tq,Tk,H) -> (1,H,Tq,Tk)

@@ -11,6 +11,8 @@ Everything is done by subclassing and overriding builder hooks:
     acts on for ``PEAttention``, initialised from the stock module's weights.
 Cross-attention is never touched.
 
+``--pe-attention-impl {auto,reference}`` selects the attention's fast paths or the reference formulation
+(``modules/pe_attention``); a checkpoint saved without the flag gets ``auto``.
 ``--pe-beyond-max {error,clamp}`` (``encodings.limits``) sets what encodings with a position limit do beyond
 it; under ``clamp`` both stacks' ``max_positions()`` report no limit, so that fairseq-generate decodes every
 sentence instead of stopping before the first one that does not fit.
@@ -33,6 +35,7 @@ from ..modules.pe_embedding import DropoutThenEmbed, PositionSlot
 from . import validation
 
 logger = logging.getLogger(__name__)
+ATTENTION_IMPLS = ("auto", "reference")  # --pe-attention-impl, see modules/pe_attention.py
 
 
 def _stack_cfg(args):
@@ -57,6 +60,12 @@ class _PEStack:
         if pe.embed_after_dropout and pe.has_embedding_hook():
             self.dropout_module = DropoutThenEmbed(self.dropout_module, self.embed_positions)
 
+    def _one_pass(self, run):
+        """Run one forward pass of the stack inside the encoding's pass scope (what the layers share is
+        computed once: ``PositionalEncoding.memo``)."""
+        with self.pe.pass_scope():
+            return run()
+
     def max_positions(self):
         """fairseq's limit (--max-source/target-positions, and the encoding's), or none under ``clamp``."""
         if getattr(self.pe, "beyond_max", "error") == "clamp":
@@ -79,6 +88,9 @@ class PETransformerEncoder(_PEStack, TransformerEncoderBase):
         super().__init__(cfg, dictionary, embed_tokens)
         self._attach_pe_after_init()
 
+    def forward(self, *args, **kwargs):
+        return self._one_pass(lambda: super(PETransformerEncoder, self).forward(*args, **kwargs))
+
     def build_encoder_layer(self, cfg):
         layer = super().build_encoder_layer(cfg)
         return self._install_pe_attention(
@@ -91,6 +103,10 @@ class PETransformerDecoder(_PEStack, TransformerDecoderBase):
         self._attach_pe_before_init(pe)
         super().__init__(cfg, dictionary, embed_tokens, no_encoder_attn=no_encoder_attn)
         self._attach_pe_after_init()
+
+    def extract_features(self, *args, **kwargs):
+        # one pass: the full target in training, or one step of incremental decoding
+        return self._one_pass(lambda: super(PETransformerDecoder, self).extract_features(*args, **kwargs))
 
     def build_decoder_layer(self, cfg, no_encoder_attn=False):
         layer = super().build_decoder_layer(cfg, no_encoder_attn)
@@ -120,6 +136,10 @@ class PETransformerModel(TransformerModel):
                 gen_parser_from_dataclass(staging, pe_cls.config_cls(), delete_default=True)
         for action in staging._actions:
             group._add_action(action)
+        group.add_argument("--pe-attention-impl", choices=ATTENTION_IMPLS, default="auto",
+                           help="self-attention of the encodings: auto (fast paths: what the layers share is "
+                                "computed once per pass) or reference (every layer recomputes it, as the equations "
+                                "read; the fast paths are tested against it)")
         group.add_argument("--pe-beyond-max", choices=BEYOND_MAX_CHOICES, default="error",
                            help="positions beyond what LAPE / PosNet support (--max-source/target-positions): "
                                 "error (stop; fairseq-generate stops before decoding) or clamp (reuse the last "
@@ -154,6 +174,7 @@ class PETransformerModel(TransformerModel):
             raise validation.PEConfigError(str(e)) from e
         pe = pe if pe is not None else NoPositionalEncoding(None, dims)
         pe.beyond_max = getattr(args, "pe_beyond_max", None) or "error"  # encodings.limits
+        pe.attention_impl = getattr(args, "pe_attention_impl", None) or "auto"
         return pe
 
     @classmethod

@@ -15,6 +15,13 @@ This is the project's one deliberate re-implementation of fairseq code: the forw
 
 When the encoding has no value bias and no weights are requested, the product runs in the fused
 ``F.scaled_dot_product_attention`` kernel with the bias as a float mask.
+
+Two implementations (``--pe-attention-impl``): ``auto`` (default) keeps what the layers share for one stack pass
+(``PositionalEncoding.memo``: the positions; the position bias with the causal and padding masks folded in, so
+T5 and ALiBi build one (B|1,H,Tq,Tk) mask per pass instead of one per layer), adds the masks into the logits in
+place and sums the value bias in float32; ``reference`` recomputes everything in every layer, as the equations
+read, and is what the fast path is tested against (tests/test_fast_paths.py). Neither reads a value from the
+device: positions and lengths come from shapes and masks (``Positions``).
 Projections, parameter names, the incremental cache layout ("attn_state": prev_key / prev_value as
 (B, H, T, d)) and beam reordering are inherited from fairseq, so checkpoints and generators see a normal
 ``MultiheadAttention``.
@@ -44,6 +51,49 @@ class PEAttention(MultiheadAttention):
     def _split_heads(self, x: Tensor) -> Tensor:
         t, b, _ = x.shape
         return x.view(t, b, self.num_heads, self.head_dim).permute(1, 2, 0, 3)  # (T,B,C) -> (B,H,T,d)
+
+    @staticmethod
+    def _mask(bias: Optional[Tensor], attn_mask: Optional[Tensor], key_padding_mask: Optional[Tensor],
+              bsz: int, src_len: int, dtype) -> Optional[Tensor]:
+        """bias (1,H,Tq,Tk) + attn_mask (Tq,Tk), with -inf at padded keys: (B|1,H|1,Tq,Tk) in ``dtype``, or None."""
+        mask = bias
+        if attn_mask is not None:
+            attn_mask = attn_mask.to(dtype if bias is None else bias.dtype)  # (Tq, Tk), -inf above the diagonal
+            mask = attn_mask if mask is None else mask + attn_mask
+        if key_padding_mask is not None:
+            pad = key_padding_mask.bool().view(bsz, 1, 1, src_len)
+            mask = torch.zeros(bsz, 1, 1, src_len, dtype=dtype, device=pad.device) if mask is None else mask
+            mask = mask.masked_fill(pad, float("-inf"))
+        return None if mask is None else mask.to(dtype)
+
+    def _explicit(self, q, k, v, mask, q_bias, pos, pe) -> Tuple[Tensor, Tensor]:
+        """The attention product with its probabilities in memory (for the value bias, or weights to return):
+        (B,H,Tq,d) output and the (B,H,Tq,Tk) probabilities. The fast path adds the masks into the logits in
+        place and keeps the dropped-out probabilities in float32 for the value bias (float32 sums under
+        fp16); the reference path is the present formulation, a new tensor at each step."""
+        logits = q @ k.transpose(-1, -2)  # (B,H,Tq,Tk)
+        softmax_dtype = torch.promote_types(q.dtype, torch.float32)  # float32 under fp16, float64 stays
+        if pe.fast:
+            for term in (mask, q_bias):  # each broadcasts to the logits' shape: added in place
+                if term is not None:
+                    logits.add_(term)
+            probs = F.softmax(logits, dim=-1, dtype=softmax_dtype)  # (B,H,Tq,Tk), at least float32
+            dropped = self.dropout_module(probs)
+            attn = dropped.to(v.dtype) @ v  # (B,H,Tq,d)
+        else:
+            if q_bias is not None:
+                mask = q_bias if mask is None else q_bias + mask
+            if mask is not None:
+                logits = logits + mask
+            probs = F.softmax(logits, dim=-1, dtype=softmax_dtype).to(q.dtype)
+            dropped = self.dropout_module(probs)
+            attn = dropped @ v  # (B,H,Tq,d)
+        bias = pe.value_bias(dropped, pos, self.layer) if pe.uses("value_bias") else None
+        if bias is not None:
+            attn = attn + bias.to(attn.dtype)
+        if self.capture_weights:
+            self.last_weights = probs.detach()
+        return attn, probs
 
     def forward(
         self,
@@ -81,13 +131,14 @@ class PEAttention(MultiheadAttention):
                 src_len=src_len,
                 static_kv=False,
             )  # (B, Tk) or None
-        nonpad = None if key_padding_mask is None else ~key_padding_mask.bool()
-        k_pos = Positions.from_padding(nonpad, src_len, query.device)  # (B|1, Tk)
-        pos = Positions(k_pos[:, n_cached:], k_pos)
+        # the positions of the new tokens (queries, and the keys that join the cache), shared by the layers
+        pos = pe.memo(("positions", tgt_len, src_len), lambda: Positions.from_mask(
+            None if key_padding_mask is None else ~key_padding_mask.bool(), tgt_len, src_len, query.device),
+            key_padding_mask)
 
         # keys and values are transformed once, before caching: (B,H,Tq,d); the new keys stand at pos.q
-        q, k = pe.transform_qk(q, k, pos.q, self.layer)
-        v = pe.transform_values(v, pos.q, self.layer)
+        q, k = pe.transform_qk(q, k, pos, self.layer)
+        v = pe.transform_values(v, pos, self.layer)
         if saved is not None:
             if n_cached:
                 k = torch.cat([saved["prev_key"], k], dim=2)  # (B,H,Tk,d)
@@ -96,40 +147,28 @@ class PEAttention(MultiheadAttention):
             saved["prev_key_padding_mask"] = key_padding_mask
             self._set_input_buffer(incremental_state, saved)
 
-        # additive float mask (B|1, H|1, Tq, Tk): encoding bias, causal mask, key padding
-        mask = pe.score_bias(q, pos, self.layer)
-        if attn_mask is not None:
-            attn_mask = attn_mask.to(q.dtype)  # (Tq, Tk), -inf above the diagonal
-            mask = attn_mask if mask is None else mask + attn_mask
-        if key_padding_mask is not None:
-            pad = key_padding_mask.bool().view(bsz, 1, 1, src_len)
-            mask = q.new_zeros(bsz, 1, 1, src_len) if mask is None else mask
-            mask = mask.masked_fill(pad, float("-inf"))
-        if mask is not None:
-            mask = mask.to(q.dtype)
+        # additive float mask (B|1, H|1, Tq, Tk): position bias, causal mask, key padding. It is the same in
+        # every layer, so the fast path builds it once per pass; the q-dependent score bias joins it per layer.
+        shared_bias = pe.position_bias_is_shared()
+        mask = pe.memo(("mask", q.dtype, None if shared_bias else self.layer),
+                       lambda: self._mask(pe.position_bias(pos), attn_mask, key_padding_mask, bsz, src_len, q.dtype),
+                       pos, attn_mask)
+        q_bias = pe.score_bias(q, pos, self.layer) if pe.uses("score_bias") else None  # (B,H,Tq,Tk) or None
 
         dropout_p = self.dropout_module.p if (self.training or self.dropout_module.apply_during_inference) else 0.0
         probs = None
-        if not (need_weights or self.capture_weights or pe.overrides("value_bias")):
+        if not (need_weights or self.capture_weights or pe.uses("value_bias")):
+            if q_bias is not None:
+                mask = q_bias if mask is None else q_bias + mask
             attn = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=1.0)
         else:
-            logits = q @ k.transpose(-1, -2)  # (B,H,Tq,Tk)
-            if mask is not None:
-                logits = logits + mask
-            probs = F.softmax(logits, dim=-1, dtype=torch.float32).to(q.dtype)
-            dropped = self.dropout_module(probs)
-            attn = dropped @ v  # (B,H,Tq,d)
-            bias = pe.value_bias(dropped, pos, self.layer)
-            if bias is not None:
-                attn = attn + bias
-            if self.capture_weights:
-                self.last_weights = probs.detach()
+            attn, probs = self._explicit(q, k, v, mask, q_bias, pos, pe)
 
         attn = attn.permute(2, 0, 1, 3).reshape(tgt_len, bsz, embed_dim)  # (B,H,Tq,d) -> (Tq,B,C)
         attn = self.out_proj(attn)
         weights = None
         if need_weights and probs is not None:
-            weights = probs.transpose(0, 1)  # (H,B,Tq,Tk), fairseq's head-weights layout
+            weights = probs.to(q.dtype).transpose(0, 1)  # (H,B,Tq,Tk), fairseq's head-weights layout
             if not need_head_weights:
                 weights = weights.mean(dim=0)  # (B,Tq,Tk)
         return attn, weights

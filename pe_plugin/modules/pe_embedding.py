@@ -35,16 +35,17 @@ class PositionSlot(nn.Module):
 
     def forward(self, tokens: torch.Tensor, incremental_state=None) -> Optional[torch.Tensor]:
         # tokens (B, T): the whole prefix in incremental decoding, of which only the last column is embedded
+        # positions from the padding mask, lazily and without reading the device (``Positions``)
         pos = Positions.for_tokens(tokens, self.padding_idx, last_only=incremental_state is not None)
         self.current = pos
-        if self.pe.embed_after_dropout:
-            # nothing to add before dropout; a (1,1,1) zero rather than None, because the encoder adds the
+        if self.pe.embed_after_dropout or not self.pe.has_embedding_hook():
+            # nothing to add before dropout (or at all); a (1,1,1) zero rather than None, because the encoder adds the
             # slot's output unconditionally (``embed + embed_positions(tokens)``)
             return self._embed_tokens[0].weight.new_zeros(1, 1, 1)
         # hooks that run before dropout are additive (x + P(pos)), so fairseq's ``x + embed_positions``
         # receives P(pos) = embed(0, pos)
         weight = self._embed_tokens[0].weight
-        zeros = weight.new_zeros(pos.q.size(0), pos.q.size(1), self.pe.dims.embed_dim)
+        zeros = weight.new_zeros(tokens.size(0), pos.tq, self.pe.dims.embed_dim)
         return self.pe.embed(zeros, pos)  # (B|1, T, C)
 
 

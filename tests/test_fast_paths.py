@@ -1,0 +1,205 @@
+"""The attention's fast paths (``--pe-attention-impl auto``) against the reference formulation, and the host syncs
+of a training step and of a decoding step against stock fairseq's.
+
+A GPU step stalls whenever Python reads a value from the device. The syncs are counted with a dispatch mode on
+the CPU: the aten ops that read a value back (``_local_scalar_dense`` for ``int()``/``bool()``/``.item()``,
+``nonzero``, ``is_nonzero``, ``equal``) are the ones that wait for the GPU there.
+"""
+import traceback
+from collections import Counter
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import pe_testing
+from pe_plugin.encodings import PE_REGISTRY
+from pe_plugin.encodings.base import Positions
+from pe_plugin.encodings.posnet_kernels import positional_matmul
+from pe_plugin.modules.pe_attention import PEAttention
+
+SYNC_OPS = {"_local_scalar_dense", "nonzero", "is_nonzero", "item", "equal"}
+PLUGIN_DIR = str(pe_testing.REPO / "pe_plugin")
+
+# 3+3 layers, 4 heads, dimension 64, at base size (the sizes' own defaults: RPE per-head tables, PosNet d_p 128)
+SMALL = ["--encoder-layers", "3", "--decoder-layers", "3", "--encoder-embed-dim", "64", "--decoder-embed-dim", "64",
+         "--encoder-ffn-embed-dim", "128", "--decoder-ffn-embed-dim", "128",
+         "--encoder-attention-heads", "4", "--decoder-attention-heads", "4"]
+# settings that take other code paths than the defaults
+VARIANTS = {
+    "rpe": [["--rpe-no-values"], ["--rpe-no-keys"], ["--rpe-shared-heads"]],
+    "at5": [["--at5-all-layers"]],
+    "alibi": [["--alibi-encoder", "directional"]],
+    "posnet_attn": [["--posnet-attn-per-layer"]],
+    "rope": [["--rope-fraction", "0.5"]],
+}
+CASES = [(pe, []) for pe in PE_REGISTRY] + [(pe, v) for pe, vs in VARIANTS.items() for v in vs]
+IDS = [pe + "".join(v).replace("--", "-") for pe, v in CASES]
+
+
+class SyncCounter(TorchDispatchMode):
+    """Counts the ops that read a value from the device, and where in pe_plugin they were asked for."""
+
+    def __init__(self):
+        super().__init__()
+        self.count, self.from_plugin = 0, Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.overloadpacket.__name__ in SYNC_OPS:
+            self.count += 1
+            frames = [f for f in traceback.extract_stack() if "fairseq" in f.filename or PLUGIN_DIR in f.filename]
+            if frames and PLUGIN_DIR in frames[-1].filename:  # the innermost library frame is the plugin's
+                self.from_plugin[f"{frames[-1].filename.rsplit('/', 1)[-1]}:{frames[-1].lineno}"] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def _syncs(data_bin, arch, extra=()):
+    """Syncs of one training step (forward and backward of the loss, left-padded sources, right-padded targets)
+    and of one incremental decoding step after two."""
+    task, model, args = pe_testing.build_model(data_bin, arch, SMALL + list(extra))
+    sample = pe_testing.batch(task, "train", n=8)
+    criterion = task.build_criterion(args)
+    model.train()
+    train = SyncCounter()
+    with train:
+        loss, _, _ = criterion(model, sample)
+        loss.backward()
+    model.eval()
+    net, step, state = sample["net_input"], SyncCounter(), {}
+    with torch.no_grad():
+        enc = model.encoder(net["src_tokens"], net["src_lengths"])
+        prev = net["prev_output_tokens"][:, :3]
+        model.decoder(prev[:, :1], enc, incremental_state=state)
+        model.decoder(prev[:, :2], enc, incremental_state=state)
+        with step:
+            model.decoder(prev[:, :3], enc, incremental_state=state)
+    return train, step
+
+
+@pytest.fixture(scope="module")
+def stock_syncs(data_bin):
+    train, step = _syncs(data_bin, "transformer_wmt_en_de")
+    assert train.count > 0 and step.count > 0  # the counter sees fairseq's own (its padding checks)
+    return train.count, step.count
+
+
+@pytest.mark.parametrize("pe,extra", CASES, ids=IDS)
+def test_no_host_syncs_beyond_stock_fairseq(data_bin, stock_syncs, pe, extra):
+    train, step = _syncs(data_bin, f"transformer_{pe}_wmt_en_de", extra)
+    assert not train.from_plugin and not step.from_plugin, (train.from_plugin, step.from_plugin)
+    assert train.count <= stock_syncs[0] and step.count <= stock_syncs[1], (train.count, step.count, stock_syncs)
+
+
+def test_the_sync_counter_sees_a_read_from_the_plugin(data_bin, monkeypatch):
+    """Negative control: a position check that reads the device, as the released code's, is caught."""
+    cls = PE_REGISTRY["lape"]
+    check = cls.check_length
+    monkeypatch.setattr(cls, "check_length", lambda self, pos: (int(pos.q.max()), check(self, pos)))
+    train, _ = _syncs(data_bin, "transformer_lape_wmt_en_de")
+    assert sum(train.from_plugin.values()) == 2  # encoder and decoder embeddings
+
+
+# ---- fast paths equal the reference ----------------------------------------------------------------------------
+def _pair(data_bin, pe, extra):
+    """The same float64 model (same seed) with the fast and the reference attention."""
+    models = []
+    for impl in ("auto", "reference"):
+        flags = SMALL + list(extra) + ["--pe-attention-impl", impl, "--attention-dropout", "0"]
+        task, model, _ = pe_testing.build_model(data_bin, f"transformer_{pe}_wmt_en_de", flags)
+        models.append(model.double())
+    return task, models
+
+
+def _loss_and_grads(model, sample, weights):
+    model.train()
+    model.zero_grad()
+    torch.manual_seed(1)  # the same dropout draws (AT5's MLP) on both paths
+    net = sample["net_input"]
+    logits, _ = model(net["src_tokens"], net["src_lengths"], net["prev_output_tokens"])
+    real = net["prev_output_tokens"].ne(1).unsqueeze(-1)  # compare real target tokens only
+    loss = (logits * weights * real).sum()
+    loss.backward()
+    return logits.detach() * real, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("pe,extra", CASES, ids=IDS)
+def test_fast_path_equals_reference_in_training_and_decoding(data_bin, pe, extra):
+    task, (fast, ref) = _pair(data_bin, pe, extra)
+    sample = pe_testing.batch(task, "train", n=8)
+    torch.manual_seed(0)
+    weights = torch.randn(*sample["net_input"]["prev_output_tokens"].shape, len(task.target_dictionary),
+                          dtype=torch.float64)
+    out_fast, grads_fast = _loss_and_grads(fast, sample, weights)
+    out_ref, grads_ref = _loss_and_grads(ref, sample, weights)
+    torch.testing.assert_close(out_fast, out_ref, rtol=1e-10, atol=1e-10)
+    assert grads_fast.keys() == grads_ref.keys() and len(grads_fast) > 0
+    for name in grads_ref:
+        torch.testing.assert_close(grads_fast[name], grads_ref[name], rtol=1e-9, atol=1e-10, msg=name)
+    # incremental decoding: beam search step by step equals the full pass, on both paths
+    for model in (fast, ref):
+        model.eval()
+        assert pe_testing.rescore_max_diff(task, model, pe_testing.batch(task, "test", n=6), beam=3) < 1e-5  # the generator keeps scores in float32
+
+
+def test_fast_path_builds_the_shared_bias_once_per_pass(data_bin):
+    """T5's bias: once per stack pass on the fast path (encoder + decoder = 2), once per layer on the reference."""
+    counts = {}
+    for impl in ("auto", "reference"):
+        task, model, _ = pe_testing.build_model(data_bin, "transformer_t5_wmt_en_de",
+                                                SMALL + ["--pe-attention-impl", impl])
+        calls = []
+        for pe in (model.encoder.pe, model.decoder.pe):
+            original = pe.position_bias
+            pe.position_bias = lambda pos, original=original: calls.append(1) or original(pos)
+        net = pe_testing.batch(task, "train", n=4)["net_input"]
+        model(net["src_tokens"], net["src_lengths"], net["prev_output_tokens"])
+        counts[impl] = len(calls)
+    assert counts == {"auto": 2, "reference": 6}
+
+
+def test_rpe_without_values_keeps_the_fused_kernel(monkeypatch):
+    """--rpe-no-values: no value term, so attention takes the fused kernel with the key term as its mask."""
+    from pe_plugin.encodings.base import Dims
+    from pe_plugin.encodings.shaw import ShawConfig
+    from pe_plugin.modules import pe_attention
+
+    dims = Dims(embed_dim=16, num_heads=2, num_layers=1, max_positions=64, padding_idx=1, side="encoder")
+    calls = []
+    sdpa = pe_attention.F.scaled_dot_product_attention
+    monkeypatch.setattr(pe_attention.F, "scaled_dot_product_attention", lambda *a, **k: calls.append(1) or sdpa(*a, **k))
+    for no_values, expected in ((True, [1]), (False, [])):
+        calls.clear()
+        pe = PE_REGISTRY["rpe"](ShawConfig(rpe_max_relative_position=2, rpe_no_values=no_values), dims)
+        attn = PEAttention(16, 2, pe, 0)
+        attn(torch.randn(5, 3, 16), None, None, need_weights=False)
+        assert calls == expected
+
+
+# ---- the kernel product of positions made from a padding mask -----------------------------------------------
+def _loop(u, phi, pos, nonpad):
+    y = u.new_zeros(*u.shape[:3], phi.size(-1))
+    for b, t in nonpad.nonzero().tolist():
+        y[t, b] = u[t, b] @ phi[min(int(pos[b, t]), phi.size(0) - 1)]
+    return y
+
+
+@pytest.mark.parametrize("lengths,left,lmax", [
+    ([7, 5, 1, 3], True, 9), ([7, 5, 1, 3], False, 9), ([1, 1], True, 9), ([6, 6], False, 9), ([9, 3, 12], True, 5)])
+def test_rotated_kernel_product_equals_per_token_loop(lengths, left, lmax):
+    """The sync-free rotation (positions from a mask) against a loop over tokens, values and gradients; with
+    L_max 5, positions beyond it reuse the last kernel."""
+    torch.manual_seed(0)
+    t, b = max(lengths), len(lengths)
+    nonpad = torch.zeros(b, t, dtype=torch.bool)
+    for row, n in enumerate(lengths):
+        nonpad[row, slice(t - n, None) if left else slice(0, n)] = True
+    pos = Positions.from_mask(nonpad, t, t, "cpu")
+    assert pos.first_real() is not None  # the rotation, not the gather
+    u = torch.randn(t, b, 2, 4, dtype=torch.double, requires_grad=True)
+    phi = torch.randn(lmax, 4, 3, dtype=torch.double, requires_grad=True)
+    y = positional_matmul(u, phi, pos) * nonpad.t()[:, :, None, None]
+    ref = _loop(u, phi, pos.q, nonpad)
+    torch.testing.assert_close(y, ref, rtol=1e-12, atol=1e-12)
+    w = torch.randn_like(y)
+    for g, r in zip(torch.autograd.grad((y * w).sum(), (u, phi)), torch.autograd.grad((ref * w).sum(), (u, phi))):
+        torch.testing.assert_close(g, r, rtol=1e-12, atol=1e-12)
