@@ -5,12 +5,22 @@ import when tensorboardX is missing. Translation never uses tensorboardX (``--te
 through ``torch.utils.tensorboard`` and warns on its own if that is missing), so the line is noise. Importing
 pe_plugin before fairseq (as our scripts do) installs a filter on exactly that logger and message; every other
 record, of that logger too, passes. fairseq's command-line tools log the notice before they load
-``--user-dir``, so ``pe_tools.recipes.launch`` drops the same line from their output; both use the literals of
-``pe_tools.log_noise``. See docs/fairseq.md §Log noise.
+``--user-dir``, so ``pe_tools.recipes.launch`` drops the same line from their output. See docs/fairseq.md
+§Log noise.
+
+The literals live here; ``pe_tools/log_noise.py`` keeps a copy (pe_plugin imports nothing from pe_tools, and the
+tools' text-only modules must not import pe_plugin, whose ``__init__`` imports fairseq); tests/test_standalone.py
+checks that the copies are equal. This module imports neither torch nor fairseq.
 """
 import logging
+import re
 
-from pe_tools.log_noise import LOGGER, NOTICE
+LOGGER = "fairseq.tasks.text_to_speech"
+NOTICE = "Please install tensorboardX"
+
+# the printed form, under fairseq's format ("... | fairseq.tasks.text_to_speech | Please ...") or logging's
+# default one ("INFO:fairseq.tasks.text_to_speech:Please ...")
+PRINTED_NOTICE = re.compile(re.escape(LOGGER) + r" ?[|:] ?" + re.escape(NOTICE))
 
 
 class DropTensorboardXNotice(logging.Filter):

@@ -1,6 +1,10 @@
-"""Names shared by pe_plugin (which registers the architectures) and the tools (which build commands and
-reports), as plain data: the baseline encoding, the architecture sizes and ``transformer_<pe>_<size>`` names.
-pe_plugin/models/architectures.py registers one architecture per encoding and row of SIZES."""
+"""A copy of ``pe_plugin/naming.py``, the names pe_plugin registers, for the tools (which build commands and
+reports): the baseline encoding, the architecture sizes and ``transformer_<pe>_<size>`` names.
+
+A copy because importing anything under pe_plugin runs ``pe_plugin/__init__``, which imports fairseq and torch,
+and ``pe_tools.naming`` must not; and pe_plugin imports nothing from pe_tools, so that the folder pe_plugin/
+alone works as a fairseq ``--user-dir``. tests/test_standalone.py checks that this copy equals the plugin's:
+change ``pe_plugin/naming.py`` first, then this file."""
 
 BASELINE = "sape"  # the encoding every report compares with (sinusoidal absolute positions)
 

@@ -12,19 +12,18 @@ flags given on the command line win.
 from fairseq.models import register_model_architecture
 from fairseq.models.transformer import transformer_legacy as stock
 
-from pe_tools.naming import SIZES as SIZE_CLASSES, arch_name  # noqa: F401  (arch_name: re-exported)
-
 from .. import cli_errors
 from ..encodings import PE_REGISTRY
+from ..naming import SIZES as SIZE_CLASSES, arch_name  # noqa: F401  (arch_name: re-exported)
 from .validation import PEConfigError
 
-PARENTS = {  # fairseq's parent architecture of each size (pe_tools.naming.SIZES: suffix -> size class)
+PARENTS = {  # fairseq's parent architecture of each size (pe_plugin.naming.SIZES: suffix -> size class)
     "tiny": stock.tiny_architecture,
     "wmt_en_de": stock.transformer_wmt_en_de,
     "wmt_en_de_big": stock.transformer_wmt_en_de_big,
     "wmt_en_fr_big": stock.transformer_vaswani_wmt_en_fr_big,
 }
-assert set(PARENTS) == set(SIZE_CLASSES), "pe_tools.naming.SIZES and PARENTS must name the same sizes"
+assert set(PARENTS) == set(SIZE_CLASSES), "pe_plugin.naming.SIZES and PARENTS must name the same sizes"
 # (suffix, fairseq parent architecture, size class)
 SIZES = [(suffix, PARENTS[suffix], size) for suffix, size in SIZE_CLASSES.items()]
 

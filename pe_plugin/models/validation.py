@@ -3,9 +3,9 @@
 Every error names the flag (or the file) at fault and the fix.
 """
 import logging
-from pe_tools.naming import arch_name
 
 from ..encodings import PE_REGISTRY, config_fields, get_pe_class
+from ..naming import arch_name
 
 logger = logging.getLogger("pe_plugin")
 

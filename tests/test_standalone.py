@@ -1,0 +1,222 @@
+"""pe_plugin/ stands alone: a copy of that one folder is a fairseq ``--user-dir``, as a fairseq user would use it.
+
+The plugin imports nothing from pe_tools (checked on the source, lazy imports in functions included, and by
+running fairseq-train and fairseq-generate on a copy of pe_plugin/ where ``import pe_tools`` fails). The tools
+keep torch-free copies of the plugin's names and log-noise literals (``pe_tools/naming.py``,
+``pe_tools/log_noise.py``), which must equal the plugin's.
+"""
+import ast
+import os
+import re
+import shutil
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+from pe_testing import REPO, TRAIN_FLAGS, run
+from test_end_to_end import n_hypotheses, n_test
+
+from pe_plugin import log_noise as plugin_log_noise
+from pe_plugin import naming as plugin_naming
+from pe_plugin.encodings import PE_REGISTRY
+from pe_tools import log_noise as tools_log_noise
+from pe_tools import naming as tools_naming
+
+PLUGIN_DIR = REPO / "pe_plugin"
+
+
+# ---- the source: no import reaches outside pe_plugin/ ------------------------------------------------------
+def _imports(path):
+    """(line, absolute module name) of every import in ``path``, at any depth (lazy imports in functions too),
+    relative ones resolved against the file's package, plus string arguments of importlib.import_module and
+    __import__ calls."""
+    package = list(path.relative_to(REPO).with_suffix("").parts)[:-1]  # P for P/m.py and P/__init__.py alike
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[:len(package) - node.level + 1] if node.level <= len(package) else ["<outside>"]
+                found.append((node.lineno, ".".join(base + ([node.module] if node.module else []))))
+            else:
+                found.append((node.lineno, node.module))
+        elif isinstance(node, ast.Call):
+            name = getattr(node.func, "attr", getattr(node.func, "id", ""))
+            if name in ("import_module", "__import__") and node.args and isinstance(node.args[0], ast.Constant):
+                found.append((node.lineno, str(node.args[0].value)))
+    return found
+
+
+def test_the_plugin_imports_nothing_from_pe_tools():
+    files = sorted(PLUGIN_DIR.rglob("*.py"))
+    assert len(files) > 20 and PLUGIN_DIR / "models" / "validation.py" in files
+    bad = [f"{path.relative_to(REPO)}:{line}: {module}" for path in files for line, module in _imports(path)
+           if module.split(".")[0] in ("pe_tools", "<outside>", "tests", "scripts")]
+    assert not bad, "pe_plugin/ must stand alone:\n" + "\n".join(bad)
+    # the resolution of relative imports is right (else the check above could pass on wrong names)
+    validation = dict((m, line) for line, m in _imports(PLUGIN_DIR / "models" / "validation.py"))
+    assert "pe_plugin.naming" in validation and "pe_plugin.encodings" in validation
+
+
+def test_the_plugins_names_and_literals_import_neither_torch_nor_fairseq():
+    """So that the tools' copies can be plain copies: pe_plugin/naming.py imports nothing, log_noise.py only the
+    standard library."""
+    assert _imports(PLUGIN_DIR / "naming.py") == []
+    assert sorted(m for _, m in _imports(PLUGIN_DIR / "log_noise.py")) == ["logging", "re"]
+
+
+# ---- the tools' copies equal the plugin's ------------------------------------------------------------------
+# stock fairseq architectures, ours, and near misses; is_pe_arch must answer the same on each
+ARCH_NAMES = [
+    "transformer", "transformer_tiny", "transformer_wmt_en_de", "transformer_wmt_en_de_big",
+    "transformer_vaswani_wmt_en_fr_big", "transformer_iwslt_de_en", "lstm", "", "sape_tiny", "transformer_sape",
+    "transformer__tiny", "transformer_sape_tiny", "transformer_posnet_embed_wmt_en_de",
+    "transformer_rope_wmt_en_de_big", "transformer_alibi_wmt_en_fr_big", "transformer_new_encoding_tiny",
+]
+
+
+def test_the_tools_copy_of_the_names_equals_the_plugins():
+    assert tools_naming.__file__ != plugin_naming.__file__
+    assert tools_naming.BASELINE == plugin_naming.BASELINE
+    assert list(tools_naming.SIZES.items()) == list(plugin_naming.SIZES.items())  # the order too
+    assert tools_naming.SUFFIX_OF_CLASS == plugin_naming.SUFFIX_OF_CLASS
+    for pe, suffix in [("sape", "tiny"), ("posnet_embed", "wmt_en_de_big"), ("x", "y"), ("", "")]:
+        assert tools_naming.arch_name(pe, suffix) == plugin_naming.arch_name(pe, suffix)
+    answers = [plugin_naming.is_pe_arch(name) for name in ARCH_NAMES]
+    assert [tools_naming.is_pe_arch(name) for name in ARCH_NAMES] == answers
+    assert True in answers and False in answers
+    # what the plugin registers is what the names say
+    assert plugin_naming.BASELINE in PE_REGISTRY
+    assert all(plugin_naming.is_pe_arch(plugin_naming.arch_name(pe, suffix))
+               for pe in PE_REGISTRY for suffix in plugin_naming.SIZES)
+
+
+def test_the_tools_copy_of_the_log_noise_literals_equals_the_plugins():
+    assert tools_log_noise.LOGGER == plugin_log_noise.LOGGER
+    assert tools_log_noise.NOTICE == plugin_log_noise.NOTICE
+    assert tools_log_noise.PRINTED_NOTICE.pattern == plugin_log_noise.PRINTED_NOTICE.pattern
+    assert tools_log_noise.PRINTED_NOTICE.flags == plugin_log_noise.PRINTED_NOTICE.flags
+
+
+# ---- a copy of pe_plugin/ alone, with pe_tools unimportable ------------------------------------------------
+SHIM_MARK = "PE_TOOLS_SHIM_IMPORTED"
+
+# run as ``python -m standalone_probe MODULE ARGS...``: runs MODULE as ``python -m MODULE ARGS...`` would, then
+# reports which pe_plugin that process imported, its encodings, and any pe_tools module it holds
+PROBE = '''
+import atexit, runpy, sys
+
+
+def report():
+    plugin = sys.modules.get("pe_plugin")
+    encodings = sys.modules.get("pe_plugin.encodings")
+    print("PROBE pe_plugin", getattr(plugin, "__file__", None), flush=True)
+    print("PROBE encodings", ",".join(getattr(encodings, "PE_REGISTRY", {})), flush=True)
+    print("PROBE pe_tools", ",".join(sorted(n for n in sys.modules if n.split(".")[0] == "pe_tools")), flush=True)
+
+
+atexit.register(report)
+module = sys.argv.pop(1)
+runpy.run_module(module, run_name="__main__", alter_sys=True)
+'''
+
+
+@pytest.fixture(scope="module")
+def standalone(tmp_path_factory):
+    """A copy of pe_plugin/ alone (still named pe_plugin: fairseq imports a --user-dir by its folder name), and
+    the environment of the runs: first on PYTHONPATH a pe_tools whose import fails, a working directory outside
+    the checkout."""
+    root = tmp_path_factory.mktemp("standalone")
+    copy = root / "user_dir" / "pe_plugin"
+    shutil.copytree(PLUGIN_DIR, copy, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shim = root / "shim"
+    (shim / "pe_tools").mkdir(parents=True)
+    (shim / "pe_tools" / "__init__.py").write_text(
+        f"import sys\nprint({SHIM_MARK!r}, file=sys.stderr, flush=True)\n"
+        "raise ImportError('pe_tools is not there: pe_plugin must stand alone')\n")
+    (shim / "standalone_probe.py").write_text(PROBE)
+    cwd = root / "cwd"
+    cwd.mkdir()
+    # as in test_end_to_end: checkpoints load with torch's default weights_only=True (the copy's allow-list)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD")}
+    env.update(PYTHONPATH=str(shim), PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
+    assert REPO not in cwd.parents and REPO not in copy.parents
+    return SimpleNamespace(copy=copy, env=env, cwd=cwd)
+
+
+def _python(code, standalone, env=None):
+    return subprocess.run([sys.executable, "-c", code], cwd=standalone.cwd, env=env or standalone.env, text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+@pytest.mark.slow
+def test_the_shim_makes_pe_tools_unimportable(standalone):
+    # without the shim, this interpreter finds pe_tools (the editable install): the shim is what removes it
+    plain = {k: v for k, v in standalone.env.items() if k != "PYTHONPATH"}
+    found = _python("import pe_tools.naming; print('FOUND', pe_tools.naming.__file__)", standalone, env=plain)
+    assert found.returncode == 0 and f"FOUND {REPO / 'pe_tools' / 'naming.py'}" in found.stdout, found.stdout
+    for module in ("pe_tools", "pe_tools.naming", "pe_tools.log_noise"):
+        proc = _python(f"import {module}", standalone)
+        assert proc.returncode != 0 and SHIM_MARK in proc.stdout and "ImportError" in proc.stdout, proc.stdout
+
+
+def _probe(proc_out: str, key: str) -> str:
+    found = re.findall(rf"^PROBE {key} ?(.*)$", proc_out, flags=re.M)
+    assert len(found) == 1, proc_out[-3000:]
+    return found[0]
+
+
+def _assert_standalone_run(out: str, standalone):
+    assert _probe(out, "pe_plugin") == str(standalone.copy / "__init__.py")  # the copy, not the checkout's
+    assert _probe(out, "encodings") == ",".join(PE_REGISTRY)  # the copy registers every encoding
+    assert _probe(out, "pe_tools") == "" and SHIM_MARK not in out  # nothing even tried to import pe_tools
+
+
+@pytest.fixture(scope="module")
+def trained(standalone, data_bin, tmp_path_factory):
+    """Every registered encoding's tiny architecture trained for two updates by fairseq-train --user-dir COPY,
+    one process each: {pe: (output, save dir)}; failures are reported by the test of that encoding."""
+    runs = {}
+    for pe in PE_REGISTRY:
+        arch = plugin_naming.arch_name(pe, plugin_naming.SUFFIX_OF_CLASS["tiny"])
+        save = tmp_path_factory.mktemp(f"ck_{pe}")
+        proc = run("standalone_probe", [
+            "fairseq_cli.train", data_bin, "--user-dir", standalone.copy, "--arch", arch, *TRAIN_FLAGS,
+            "--save-dir", save, "--max-update", 2, "--no-epoch-checkpoints", "--disable-validation"],
+            cwd=standalone.cwd, env=standalone.env, check=False)
+        runs[pe] = (proc, save)
+    return runs
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pe", list(PE_REGISTRY))
+def test_a_copy_of_pe_plugin_alone_builds_and_trains(pe, standalone, trained):
+    arch = plugin_naming.arch_name(pe, plugin_naming.SUFFIX_OF_CLASS["tiny"])
+    proc, save = trained[pe]
+    log = proc.stdout
+    assert proc.returncode == 0, log[-4000:]
+    _assert_standalone_run(log, standalone)
+    assert f"'user_dir': '{standalone.copy}'" in log, log[-3000:]  # fairseq-train's configuration names the copy
+    assert re.search(rf"\| pe_plugin \| arch {arch} \| params total \d", log), log[-3000:]  # logged by the copy
+    assert re.search(r"num_updates[ =]2\b", log), log[-3000:]
+    assert (save / "checkpoint_last.pt").is_file()
+
+
+@pytest.mark.slow
+def test_a_copy_of_pe_plugin_alone_decodes_every_checkpoint(standalone, trained, data_bin):
+    """One fairseq-generate --user-dir COPY loads every encoding's checkpoint (torch's weights_only load with the
+    copy's allow-list) and beam-searches with their ensemble, so that each model decodes incrementally; one
+    process rather than one per encoding keeps the test short (test_end_to_end decodes each one alone)."""
+    checkpoints = [save / "checkpoint_last.pt" for _, save in trained.values()]
+    assert len(checkpoints) == len(PE_REGISTRY) and all(c.is_file() for c in checkpoints)
+    # --required-batch-size-multiple 1: fairseq 0.12 drops a last batch whose size is not a multiple of it
+    paths = os.pathsep.join(map(str, checkpoints))
+    gen = run("standalone_probe", [
+        "fairseq_cli.generate", data_bin, "--user-dir", standalone.copy, "--path", paths,
+        "--beam", 2, "--cpu", "--batch-size", 16, "--max-len-a", 0, "--max-len-b", 12,
+        "--required-batch-size-multiple", 1], cwd=standalone.cwd, env=standalone.env).stdout
+    _assert_standalone_run(gen, standalone)
+    assert f"loading model(s) from {paths}" in gen, gen[-3000:]
+    assert n_hypotheses(gen) == n_test(data_bin), gen[-3000:]  # every test sentence decoded
