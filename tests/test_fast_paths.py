@@ -203,3 +203,22 @@ def test_rotated_kernel_product_equals_per_token_loop(lengths, left, lmax):
     w = torch.randn_like(y)
     for g, r in zip(torch.autograd.grad((y * w).sum(), (u, phi)), torch.autograd.grad((ref * w).sum(), (u, phi))):
         torch.testing.assert_close(g, r, rtol=1e-12, atol=1e-12)
+
+
+def test_fp16_check_compares_half_with_the_fp32_reference():
+    """The GPU check's own machinery on the CPU (tiny size): fp16 on the fast path stays within fp16 rounding of
+    the fp32 reference, and a broken fp16 model (a position bias off by a constant per head) is flagged."""
+    from pe_tools.bench.fp16_check import compare
+
+    row = compare("t5", "tiny", batch=3, length=10, vocab=100, device="cpu")
+    assert 0 < row["max_abs_lprob_diff"] < 0.05 and row["grad_rel_diff"] < 0.05 and row["argmax_agreement"] > 0.9
+    cls = PE_REGISTRY["t5"]
+    original = cls.position_bias
+    try:
+        cls.position_bias = lambda self, pos: original(self, pos) + (
+            torch.arange(self.dims.num_heads, dtype=torch.float32).view(1, -1, 1, 1) * pos.rel.clamp_min(0)
+            if self.attention_impl == "auto" else 0)
+        broken = compare("t5", "tiny", batch=3, length=10, vocab=100, device="cpu")
+    finally:
+        cls.position_bias = original
+    assert broken["max_abs_lprob_diff"] > 0.05

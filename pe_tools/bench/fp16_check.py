@@ -1,0 +1,111 @@
+"""fp16 against the fp32 reference: every encoding's fast attention path in half precision, against the same
+model in float32 on the reference path (``--pe-attention-impl reference``), on one padded batch.
+
+    pe-bench fp16 --device cuda --size base          (or: python scripts/check_fp16.py ...)
+
+For each encoding: the same weights (seed 1) in fp32/reference and in fp16/auto; a batch of ``--batch``
+sentences of lengths drawn from [length/2, length], sources left-padded and targets right-padded as fairseq
+batches them. Reported over the real target tokens: the largest absolute difference of the log-probabilities,
+the share of argmax tokens that agree, and the relative difference of the gradient of a fixed loss (the
+summed log-likelihood of the targets) over all parameters. fp16 has a 2^-11 unit roundoff; a 6-layer model
+accumulates it, so the check passes when log-probabilities agree within ``--tolerance`` (default 0.05) and the
+gradients within 5 %. On a CPU, half-precision kernels may be missing or slow: the check is meant for a GPU.
+"""
+import argparse
+import json
+import sys
+
+from ..naming import SUFFIX_OF_CLASS as SIZES
+
+
+def padded_batch(batch: int, length: int, vocab: int, device: str, seed: int = 0):
+    """(src (B,T) left-padded, src lengths (B,), prev (B,T) right-padded, target (B,T) right-padded, real (B,T))."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(max(1, length // 2), length + 1, (batch,), generator=g)
+    lengths[0] = length  # the longest sentence sets the padded width
+    pad, eos = 1, 2
+    src = torch.full((batch, length), pad)
+    prev = torch.full((batch, length), pad)
+    target = torch.full((batch, length), pad)
+    for b, n in enumerate(lengths.tolist()):
+        words = torch.randint(4, vocab, (n,), generator=g)
+        src[b, length - n:] = words  # left-padded
+        tgt = torch.randint(4, vocab, (n,), generator=g)
+        target[b, :n], prev[b, 0], prev[b, 1:n] = tgt, eos, tgt[:-1]  # right-padded, shifted by one
+    return src.to(device), lengths.to(device), prev.to(device), target.to(device), target.ne(pad).to(device)
+
+
+def compare(pe: str, size: str, batch: int, length: int, vocab: int, device: str) -> dict:
+    import torch
+
+    from .models.build import build_model
+
+    src, lengths, prev, target, real = padded_batch(batch, length, vocab, device)
+    out = {}
+    for name, dtype, impl in (("fp32", torch.float32, "reference"), ("fp16", torch.float16, "auto")):
+        model, _ = build_model(pe, size, vocab, "none", device)
+        for module in (model.encoder.pe, model.decoder.pe):
+            module.attention_impl = impl
+        model = model.to(dtype).train()
+        for m in model.modules():  # no dropout: the two runs must see the same function
+            if isinstance(m, torch.nn.Dropout) or hasattr(m, "apply_during_inference"):
+                m.p = 0.0
+        logits, _ = model(src, lengths, prev)
+        lprobs = torch.log_softmax(logits.float(), dim=-1)  # (B,T,V)
+        loss = -(lprobs.gather(-1, target.unsqueeze(-1)).squeeze(-1) * real).sum()
+        loss.backward()
+        grad = torch.cat([p.grad.float().flatten() for p in model.parameters() if p.grad is not None])
+        out[name] = (lprobs.detach(), grad)
+    (ref, gref), (half, ghalf) = out["fp32"], out["fp16"]
+    diff = (half - ref).abs()[real]  # (N real tokens, V)
+    agree = (half.argmax(-1) == ref.argmax(-1))[real].float().mean()
+    return {"pe": pe, "max_abs_lprob_diff": float(diff.max()), "argmax_agreement": float(agree),
+            "grad_rel_diff": float((ghalf - gref).norm() / gref.norm())}
+
+
+def main(argv=None) -> int:
+    import torch
+
+    from pe_plugin.encodings import PE_REGISTRY
+
+    parser = argparse.ArgumentParser(prog="pe-bench fp16", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--size", default="base", choices=sorted(SIZES), help="size class of the models")
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--length", type=int, default=50)
+    parser.add_argument("--vocab", type=int, default=1000)
+    parser.add_argument("--tolerance", type=float, default=0.05, help="largest log-probability difference allowed")
+    parser.add_argument("--methods", nargs="+", default=None, choices=list(PE_REGISTRY), metavar="PE")
+    parser.add_argument("--json", default=None, help="also write the rows to this JSON file")
+    args = parser.parse_args(argv)
+    import logging
+
+    logging.getLogger("fairseq").setLevel(logging.WARNING)  # one model summary per build is noise here
+    logging.getLogger("pe_plugin").setLevel(logging.WARNING)
+    rows, failed = [], []
+    print(f"fp16 (auto) vs fp32 (reference): device {args.device} "
+          f"({torch.cuda.get_device_name() if args.device.startswith('cuda') else 'cpu'}), torch {torch.__version__}, "
+          f"size {args.size}, batch {args.batch}, lengths {max(1, args.length // 2)}-{args.length}, vocab {args.vocab}")
+    print("| pe | max abs log-prob diff | argmax agreement | gradient rel. diff | ok |\n|---|---|---|---|---|")
+    for pe in args.methods or PE_REGISTRY:
+        row = compare(pe, args.size, args.batch, args.length, args.vocab, args.device)
+        row["ok"] = row["max_abs_lprob_diff"] <= args.tolerance and row["grad_rel_diff"] <= 0.05
+        rows.append(row)
+        failed += [] if row["ok"] else [pe]
+        print(f"| {pe} | {row['max_abs_lprob_diff']:.4f} | {row['argmax_agreement']:.4f} | "
+              f"{row['grad_rel_diff']:.4f} | {'yes' if row['ok'] else 'NO'} |", flush=True)
+    if args.json:
+        with open(args.json + ".tmp", "w") as f:
+            json.dump({"settings": vars(args), "rows": rows}, f, indent=1)
+        import os
+
+        os.replace(args.json + ".tmp", args.json)
+    if failed:
+        print(f"fp16 differs from fp32 beyond the tolerance for: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
