@@ -30,7 +30,15 @@ def register_safe_globals() -> None:
         add(checkpoint_safe_globals())
 
 
-def load_checkpoint(path: str):
-    """torch.load with weights_only=True and this project's allow-list."""
+def load_checkpoint(path: str, mmap: bool = False):
+    """torch.load with weights_only=True and this project's allow-list. ``mmap``: map the tensors' storage
+    instead of reading it (cheap when only the training configuration is wanted; zip-format files, which
+    every torch >= 1.6 writes; older files are read whole)."""
     register_safe_globals()
+    if mmap:
+        try:
+            return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        except RuntimeError as e:  # a legacy (pre-zip) file cannot be memory-mapped
+            if "mmap" not in str(e):
+                raise
     return torch.load(path, map_location="cpu", weights_only=True)

@@ -1,0 +1,210 @@
+"""fairseq's hub interface on this plugin's checkpoints (docs/hub.md): ``pe_plugin.hub.from_pretrained`` and
+fairseq's own ``TransformerModel.from_pretrained(..., user_dir=...)`` translate raw text exactly as
+fairseq-generate translates the same sentences, and bad input gets an error that names the argument to fix.
+
+The slow tests train a tiny PosNet-Embed model (L_max 64) on the synthetic grammar corpus, capitalised and
+with full stops so that Moses tokenisation changes the text, prepared by pe-prepare (Moses tokens, subword-nmt
+codes learnt here, fairseq-preprocess), and a tiny stock fairseq ``transformer_tiny``. Nothing is downloaded.
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+from pe_testing import PLUGIN, REPO, TRAIN_FLAGS, run
+
+from pe_plugin import hub as pe_hub
+from pe_plugin.checkpoints import load_checkpoint
+
+ENV = {k: v for k, v in os.environ.items() if k != "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"}
+DECODING = {"beam": 4, "lenpen": 0.6, "max_len_a": 1, "max_len_b": 10}  # pinned on both sides
+L_MAX = 64
+
+
+def write_text_corpus(out):
+    """The grammar corpus as running text: capitalised, a full stop at the end (commas are the grammar's)."""
+    from pe_tools.synthetic.grammar import write_corpus
+
+    write_corpus(out, n_train=2000, n_valid=50, n_test=20, seed=3)
+    for path in out.iterdir():
+        lines = path.read_text().splitlines()
+        path.write_text("".join(line[0].upper() + line[1:] + ".\n" for line in lines))
+    return out
+
+
+def train(data, save, arch, updates, extra=()):
+    run("fairseq_cli.train", [
+        data, "--user-dir", PLUGIN, "--arch", arch, *TRAIN_FLAGS, "--max-tokens", 2000, "--lr", "3e-3",
+        "--dropout", "0.1",  # on in training, so that a hub left in training mode would differ
+        "--max-source-positions", L_MAX, "--max-target-positions", L_MAX, "--save-dir", save,
+        "--max-update", updates, "--no-epoch-checkpoints", *extra], env=ENV)
+    return save
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    root = tmp_path_factory.mktemp("hub")
+    raw = write_text_corpus(root / "raw")
+    data = root / "data"
+    run("pe_tools.data.cli", ["raw", "--src", "en", "--tgt", "de", "--train", raw / "train", "--valid", raw / "valid",
+                              "--test", raw / "test", "--out", data, "--bpe-merges", 200, "--workers", 1], cwd=REPO)
+    posnet = train(data, root / "posnet", "transformer_posnet_embed_tiny", 150)
+    stock = train(data, root / "stock", "transformer_tiny", 10, ["--source-lang", "en", "--target-lang", "de"])
+    gen = run("fairseq_cli.generate", [
+        data, "--user-dir", PLUGIN, "--path", posnet / "checkpoint_best.pt", "--cpu", "--beam", DECODING["beam"],
+        "--lenpen", DECODING["lenpen"], "--max-len-a", DECODING["max_len_a"], "--max-len-b", DECODING["max_len_b"],
+        "--batch-size", 1, "--required-batch-size-multiple", 1, "--source-lang", "en", "--target-lang", "de",
+        "--tokenizer", "moses", "--bpe", "subword_nmt", "--bpe-codes", data / "text" / "bpe.codes"], env=ENV).stdout
+    detok = {int(m[1]): m[2] for m in re.finditer(r"^D-(\d+)\t\S+\t(.*)$", gen, re.M)}
+    src = (raw / "test.en").read_text().splitlines()
+    assert sorted(detok) == list(range(len(src))), gen[-2000:]  # every test sentence decoded
+    return {"root": root, "raw": raw, "data": data, "posnet": posnet, "stock": stock, "src": src,
+            "generate": [detok[i] for i in range(len(src))]}
+
+
+def load(trained, **kwargs):
+    return pe_hub.from_pretrained(trained["posnet"], data_name_or_path=trained["data"], **kwargs)
+
+
+@pytest.mark.slow
+def test_hub_translates_raw_text_like_fairseq_generate(trained):
+    src, expected = trained["src"], trained["generate"]
+    hub = load(trained)  # BPE codes: DATA/text/bpe.codes; languages: the data's (the checkpoint names none)
+    assert isinstance(hub, pe_hub.GeneratorHubInterface)
+    assert (hub.tokenizer.tok.lang, hub.tokenizer.detok.lang) == ("en", "de")  # not English on both sides
+    assert not hub.models[0].training
+    got = [hub.translate(s, **DECODING) for s in src]
+    assert got == expected
+    # the comparison can fail: distinct non-empty sentences, detokenised hypotheses that differ from each other
+    assert len(set(src)) == len(src) and all(got)
+    assert len(set(got)) >= len(got) // 2, got
+    # Moses-detokenised (no space before a full stop or a comma) and BPE removed
+    assert not any(" ." in h or " ," in h or "@@" in h for h in got), got
+    assert sum(h.endswith(".") for h in got) >= len(got) // 2, got
+    longest = max(range(len(src)), key=lambda i: len(expected[i]))
+    assert hub.translate(src[longest], **{**DECODING, "max_len_a": 0, "max_len_b": 3}) != expected[longest]
+
+
+@pytest.mark.slow
+def test_fairseq_from_pretrained_with_user_dir_in_a_fresh_process(trained):
+    """fairseq's own TransformerModel.from_pretrained, pe_plugin not imported by the caller: user_dir= makes it
+    import the plugin (and its checkpoint allow-list) before reading the checkpoint; without it torch refuses
+    the file. Without source_lang / target_lang the Moses tokenizer is English on both sides."""
+    codes, n = trained["data"] / "text" / "bpe.codes", 5
+    script = f"""
+import json, pickle, sys
+from fairseq.models.transformer import TransformerModel
+assert "pe_plugin" not in sys.modules
+common = dict(checkpoint_file="checkpoint_best.pt", data_name_or_path={str(trained["data"])!r}, tokenizer="moses",
+              bpe="subword_nmt", bpe_codes={str(codes)!r})
+try:
+    TransformerModel.from_pretrained({str(trained["posnet"])!r}, **common)
+    refused = None
+except pickle.UnpicklingError as e:
+    refused = str(e)
+hub = TransformerModel.from_pretrained({str(trained["posnet"])!r}, user_dir={PLUGIN!r}, source_lang="en",
+                                       target_lang="de", **common)
+english = TransformerModel.from_pretrained({str(trained["posnet"])!r}, user_dir={PLUGIN!r}, **common)
+print("RESULT", json.dumps({{
+    "refused": refused, "langs": [hub.tokenizer.tok.lang, hub.tokenizer.detok.lang],
+    "default_langs": [english.tokenizer.tok.lang, english.tokenizer.detok.lang],
+    "hyps": [hub.translate(s, **{DECODING!r}) for s in {trained["src"][:n]!r}]}}))
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=ENV, cwd=trained["root"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.split("RESULT ", 1)[1])
+    assert out["refused"] and "argparse.Namespace" in out["refused"]
+    assert out["langs"] == ["en", "de"] and out["default_langs"] == ["en", "en"]
+    assert out["hyps"] == trained["generate"][:n]
+
+
+@pytest.mark.slow
+def test_a_sentence_longer_than_l_max_is_named(trained):
+    hub = load(trained)
+    long = " ".join(trained["src"][:8])
+    with pytest.raises(ValueError) as e:
+        hub.translate(["A dog sees the cat.", long], **DECODING)
+    n = hub.encode(long).numel()
+    assert n > L_MAX
+    message = str(e.value)
+    for part in (f"sentence 1 is {n} tokens", f"the {L_MAX} source positions", "pe 'posnet_embed'",
+                 f"L_max = {L_MAX}", "--max-source-positions", "pe_beyond_max='clamp'"):
+        assert part in message, message
+    # fairseq's own option drops the sentence: fewer translations than sentences (docs/hub.md says so)
+    assert len(hub.translate(["A dog sees the cat.", long], skip_invalid_size_inputs=True, **DECODING)) == 1
+    clamped = load(trained, pe_beyond_max="clamp")
+    assert clamped.translate(long, **DECODING)
+    assert clamped.translate(trained["src"][0], **DECODING) == trained["generate"][0]  # short ones unchanged
+
+
+@pytest.mark.slow
+def test_a_stock_fairseq_checkpoint_is_translated(trained, caplog):
+    with caplog.at_level("INFO", logger="pe_plugin"):
+        hub = pe_hub.from_pretrained(trained["stock"], data_name_or_path=trained["data"])
+    assert "--arch transformer_tiny is fairseq's own" in caplog.text
+    assert type(hub.models[0]).__name__ == "TransformerModel"
+    assert isinstance(hub.translate(trained["src"][0], **DECODING), str)
+    with pytest.raises(ValueError, match=rf"more than the {L_MAX} source positions .*max_source_positions="):
+        hub.translate(" ".join(trained["src"][:8]))
+
+
+@pytest.mark.slow
+def test_bad_paths_name_the_argument(trained, tmp_path):
+    run_dir, data = trained["posnet"], trained["data"]
+    with pytest.raises(FileNotFoundError, match=r"checkpoint_5\.pt does not exist \(checkpoint_file='checkpoint_5\.pt'"
+                                                r"\); .* holds checkpoint_best\.pt, checkpoint_last\.pt"):
+        pe_hub.from_pretrained(run_dir, "checkpoint_5.pt", data_name_or_path=data)
+    with pytest.raises(FileNotFoundError, match=r"no fairseq dictionaries .* \(data_name_or_path= was not given"):
+        pe_hub.from_pretrained(run_dir)
+    raw = re.escape(str(trained["raw"]))
+    with pytest.raises(FileNotFoundError, match=rf"no fairseq dictionaries \(dict.LANG.txt\) in {raw} "
+                                                r"\(data_name_or_path=\)"):
+        pe_hub.from_pretrained(run_dir, data_name_or_path=trained["raw"])
+    with pytest.raises(FileNotFoundError, match=r"dict\.fr\.txt not found .*holds dict\.de\.txt, dict\.en\.txt"):
+        pe_hub.from_pretrained(run_dir, data_name_or_path=data, source_lang="fr")
+    missing = re.escape(str(tmp_path / "none.codes"))
+    with pytest.raises(FileNotFoundError, match=rf"BPE file {missing} not found \(bpe_codes=\)"):
+        pe_hub.from_pretrained(run_dir, data_name_or_path=data, bpe_codes=tmp_path / "none.codes")
+    bare = tmp_path / "bare"  # the data without pe-prepare's text/ folder: no codes to default to
+    bare.mkdir()
+    for name in ("dict.en.txt", "dict.de.txt"):
+        (bare / name).write_text((data / name).read_text())
+    with pytest.raises(FileNotFoundError, match=r"no subword_nmt file: bpe_codes= was not given and none of "
+                                                r".*/code, .*/bpecodes, .*/text/bpe\.codes exists"):
+        pe_hub.from_pretrained(run_dir, data_name_or_path=bare, source_lang="en", target_lang="de")
+
+
+@pytest.mark.slow
+def test_an_architecture_of_another_plugin_is_named(trained, tmp_path):
+    state = load_checkpoint(str(trained["stock"] / "checkpoint_best.pt"))
+    state["cfg"]["model"].arch = state["cfg"]["model"]._name = "transformer_of_another_plugin"
+    (tmp_path / "run").mkdir()
+    torch.save(state, tmp_path / "run" / "checkpoint_best.pt")
+    with pytest.raises(ValueError, match="trained with --arch transformer_of_another_plugin, which neither fairseq "
+                                         "nor pe_plugin registers"):
+        pe_hub.from_pretrained(tmp_path / "run", data_name_or_path=trained["data"])
+
+
+def test_files_that_are_no_checkpoint_are_named(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"run directory .*nowhere does not exist"):
+        pe_hub.from_pretrained(tmp_path / "nowhere")
+    torch.save({"weights": torch.zeros(2)}, tmp_path / "checkpoint_best.pt")
+    with pytest.raises(ValueError, match=r"checkpoint_best\.pt is not a fairseq checkpoint"):
+        pe_hub.from_pretrained(tmp_path)
+    (tmp_path / "checkpoint_best.pt").write_text("not a checkpoint\n")
+    with pytest.raises(ValueError, match=r"checkpoint_best\.pt cannot be read as a checkpoint"):
+        pe_hub.from_pretrained(tmp_path)
+
+
+def test_moses_kwargs_of_other_fairseq_versions_are_refused(tmp_path):
+    with pytest.raises(TypeError, match=r"moses_target_lang= is not read .* pass target_lang="):
+        pe_hub.from_pretrained(tmp_path, moses_target_lang="de")
+
+
+def test_the_plugin_folder_is_what_fairseq_imports():
+    import pe_plugin
+
+    assert pe_hub.PLUGIN_DIR == os.path.dirname(pe_plugin.__file__) == PLUGIN
