@@ -5,7 +5,7 @@ import when tensorboardX is missing. Translation never uses tensorboardX (``--te
 through ``torch.utils.tensorboard`` and warns on its own if that is missing), so the line is noise. Importing
 pe_plugin before fairseq (as our scripts do) installs a filter on exactly that logger and message; every other
 record, of that logger too, passes. fairseq's command-line tools log the notice before they load
-``--user-dir``, so ``pe_tools.recipes.launch`` drops the same line from their output. See docs/fairseq.md
+``--user-dir``, so ``pe_tools.process`` drops the same line from their output. See docs/fairseq.md
 §Log noise.
 
 The literals live here; ``pe_tools/log_noise.py`` keeps a copy (pe_plugin imports nothing from pe_tools, and the

@@ -9,7 +9,6 @@ loads with ``weights_only=True`` and pe_plugin's allow-list, averages floating-p
 writes the result under a temporary name that is renamed when complete.
 """
 import argparse
-import re
 import sys
 from collections import OrderedDict
 from pathlib import Path
@@ -18,24 +17,21 @@ import torch
 
 from pe_plugin.checkpoints import load_checkpoint
 
-from .common import atomic
+from .checkpoint_files import last_checkpoints
+from .common import atomic, int_at_least
 
-PATTERNS = {"update": re.compile(r"checkpoint_\d+_(\d+)\.pt$"), "epoch": re.compile(r"checkpoint(\d+)\.pt$")}
 
-
-def last_checkpoints(directory: Path, n: int, kind: str):
-    """The ``n`` newest ``checkpoint_E_U.pt`` (kind "update") or ``checkpointE.pt`` (kind "epoch") files."""
-    found = sorted(
-        ((int(m.group(1)), p) for p in directory.iterdir() if (m := PATTERNS[kind].search(p.name))),
-        reverse=True,
-    )
+def newest_checkpoints(directory: Path, n: int, kind: str):
+    """The ``n`` newest ``checkpoint_E_U.pt`` (kind "update") or ``checkpointE.pt`` (kind "epoch") files, oldest
+    first (so the state kept beside the averaged weights is the newest one's); exits if there are fewer."""
+    found = last_checkpoints(directory, n, kind)
     if len(found) < n:
         flag = "--save-interval-updates N" if kind == "update" else "--save-interval 1"
         raise SystemExit(
             f"error: {directory} holds {len(found)} {kind} checkpoints, {n} requested; "
             f"train with {flag} (and --keep-interval-updates >= {n}) or ask for fewer"
         )
-    return [p for _, p in found[:n]]
+    return found
 
 
 def average(paths):
@@ -66,8 +62,10 @@ def main(argv=None) -> int:
     parser.add_argument("--inputs", nargs="+", required=True, help="checkpoint files, or one run directory")
     parser.add_argument("--output", required=True)
     group = parser.add_mutually_exclusive_group()
-    group.add_argument("--num-update-checkpoints", type=int, help="average the last N checkpoint_E_U.pt")
-    group.add_argument("--num-epoch-checkpoints", type=int, help="average the last N checkpointE.pt")
+    group.add_argument("--num-update-checkpoints", type=int_at_least(1), metavar="N",
+                       help="average the last N checkpoint_E_U.pt (N >= 1)")
+    group.add_argument("--num-epoch-checkpoints", type=int_at_least(1), metavar="N",
+                       help="average the last N checkpointE.pt (N >= 1)")
     args = parser.parse_args(argv)
 
     inputs = [Path(p) for p in args.inputs]
@@ -78,7 +76,7 @@ def main(argv=None) -> int:
         if len(inputs) != 1 or not inputs[0].is_dir():
             raise SystemExit("error: --num-*-checkpoints takes one run directory as --inputs")
         kind, n = ("update", args.num_update_checkpoints) if args.num_update_checkpoints else ("epoch", args.num_epoch_checkpoints)
-        inputs = last_checkpoints(inputs[0], n, kind)
+        inputs = newest_checkpoints(inputs[0], n, kind)
     elif any(p.is_dir() for p in inputs):
         raise SystemExit("error: a directory as --inputs needs --num-update-checkpoints or --num-epoch-checkpoints")
 

@@ -1,13 +1,19 @@
-"""The one home of helpers every tool needs: atomic writes, JSON with one rule for NaN and infinity, TOML
-loading with clear errors. Standard library only (no torch, no fairseq, no numpy import)."""
+"""The one home of helpers every tool needs: atomic writes, JSON with one rule for NaN and infinity, CSV text,
+TOML loading with clear errors, command-line errors and counts, and the processor's name. Standard library only
+(no torch, no fairseq, no numpy import)."""
+import argparse
 import contextlib
+import csv
+import io
 import json
 import math
 import os
+import platform
+import sys
 import tempfile
 import tomllib
 from pathlib import Path
-from typing import Any, Dict, Iterator, Union
+from typing import Any, Dict, Iterable, Iterator, List, Union
 
 
 # ------------------------------------------------------------------------------------------ atomic writes
@@ -100,6 +106,18 @@ def dump_json(path: Union[str, Path], obj: Any, indent: int = 1) -> None:
     write_atomic(path, dumps_json(obj, indent))
 
 
+# -------------------------------------------------------------------------------------------------- CSV
+def csv_text(rows: List[Dict[str, Any]], skip: Iterable[str] = ()) -> str:
+    """``rows`` as CSV text: a header of the first row's keys (less ``skip``), then one line per row; a key a
+    row lacks and a None value are empty cells, keys beyond the header are left out."""
+    fields = [k for k in rows[0] if k not in set(skip)]
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=fields, restval="", extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    writer.writerows({k: "" if v is None else v for k, v in row.items()} for row in rows)
+    return buf.getvalue()
+
+
 # ------------------------------------------------------------------------------------------------- TOML
 class TomlError(ValueError):
     """A TOML file is missing or invalid; the message names the file."""
@@ -115,3 +133,71 @@ def load_toml(path: Union[str, Path], what: str = "TOML file") -> dict:
             return tomllib.load(f)
         except tomllib.TOMLDecodeError as e:
             raise TomlError(f"{path} is not valid TOML: {e}") from None
+
+
+# -------------------------------------------------------------------------------------------- command line
+def fail(msg: str) -> int:
+    """Print ``error: MSG`` to stderr; return 2, a command's exit status for input it refuses."""
+    print(f"error: {msg}", file=sys.stderr)
+    return 2
+
+
+def int_at_least(low: int):
+    """An argparse ``type``: an integer >= ``low``, else an error naming the valid range."""
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low} (got {value})")
+        return value
+
+    parse.__name__ = f"integer >= {low}"
+    return parse
+
+
+# ------------------------------------------------------------------------------------------------ machine
+CPUINFO = "/proc/cpuinfo"
+
+
+def cpu_model(cpuinfo: str) -> str:
+    """The processor's name in the text of /proc/cpuinfo (its first ``model name`` line), or "" if none."""
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "model name" and value.strip():
+            return value.strip()
+    return ""
+
+
+def cpu_name(cpuinfo: Union[str, Path, None] = None) -> str:
+    """This machine's processor, as runs and benchmarks record it: ``cpu_model`` of ``cpuinfo`` (default
+    CPUINFO, Linux's), else what the platform module says, else "cpu"."""
+    try:
+        text = Path(cpuinfo or CPUINFO).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        text = ""
+    return cpu_model(text) or platform.processor() or platform.machine() or "cpu"
+
+
+# ------------------------------------------------------------------------------------------------ figures
+def pyplot():
+    """matplotlib.pyplot on the Agg backend (files only, no display), with matplotlib's logger at WARNING (fairseq
+    may leave the root logger at DEBUG). Imported on first use: matplotlib is an optional dependency."""
+    import logging
+
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def png_bytes(fig, **savefig: Any) -> bytes:
+    """``fig`` as PNG bytes (``savefig``: matplotlib's savefig keywords, e.g. dpi); the figure is closed."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", **savefig)
+    pyplot().close(fig)
+    return buf.getvalue()

@@ -27,7 +27,6 @@ import argparse
 import json
 import os
 import re
-import subprocess
 import sys
 import threading
 import time
@@ -36,6 +35,7 @@ from pathlib import Path
 
 from .common import write_atomic
 from .naming import BASELINE, arch_name
+from .process import tee
 from .synthetic import grammar as grammar_corpus
 
 CORE = ("nope", BASELINE, "posnet_embed")  # always trained: the demo's point is their comparison
@@ -85,16 +85,9 @@ class Pipeline:
 
     def call(self, title: str, argv, log: Path, on_line=None) -> None:
         """Run ``argv``; all output to ``log``; ``on_line(line)`` may print progress. Raises on failure."""
-        log.parent.mkdir(parents=True, exist_ok=True)
-        with open(log, "a", encoding="utf-8") as f, subprocess.Popen(
-                [str(x) for x in argv], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
-                env=self.env) as proc:
-            for line in proc.stdout:
-                f.write(line)
-                if on_line:
-                    on_line(line)
-        if proc.returncode:
-            raise SystemExit(f"[{self.tag}] {title} failed (exit {proc.returncode}); its output is in {log}")
+        rc = tee(argv, log, echo=False, on_line=on_line, env=self.env)
+        if rc:
+            raise SystemExit(f"[{self.tag}] {title} failed (exit {rc}); its output is in {log}")
 
     def corpus(self, raw: Path, splits=("train", "valid", "test"), **options) -> Path:
         """pe_tools.synthetic.grammar's corpus in ``raw`` (``options``: its write_corpus keywords), unless

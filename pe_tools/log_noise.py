@@ -3,7 +3,7 @@
 fairseq imports all of its tasks whenever it is imported, and its text-to-speech task logs this notice at import
 when tensorboardX is missing. Translation never uses tensorboardX, so the line is noise (docs/fairseq.md
 §Log noise). Two places drop it, from the same literals: ``pe_plugin.log_noise`` filters the logging
-record inside a process that imports pe_plugin first, and ``pe_tools.recipes.launch`` drops the printed line
+record inside a process that imports pe_plugin first, and ``pe_tools.process`` drops the printed line
 from the output of fairseq's command-line tools, which log it before they load ``--user-dir``.
 
 The literals are a copy of those in ``pe_plugin/log_noise.py``: pe_plugin imports nothing from pe_tools (the

@@ -21,7 +21,6 @@ Decoder maps are causal: AIV and OPR use j <= i, symmetry is undefined (null) an
 """
 import argparse
 import io
-import logging
 import sys
 import textwrap
 from typing import Dict, Tuple
@@ -31,18 +30,13 @@ import numpy as np
 from pe_plugin.analysis import model_io, probing
 from pe_plugin.models.validation import pe_signature
 
-from .common import dump_json, write_atomic
+from .common import dump_json, png_bytes, pyplot, write_atomic
 
 
 def heatmap_png(stacked: np.ndarray, names, title: str) -> bytes:
     """One panel per layer map (N+1, T, T); colour scale from 0 to the panel maximum, so that a uniform map
     shows as one flat colour rather than as its rounding noise."""
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # fairseq leaves the root logger verbose
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     n = len(stacked)
     title_lines = title.count("\n") + 1
     height = 2.4 + 0.17 * title_lines
@@ -55,10 +49,7 @@ def heatmap_png(stacked: np.ndarray, names, title: str) -> bytes:
         fig.colorbar(im, ax=ax, fraction=0.046, pad=0.02).ax.tick_params(labelsize=6)
     axes[0][0].set_ylabel("query", fontsize=8)
     fig.suptitle(title, fontsize=8)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=80)
-    plt.close(fig)
-    return buf.getvalue()
+    return png_bytes(fig, dpi=80)
 
 
 def npz_bytes(arrays: Dict[str, np.ndarray]) -> bytes:

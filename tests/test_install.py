@@ -23,7 +23,8 @@ import pytest
 import pe_testing
 
 REPO = Path(__file__).resolve().parents[1]
-CONSOLE_SCRIPTS = re.findall(r'"(pe-[\w-]+) = ', (REPO / "setup.py").read_text())  # every one setup.py declares
+CONSOLE_SCRIPTS = ["pe-prepare", "pe-train", "pe-generate", "pe-record", "pe-report", "pe-evaluate", "pe-average",
+                   "pe-probe", "pe-swap-probe", "pe-bench", "pe-demo", "pe-length"]  # setup.py's entry points
 TORCH_FREE = ("pe_tools.scoring.cli", "pe_tools.data.cli")
 
 
@@ -59,17 +60,27 @@ def test_tests_and_scripts_use_installed_modules():
         assert len(path.read_text().splitlines()) <= 10, path.name
 
 
-def test_shared_names_have_one_home():
-    """pe_tools.naming is what pe_plugin registers: the baseline is a registered encoding, the sizes are the
-    registered architectures' sizes, and every architecture name is arch_name's."""
+def test_shared_names_are_what_pe_plugin_registers():
+    """pe_tools.naming's baseline, sizes and architecture names, and the architectures pe_plugin registers with
+    fairseq: ten encodings at four sizes, 40 architectures."""
+    from fairseq.models import ARCH_MODEL_NAME_REGISTRY
+
     from pe_plugin.encodings import PE_REGISTRY
     from pe_plugin.models import architectures
     from pe_tools import naming
 
-    assert naming.BASELINE in PE_REGISTRY
-    assert [(suffix, size) for suffix, _, size in architectures.SIZES] == list(naming.SIZES.items())
-    assert architectures.architecture_names() == [naming.arch_name(pe, s) for pe in PE_REGISTRY for s in naming.SIZES]
+    assert list(PE_REGISTRY) == ["nope", "sape", "lape", "rpe", "t5", "at5", "posnet_embed", "posnet_attn", "rope",
+                                 "alibi"]
+    assert naming.BASELINE == "sape"
+    assert naming.SIZES == {"tiny": "tiny", "wmt_en_de": "base", "wmt_en_de_big": "big", "wmt_en_fr_big": "big"}
     assert naming.SUFFIX_OF_CLASS == {"tiny": "tiny", "base": "wmt_en_de", "big": "wmt_en_de_big"}
+    assert naming.arch_name("posnet_embed", "wmt_en_de_big") == "transformer_posnet_embed_wmt_en_de_big"
+    names = architectures.architecture_names()
+    assert len(names) == len(set(names)) == 40  # 10 encodings x 4 sizes
+    assert names[:5] == ["transformer_nope_tiny", "transformer_nope_wmt_en_de", "transformer_nope_wmt_en_de_big",
+                         "transformer_nope_wmt_en_fr_big", "transformer_sape_tiny"]
+    assert names[-1] == "transformer_alibi_wmt_en_fr_big"
+    assert {ARCH_MODEL_NAME_REGISTRY.get(name) for name in names} == {"pe_transformer"}  # each registered
 
 
 def test_json_has_one_rule_for_nan_and_infinity(tmp_path):
@@ -110,6 +121,50 @@ def test_atomic_writes_leave_the_old_file_on_error(tmp_path):
     with pytest.raises(TypeError):
         common.write_all_atomic({tmp_path / "g.txt": "g", path: 3})  # the second cannot be written: neither is
     assert path.read_text() == "old\n" and sorted(p.name for p in tmp_path.iterdir()) == ["f.txt"]
+
+
+def test_csv_text_of_rows():
+    from pe_tools.common import csv_text
+
+    rows = [{"pe": "sape", "ratio": 1.0, "note": None, "rounds": [1, 2]}, {"pe": "rope", "ratio": None, "x": 3}]
+    assert csv_text(rows, skip={"rounds"}) == "pe,ratio,note\nsape,1.0,\nrope,,\n"
+
+
+def test_counts_below_the_floor_are_refused_naming_it():
+    import argparse
+
+    from pe_tools.common import int_at_least
+
+    parse = int_at_least(1)
+    assert parse("5") == 5
+    for text, message in (("0", "must be at least 1 (got 0)"), ("-3", "must be at least 1 (got -3)"),
+                          ("x", "expected an integer >= 1, got 'x'")):
+        with pytest.raises(argparse.ArgumentTypeError, match=re.escape(message)):
+            parse(text)
+
+
+CPUINFO = """\
+processor\t: 0
+vendor_id\t: AuthenticAMD
+cpu family\t: 25
+model\t\t: 1
+model name\t: AMD EPYC 7B13
+stepping\t: 1
+
+processor\t: 1
+vendor_id\t: AuthenticAMD
+model name\t: AMD EPYC 7B13
+"""
+
+
+def test_cpu_name_from_a_cpuinfo_sample(tmp_path):
+    from pe_tools import common
+
+    assert common.cpu_model(CPUINFO) == "AMD EPYC 7B13"
+    assert common.cpu_model("processor\t: 0\nBogoMIPS\t: 50.00\n") == ""  # e.g. an ARM machine: no model name
+    (tmp_path / "cpuinfo").write_text(CPUINFO)
+    assert common.cpu_name(tmp_path / "cpuinfo") == "AMD EPYC 7B13"
+    assert common.cpu_name(tmp_path / "missing")  # the platform's name, else "cpu": never empty
 
 
 def _can_build_wheels() -> bool:

@@ -14,12 +14,13 @@ import pytest
 from pe_testing import REPO
 from test_prepare import Server, lines, prepare
 
-from pe_tools.recipes import launch
+from pe_tools.recipes import launch, load_table
+from pe_tools.recipes.train import train_argv
 
 from pe_plugin.encodings import PE_REGISTRY  # noqa: E402
 
 CORPORA = tomllib.loads((REPO / "pe_tools" / "recipes" / "multi30k" / "corpora.toml").read_text())
-METHODS = launch.load_table(REPO / "pe_tools" / "recipes" / "multi30k" / "methods.toml")
+METHODS = load_table("multi30k")
 URL_PREFIX = "https://raw.githubusercontent.com/multi30k/dataset/master"
 COUNTS = {"train": 40, "val": 6, "test_2016_flickr": 5}
 WORDS = "a man dog woman child sits runs on the in red green street water ball plays with".split()
@@ -149,7 +150,7 @@ def test_methods_table_is_the_registry_plus_stock_fairseq(capsys):
 def test_every_entry_parses_as_the_small_model(method, tmp_path):
     from fairseq import options
 
-    argv = launch.train_argv(METHODS, method, "en-de", "small", 1, tmp_path, tmp_path / "run", extra=["--cpu"])
+    argv = train_argv(METHODS, method, "en-de", "small", 1, tmp_path, tmp_path / "run", extra=["--cpu"])
     args = options.parse_args_and_arch(options.get_training_parser(), argv)
     assert (args.encoder_layers, args.decoder_layers, args.encoder_embed_dim, args.encoder_ffn_embed_dim) == (3, 3, 256, 1024)
     assert (args.encoder_attention_heads, args.decoder_attention_heads, args.dropout) == (4, 4, 0.3)
@@ -166,7 +167,7 @@ def test_stock_entry_builds_the_same_model_as_sape(data_bin, tmp_path):
 
     data, models = data_bin, {}
     for method in ("fairseq_transformer", "sape"):
-        argv = launch.train_argv(METHODS, method, "en-de", "small", 1, data, tmp_path / method, extra=["--cpu"])
+        argv = train_argv(METHODS, method, "en-de", "small", 1, data, tmp_path / method, extra=["--cpu"])
         args = options.parse_args_and_arch(options.get_training_parser(), argv)
         torch.manual_seed(1)
         models[method] = tasks.setup_task(args).build_model(args).state_dict()
@@ -186,7 +187,7 @@ def test_recorded_posnet_runs_are_the_models_the_recipe_builds(method, recorded,
 
     from pe_plugin.models.validation import pe_parameter_count, pe_signature
 
-    argv = launch.train_argv(METHODS, method, "en-de", "small", 1, data_bin, tmp_path / "run", extra=["--cpu"])
+    argv = train_argv(METHODS, method, "en-de", "small", 1, data_bin, tmp_path / "run", extra=["--cpu"])
     args = options.parse_args_and_arch(options.get_training_parser(), argv)
     model = tasks.setup_task(args).build_model(args)
     for seed in (1, 2, 3):

@@ -13,11 +13,12 @@ import pytest
 
 from pe_testing import PLUGIN, REPO
 
-from pe_tools.recipes import launch
+from pe_tools.recipes import all_pairs, launch, load_table, table_pairs
+from pe_tools.recipes.train import train_argv
 
 from pe_plugin.encodings import PE_REGISTRY  # noqa: E402
 
-TABLE = launch.load_table()
+TABLE = load_table("wmt14")
 TINY_RUN = ["--max-tokens", "200", "--update-freq", "1", "--save-interval-updates", "2", "--cpu",
             "--dropout", "0", "--num-workers", "0", "--log-interval", "1"]
 
@@ -44,7 +45,7 @@ def test_every_entry_parses_with_fairseq(method, size, tmp_path):
     from fairseq import options
 
     pair = "en-fr" if size == "big" else "en-de"
-    argv = launch.train_argv(TABLE, method, pair, size, 1, tmp_path, tmp_path / "run", extra=["--cpu"])
+    argv = train_argv(TABLE, method, pair, size, 1, tmp_path, tmp_path / "run", extra=["--cpu"])
     args = options.parse_args_and_arch(options.get_training_parser(), argv)
     assert args.user_dir == PLUGIN and args.pe == TABLE["method"][method].get("pe", method)
     assert args.adam_eps == 1e-9 and args.lr == [7e-4] and args.label_smoothing == 0.1
@@ -64,7 +65,7 @@ def test_recipe_posnet_models_have_the_papers_parameter_deltas(tmp_path):
         (tmp_path / f"dict.{lang}.txt").write_text("".join(f"w{i} 1\n" for i in range(40000 - 4)))
     total = {}
     for method in ("sape", "posnet_embed", "posnet_attn"):
-        argv = launch.train_argv(TABLE, method, "en-de", "base", 1, tmp_path, tmp_path / "run", extra=["--cpu"])
+        argv = train_argv(TABLE, method, "en-de", "base", 1, tmp_path, tmp_path / "run", extra=["--cpu"])
         args = options.parse_args_and_arch(options.get_training_parser(), argv)
         assert args.arch == f"transformer_{method}_wmt_en_de"
         model = tasks.setup_task(args).build_model(args)
@@ -104,6 +105,70 @@ def test_unknown_method_and_missing_data(capsys, tmp_path):
     assert launch.main(["train", "sape", "--data", str(tmp_path / "nowhere")]) == 2
     err = capsys.readouterr().err
     assert str(tmp_path / "nowhere") in err and "prepare.sh" in err
+
+
+def test_pairs_are_the_tables_pairs(capsys):
+    """--pair offers the pairs of the recipe tables (both recipes: en-de and en-fr, in methods.toml's sizes and
+    corpora.toml's [pair.*]); an unknown pair is refused naming them."""
+    import tomllib
+
+    assert all_pairs() == ["en-de", "en-fr"]
+    for recipe in ("wmt14", "multi30k"):
+        with open(REPO / "pe_tools" / "recipes" / recipe / "corpora.toml", "rb") as f:
+            assert list(tomllib.load(f)["pair"]) == table_pairs(load_table(recipe)) == ["en-de", "en-fr"], recipe
+    for cmd in (["train", "sape", "--dry-run"], ["report", "--out-dir", "out"]):
+        with pytest.raises(SystemExit) as e:
+            launch.main([*cmd, "--pair", "en-xx"])
+        assert e.value.code == 2
+        err = capsys.readouterr().err
+        assert "--pair: invalid choice: 'en-xx' (choose from 'en-de', 'en-fr')" in err, err
+    with pytest.raises(ValueError, match="unknown pair 'de-en' for this recipe; its pairs: en-de, en-fr"):
+        train_argv(TABLE, "sape", "de-en", "base", 1, "data", "run")
+
+
+@pytest.mark.parametrize("n", ["0", "-2"])
+def test_generate_refuses_checkpoint_counts_below_one(n, capsys, tmp_path):
+    """--checkpoints 0 once averaged every checkpoint ([-0:]) and -N all but the oldest N."""
+    with pytest.raises(SystemExit) as e:
+        launch.main(["generate", str(tmp_path), "--checkpoints", n])
+    assert e.value.code == 2
+    assert f"argument --checkpoints: must be at least 1 (got {n})" in capsys.readouterr().err
+    # the command itself, called without the parser
+    from argparse import Namespace
+
+    from pe_tools.recipes.generate import generate
+
+    (tmp_path / "command.json").write_text(json.dumps({"data": "d", "pair": "en-de"}))
+    (tmp_path / "checkpoint_1_2.pt").write_bytes(b"")
+    assert generate(Namespace(run_dir=str(tmp_path), data=None, checkpoints=int(n))) == 2
+    assert f"--checkpoints: the number of checkpoints must be at least 1 (got {n})" in capsys.readouterr().err
+    assert not (tmp_path / "gen").exists()  # nothing averaged or decoded
+
+
+def test_last_checkpoints_are_the_newest_updates(tmp_path):
+    from pe_tools.checkpoint_files import last_checkpoints, numbered_checkpoints
+
+    for name in ("checkpoint_1_2.pt", "checkpoint_2_10.pt", "checkpoint_1_4.pt", "checkpoint_last.pt",
+                 "checkpoint3.pt", "checkpoint_best.pt", "checkpoint.avg2.pt", "xcheckpoint_1_6.pt"):
+        (tmp_path / name).write_bytes(b"")
+    assert [p.name for p in last_checkpoints(tmp_path, 2)] == ["checkpoint_1_4.pt", "checkpoint_2_10.pt"]
+    assert [p.name for p in last_checkpoints(tmp_path, 5)] == ["checkpoint_1_2.pt", "checkpoint_1_4.pt",
+                                                              "checkpoint_2_10.pt"]
+    assert [p.name for p in numbered_checkpoints(tmp_path, "epoch")] == ["checkpoint3.pt"]
+    for n in (0, -1):
+        with pytest.raises(ValueError, match="at least 1"):
+            last_checkpoints(tmp_path, n)
+
+
+@pytest.mark.parametrize("flag", ["--num-update-checkpoints", "--num-epoch-checkpoints"])
+def test_average_refuses_checkpoint_counts_below_one(flag, capsys, tmp_path):
+    from pe_tools import average
+
+    for n in ("0", "-1"):
+        with pytest.raises(SystemExit) as e:
+            average.main(["--inputs", str(tmp_path), "--output", str(tmp_path / "avg.pt"), flag, n])
+        assert e.value.code == 2
+        assert f"argument {flag}: must be at least 1 (got {n})" in capsys.readouterr().err
 
 
 @pytest.mark.slow
@@ -209,10 +274,10 @@ def test_two_processes_equal_one_with_double_update_freq(data_bin, tmp_path):
              "--disable-validation", "--no-save", "--num-workers", "0"]
     dist = ["--distributed-no-spawn", "--distributed-backend", "gloo", "--ddp-backend", "legacy_ddp",
             "--distributed-init-method", f"tcp://127.0.0.1:{_free_port()}", "--device-id", "0"]
-    table, jobs = launch.load_table(), {}
+    table, jobs = load_table("wmt14"), {}
     for method in PE_REGISTRY:
-        single = launch.train_argv(table, method, "en-de", "tiny", 1, data_bin, tmp_path / "one", 1, flags)
-        double = launch.train_argv(table, method, "en-de", "tiny", 1, data_bin, tmp_path / "two", 2, flags + dist)
+        single = train_argv(table, method, "en-de", "tiny", 1, data_bin, tmp_path / "one", 1, flags)
+        double = train_argv(table, method, "en-de", "tiny", 1, data_bin, tmp_path / "two", 2, flags + dist)
         assert single[single.index("--update-freq") + 1] == "8" and double[-len(flags + dist) - 1] == "4"
         jobs[method] = [single] + [double + ["--distributed-rank", str(r)] for r in (0, 1)]
     procs = []

@@ -7,7 +7,8 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from pe_tools.recipes import launch, results
+from pe_tools import common
+from pe_tools.recipes import generate, launch, results
 from pe_tools.scoring import cli as scoring_cli
 
 # Two segments of one run, in fairseq 0.12's simple log format: 4 updates in 14 s, then resumed an hour later to 6
@@ -169,19 +170,23 @@ def test_meta_of_a_stock_fairseq_model_names_its_architecture(arch, stock, tmp_p
     log.write_text("\n".join(lines).replace("transformer_rope_tiny", arch) + "\n")
     generated = "S-1\tb\nT-1\tzwei\nH-1\t-0.1\tzwei\nS-0\ta\nT-0\teins\nH-0\t-0.2\teins\n"
     command = dict(COMMAND, argv=["--arch", arch, "--max-update", "6"])
-    assert launch.write_outputs(generated, tmp_path, "de", log, True, {"x": 1}, command) == 0
+    assert generate.write_outputs(generated, tmp_path, "de", log, True, {"x": 1}, command) == 0
     meta = json.loads((tmp_path / "hyp.detok.de.meta.json").read_text())
     assert meta["pe_signature"] == (f"fairseq:{arch}|positions:sinusoidal" if stock else "pe:rope|side:both")
     assert meta["x"] == 1 and meta["training"]["updates"] == 6 and meta["training"]["params"] == 1234567
     assert (tmp_path / "hyp.detok.de").read_text() == "eins\nzwei\n"
 
 
-def test_summary_names_the_gpu_a_run_trains_on(monkeypatch):
+def test_summary_names_the_gpu_a_run_trains_on(monkeypatch, tmp_path):
     """The meta file's device: the GPU fairseq-train logged (its CUDA environment line, as an H100 run printed
-    it), else command.json's processor (/proc/cpuinfo)."""
+    it), else command.json's processor (/proc/cpuinfo: a fixed sample here)."""
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo", encoding="utf-8")
-                if ln.startswith("model name")), "cpu")
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nvendor_id\t: GenuineIntel\nmodel\t\t: 143\n"
+                       "model name\t: Intel(R) Xeon(R) Platinum 8480+\nstepping\t: 8\n\n"
+                       "processor\t: 1\nmodel name\t: Intel(R) Xeon(R) Platinum 8480+\n")
+    monkeypatch.setattr(common, "CPUINFO", str(cpuinfo))
+    cpu = "Intel(R) Xeon(R) Platinum 8480+"
     assert results.machine() == {"threads": "1", "device": cpu}
     command = dict(COMMAND, **results.machine())
     assert results.training_summary(LOG, command)["device"] == cpu

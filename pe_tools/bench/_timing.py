@@ -1,4 +1,4 @@
-"""Shared measurement helpers for the benchmarks: wall time of a callable, peak memory, isolated runs and
+"""Shared measurement helpers for the benchmarks: wall times of a callable, peak memory, isolated runs and
 markdown tables.
 
 Peak memory on CPU is the peak resident set size, which the kernel only ever raises (on Linux
@@ -18,11 +18,6 @@ from typing import Dict, List, Sequence
 import torch
 
 _RESULT = "@@bench-result@@"
-
-
-def time_call(fn, repeats: int = 10, warmup: int = 2) -> float:
-    """Median seconds of ``fn()`` over ``repeats`` runs after ``warmup`` runs."""
-    return sorted(time_calls(fn, repeats, warmup))[repeats // 2]
 
 
 def time_calls(fn, repeats: int = 10, warmup: int = 2) -> List[float]:
@@ -90,7 +85,7 @@ def peak_memory_bytes(fn) -> int:
 
 def run_isolated(module: str, func: str, kwargs: Dict, timeout: float = None, env: Dict = None) -> Dict:
     """``module.func(**kwargs)`` in a fresh interpreter (``module`` an importable module, e.g.
-    ``pe_tools.bench.models``), with ``env`` added to its environment; returns its JSON-serialisable result.
+    ``pe_tools.bench.models.measure``), with ``env`` added to its environment; returns its JSON-serialisable result.
     Raises with the child's output on failure."""
     code = (
         "import json, sys; import importlib; "

@@ -12,10 +12,15 @@ accumulates it, so the check passes when log-probabilities agree within ``--tole
 gradients within 5 %. On a CPU, half-precision kernels may be missing or slow: the check is meant for a GPU.
 """
 import argparse
-import json
 import sys
 
+from ..common import dump_json
 from ..naming import SUFFIX_OF_CLASS as SIZES
+
+NAME = "fp16"
+HELP = "fp16 against the fp32 reference: every encoding's fast attention path in half precision"
+# the arguments the JSON file records as its settings
+SETTINGS = ("device", "size", "batch", "length", "vocab", "tolerance", "methods", "json")
 
 
 def padded_batch(batch: int, length: int, vocab: int, device: str, seed: int = 0):
@@ -65,12 +70,11 @@ def compare(pe: str, size: str, batch: int, length: int, vocab: int, device: str
             "grad_rel_diff": float((ghalf - gref).norm() / gref.norm())}
 
 
-def main(argv=None) -> int:
+def add_args(parser):
     import torch
 
     from pe_plugin.encodings import PE_REGISTRY
 
-    parser = argparse.ArgumentParser(prog="pe-bench fp16", description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--size", default="base", choices=sorted(SIZES), help="size class of the models")
     parser.add_argument("--batch", type=int, default=16)
@@ -79,8 +83,14 @@ def main(argv=None) -> int:
     parser.add_argument("--tolerance", type=float, default=0.05, help="largest log-probability difference allowed")
     parser.add_argument("--methods", nargs="+", default=None, choices=list(PE_REGISTRY), metavar="PE")
     parser.add_argument("--json", default=None, help="also write the rows to this JSON file")
-    args = parser.parse_args(argv)
+
+
+def run(args) -> int:
     import logging
+
+    import torch
+
+    from pe_plugin.encodings import PE_REGISTRY
 
     logging.getLogger("fairseq").setLevel(logging.WARNING)  # one model summary per build is noise here
     logging.getLogger("pe_plugin").setLevel(logging.WARNING)
@@ -97,14 +107,18 @@ def main(argv=None) -> int:
         print(f"| {pe} | {row['max_abs_lprob_diff']:.4f} | {row['argmax_agreement']:.4f} | "
               f"{row['grad_rel_diff']:.4f} | {'yes' if row['ok'] else 'NO'} |", flush=True)
     if args.json:
-        with open(args.json + ".tmp", "w") as f:
-            json.dump({"settings": vars(args), "rows": rows}, f, indent=1)
-        import os
-
-        os.replace(args.json + ".tmp", args.json)
+        settings = {k: v for k, v in vars(args).items() if k in SETTINGS}
+        dump_json(args.json, {"settings": settings, "rows": rows})
     if failed:
         print(f"fp16 differs from fp32 beyond the tolerance for: {', '.join(failed)}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def main(argv=None) -> int:
+    """scripts/check_fp16.py: ``pe-bench fp16``."""
+    parser = argparse.ArgumentParser(prog="pe-bench fp16", description=HELP)
+    add_args(parser)
+    return run(parser.parse_args(argv))
 
 
 if __name__ == "__main__":

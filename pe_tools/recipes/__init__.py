@@ -1,9 +1,11 @@
-"""The recipes as data: pe_tools/recipes/RECIPE/methods.toml (what launch.py trains: [common], [size.*],
+"""The recipes as data: pe_tools/recipes/RECIPE/methods.toml (what pe-train trains: [common], [size.*],
 [method.*]) and corpora.toml (what pe-prepare downloads: [archive.*], [pair.*], [prepare]). They ship as package
 data and are found with importlib.resources, so an installed pe_tools needs no checkout."""
 from importlib.resources import files
 from pathlib import Path
 from typing import List
+
+from ..common import load_toml
 
 KINDS = ("methods", "corpora")
 
@@ -22,3 +24,19 @@ def table_path(recipe: str, kind: str = "methods") -> Path:
     if kind not in KINDS:
         raise ValueError(f"kind {kind!r}: one of {', '.join(KINDS)}")
     return recipes_dir() / recipe / f"{kind}.toml"
+
+
+def load_table(recipe: str, kind: str = "methods") -> dict:
+    """The ``KIND.toml`` table of ``recipe``; raises common.TomlError naming the file if it is missing or invalid."""
+    return load_toml(table_path(recipe, kind), "recipe table" if kind == "methods" else "corpora table")
+
+
+def table_pairs(table: dict) -> List[str]:
+    """The language pairs (SRC-TGT) a methods table trains: those its sizes give an architecture for, in table
+    order."""
+    return list(dict.fromkeys(pair for size in table["size"].values() for pair in size["arch"]))
+
+
+def all_pairs() -> List[str]:
+    """The language pairs of every recipe's methods table, sorted (what ``--pair`` accepts)."""
+    return sorted({pair for recipe in recipe_names("methods") for pair in table_pairs(load_table(recipe))})

@@ -29,7 +29,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from ..common import write_atomic
+from ..common import cpu_name, write_atomic
 from ..naming import BASELINE
 
 SEGMENT_START = "| fairseq_cli.train | {'_name'"  # fairseq-train's first log line: its whole configuration
@@ -133,9 +133,7 @@ def _int(text: str) -> int:
 def machine() -> Dict:
     """command.json's record of where a run trains: torch threads (OMP_NUM_THREADS) and the processor (the GPU,
     if any, is read from the training log: ``training_summary``)."""
-    cpu = next((ln.split(":", 1)[1].strip() for ln in _read("/proc/cpuinfo").splitlines()
-                if ln.startswith("model name")), "")
-    return {"threads": os.environ.get("OMP_NUM_THREADS", "torch default"), "device": cpu or "cpu"}
+    return {"threads": os.environ.get("OMP_NUM_THREADS", "torch default"), "device": cpu_name()}
 
 
 def _read(path: str) -> str:

@@ -1,11 +1,11 @@
 """Scores by source length: BLEU and chrF++ on the segments of each length bucket, each bucket tested against
 the baseline with the same test, samples and seed as the whole set."""
 import argparse
-import io
 import math
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from ..common import png_bytes, pyplot
 from .inputs import InputError, Inputs, System
 from .metrics import METRICS, MetricSpec
 from .report import summary_columns
@@ -165,11 +165,7 @@ def render_length_markdown(report: Dict[str, Any], width: int) -> str:
 def plot_length_buckets(report: Dict[str, Any]) -> bytes:
     """Score per bucket, one line per system, the significance marks beside the points; the sacrebleu
     signatures below the panels and in the PNG's Description text."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     lb = report["length_buckets"]
     buckets = lb["buckets"]  # an empty bucket keeps its place on the axis, without points
     fig, axes = plt.subplots(1, len(LENGTH_METRICS), figsize=(5.2 * len(LENGTH_METRICS), 4.0), squeeze=False)
@@ -193,7 +189,4 @@ def plot_length_buckets(report: Dict[str, Any]) -> bytes:
               "--/- worse", *signatures]
     fig.text(0.01, 0.01, "\n".join(footer), fontsize=6, family="monospace", va="bottom")
     fig.tight_layout(rect=(0, 0.03 * len(footer) + 0.02, 1, 1))
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=120, bbox_inches="tight", metadata={"Description": "\n".join(signatures)})
-    plt.close(fig)
-    return buf.getvalue()
+    return png_bytes(fig, dpi=120, bbox_inches="tight", metadata={"Description": "\n".join(signatures)})

@@ -1,6 +1,5 @@
 """Figure 4 of the PosNet paper: the gap to the baseline as the n-gram order grows (chrF character order 1..30,
 chrF word order 1..8, BLEU order 1..8)."""
-import io
 import statistics
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -8,6 +7,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.metrics.base import Metric
 
+from ..common import png_bytes, pyplot
 from .inputs import Inputs
 from .style import system_style
 
@@ -76,11 +76,7 @@ def ngram_gaps(inputs: Inputs, lang: str) -> List[Dict[str, Any]]:
 
 
 def plot_ngram_gaps(rows: List[Dict[str, Any]], baseline: str) -> bytes:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, axes = plt.subplots(1, len(NGRAM_SWEEPS), figsize=(4.2 * len(NGRAM_SWEEPS), 3.6))
     for ax, sweep in zip(axes, NGRAM_SWEEPS):
         mine = [r for r in rows if r["analysis"] == sweep.key]
@@ -92,7 +88,4 @@ def plot_ngram_gaps(rows: List[Dict[str, Any]], baseline: str) -> bytes:
         ax.title.set_fontsize(9)
     axes[-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))  # beside the panels, off the lines
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=120, bbox_inches="tight")
-    plt.close(fig)
-    return buf.getvalue()
+    return png_bytes(fig, dpi=120, bbox_inches="tight")

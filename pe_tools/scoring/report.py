@@ -1,8 +1,6 @@
 """The report: one JSON-ready dict of every score, then its markdown table (the paper's Table 1 with marks and
 signatures) and CSV rows (per system and per run)."""
 import argparse
-import csv
-import io
 import json
 from importlib.metadata import version
 from typing import Any, Dict, List, Optional
@@ -113,14 +111,6 @@ def render_markdown(report: Dict[str, Any], width: int) -> str:
     ]
     lines += [f"- {m['label']}: `{m['signature']}`" for m in report["metrics"].values()]
     return "\n".join(lines) + "\n"
-
-
-def csv_text(rows: List[Dict[str, Any]]) -> str:
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
-    writer.writeheader()
-    writer.writerows({k: "" if v is None else v for k, v in row.items()} for row in rows)
-    return buf.getvalue()
 
 
 def table_rows(report: Dict[str, Any]) -> List[Dict[str, Any]]:

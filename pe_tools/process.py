@@ -1,0 +1,50 @@
+"""Running the fairseq command-line tools (and our own) as child processes: their output copied to a log as it
+comes, or captured, in both cases without fairseq's import-time tensorboardX notice (``log_noise.PRINTED_NOTICE``).
+Standard library only."""
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Callable, Dict, Optional, Sequence
+
+from .log_noise import PRINTED_NOTICE
+
+
+def tee(cmd: Sequence, log: Path, echo: bool = True, on_line: Optional[Callable[[str], None]] = None,
+        env: Optional[Dict[str, str]] = None) -> int:
+    """Run ``cmd`` (stderr into stdout); every line is appended to ``log`` as it comes (a resumed run appends),
+    and with ``echo`` written to our stdout; ``on_line(line)`` sees each line too (e.g. to print progress).
+    Returns the exit status."""
+    log = Path(log)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "a", encoding="utf-8") as f, subprocess.Popen(
+            [str(x) for x in cmd], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
+            env=env) as proc:
+        for line in proc.stdout:
+            if PRINTED_NOTICE.search(line):
+                continue
+            if echo:
+                sys.stdout.write(line)
+            f.write(line)
+            f.flush()
+            if on_line:
+                on_line(line)
+    return proc.returncode
+
+
+def run_captured(cmd: Sequence) -> subprocess.CompletedProcess:
+    """Run ``cmd`` with its stdout captured; its stderr goes to ours as it comes."""
+    def relay(stream):
+        for line in stream:
+            if not PRINTED_NOTICE.search(line):
+                sys.stderr.write(line)
+                sys.stderr.flush()
+
+    cmd = [str(x) for x in cmd]
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        errors = threading.Thread(target=relay, args=(proc.stderr,), daemon=True)
+        errors.start()
+        out = proc.stdout.read()
+        proc.wait()
+        errors.join()
+    return subprocess.CompletedProcess(cmd, proc.returncode, out)

@@ -1,0 +1,148 @@
+"""pe-generate: decode one run of pe-train as the paper does. It averages the last ``--checkpoints`` update
+checkpoints (pe_tools.average), decodes with beam 4, lenpen 0.6 and max length 1 x source + 50, and writes
+RUN/gen/hyp.detok.TGT and ref.detok.TGT in the corpus order, with hyp.detok.TGT.meta.json (the encoding signature,
+the training summary and the sentences beyond the model's positions) for pe-evaluate."""
+import json
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+from ..checkpoint_files import last_checkpoints
+from ..common import fail, plugin_dir, write_atomic
+from ..naming import is_pe_arch
+from ..process import run_captured
+from . import results
+from .train import cuda
+
+# the paper's decoding settings
+DECODE_FLAGS = ["--beam", "4", "--lenpen", "0.6", "--max-len-a", "1", "--max-len-b", "50"]
+
+
+def generate(a) -> int:
+    """``pe-generate`` with the parsed arguments ``a``; returns the exit status."""
+    run_dir = Path(a.run_dir)
+    if not (run_dir / "command.json").exists():
+        return fail(f"{run_dir} has no command.json; is it a run directory of pe-train?")
+    meta = json.loads((run_dir / "command.json").read_text())
+    data, (src, tgt) = Path(a.data or meta["data"]), meta["pair"].split("-")
+    try:  # the parser refuses --checkpoints < 1 already
+        paths = [str(p) for p in last_checkpoints(run_dir, a.checkpoints, "update")]
+    except ValueError as e:
+        return fail(f"--checkpoints: {e}")
+    if not paths:
+        return fail(f"{run_dir} has no update checkpoints checkpoint_E_U.pt (train with --save-interval-updates)")
+    if len(paths) < a.checkpoints:
+        print(f"warning: averaging {len(paths)} checkpoints, fewer than the {a.checkpoints} asked for", file=sys.stderr)
+    out = run_dir / "gen"
+    out.mkdir(exist_ok=True)
+    avg = out / f"checkpoint.avg{len(paths)}.pt"
+    rc = subprocess.call([sys.executable, "-m", "pe_tools.average",
+                          "--inputs", *paths, "--output", str(avg)])
+    if rc:
+        return rc
+    limits = check_positions(avg, data, a.subset, src, tgt, a.pe_beyond_max)
+    if limits is None:
+        return 2
+    cmd = [sys.executable, "-m", "fairseq_cli.generate", str(data), "--user-dir", plugin_dir(),
+           "--path", str(avg), "--gen-subset", a.subset, "--source-lang", src, "--target-lang", tgt,
+           *DECODE_FLAGS, "--batch-size", "128",
+           # fairseq 0.12's batch_by_size drops a last batch whose size is not a multiple of
+           # --required-batch-size-multiple (default 8): 3 of newstest2014's 3003 sentences would be lost
+           "--required-batch-size-multiple", "1", "--remove-bpe"] + (["--fp16"] if cuda() else ["--cpu"])
+    from pe_plugin.decode_limits import STOCK
+
+    if a.pe_beyond_max == "clamp" and limits["pe"] != STOCK:  # every sentence is translated, whatever its length
+        cmd += ["--model-overrides", "{'pe_beyond_max': 'clamp'}"]
+    print(shlex.join(cmd), flush=True)
+    proc = run_captured(cmd)
+    write_atomic(out / f"generate.{a.subset}.out", proc.stdout)
+    if proc.returncode:
+        return proc.returncode
+    count_long_hypotheses(proc.stdout, limits)
+    return write_outputs(proc.stdout, out, tgt, run_dir / "train.log", a.no_detok,
+                         {"positions_beyond_max": limits, "checkpoints": [Path(p).name for p in paths]}, meta)
+
+
+def check_positions(checkpoint: Path, data: Path, subset: str, src: str, tgt: str, mode: str):
+    """Before decoding: the sentences of ``subset`` the checkpoint has no positions for (LAPE, PosNet's L_max;
+    pe_plugin/encodings/limits.py). ``error``: print an error naming them and return None (nothing is decoded);
+    ``clamp``: warn naming them (they are translated with positions beyond the limit reusing the last row).
+    Returns what the meta file records."""
+    from pe_plugin.decode_limits import beyond, checkpoint_limits, describe, split_sizes
+
+    lim = checkpoint_limits(str(checkpoint), str(data))
+    try:
+        src_sizes, tgt_sizes = split_sizes(str(data), subset, src, tgt)
+    except FileNotFoundError as e:
+        fail(str(e))
+        return None
+    n = len(src_sizes)
+    if mode == "error":  # what fairseq-generate checks, sources and references, before it decodes
+        ids = sorted(set(beyond(src_sizes, lim.fairseq[0])) | set(beyond(tgt_sizes, lim.fairseq[1])))
+        if ids:
+            label = {i: f"{src_sizes[i]} source" + ("" if tgt_sizes is None else f", {tgt_sizes[i]} reference")
+                        + " tokens" for i in ids}
+            fail(f"{len(ids)} of {n} {subset} sentences are longer than the model's positions "
+                   f"(source {lim.fairseq[0]}, target {lim.fairseq[1]}: --max-source/target-positions and pe "
+                   f"{lim.pe}'s limits), sentence ids {describe(ids, label)}. Nothing was decoded (fairseq-generate "
+                   f"would stop at the first; its --skip-invalid-size-inputs-valid-test would drop them). Translate "
+                   f"them with --pe-beyond-max clamp (positions beyond the limit reuse the last row), or retrain "
+                   f"with larger --max-source-positions / --max-target-positions (PosNet: --posnet-max-positions)")
+            return None
+        return {"mode": mode, "pe": lim.pe, "encoder_limit": lim.encoder, "decoder_limit": lim.decoder, "sources": []}
+    ids = beyond(src_sizes, lim.encoder)
+    if ids:
+        print(f"warning: {len(ids)} of {n} {subset} sentences are longer than the {lim.encoder} source positions of "
+              f"pe {lim.pe}, sentence ids {describe(ids, {i: f'{src_sizes[i]} tokens' for i in ids})}; they are "
+              f"translated with positions >= {lim.encoder} reusing the last row (--pe-beyond-max clamp; "
+              f"--pe-beyond-max error stops instead)", file=sys.stderr)
+    return {"mode": mode, "pe": lim.pe, "encoder_limit": lim.encoder, "decoder_limit": lim.decoder, "sources": ids}
+
+
+def count_long_hypotheses(text: str, limits: dict) -> None:
+    """After decoding under clamp: warn naming the hypotheses that ran past the decoder's positions."""
+    from pe_plugin.decode_limits import describe, hypothesis_lengths
+
+    lengths, top = hypothesis_lengths(text), limits["decoder_limit"]
+    ids = sorted(i for i, m in lengths.items() if top is not None and m > top)
+    limits["hypotheses"] = ids
+    if ids:
+        print(f"warning: {len(ids)} of {len(lengths)} hypotheses are longer than the {top} target positions, "
+              f"sentence ids {describe(ids, {i: f'{lengths[i]} tokens' for i in ids})}; their tokens beyond "
+              f"position {top - 1} were decoded reusing the last row (--pe-beyond-max clamp)", file=sys.stderr)
+
+
+def write_outputs(text: str, out: Path, tgt: str, train_log: Path, no_detok: bool, extra_meta=None,
+                  command=None) -> int:
+    """H-/T- lines of fairseq-generate, sorted by sentence id, detokenised, written atomically; the meta file
+    holds the encoding signature (``fairseq:ARCH|positions:KIND`` for a stock fairseq model), ``extra_meta``
+    and the training summary of ``train_log`` (pe_tools.recipes.results.training_summary)."""
+    hyps = {int(m[1]): m[2] for m in re.finditer(r"^H-(\d+)\t[^\t]*\t(.*)$", text, re.M)}
+    refs = {int(m[1]): m[2] for m in re.finditer(r"^T-(\d+)\t(.*)$", text, re.M)}
+    if not hyps or sorted(hyps) != list(range(len(hyps))) or sorted(refs) != sorted(hyps):
+        return fail(f"fairseq-generate output has {len(hyps)} hypotheses, ids not 0..N-1; see {out}")
+    detok = (lambda s: s) if no_detok else _detokenizer(tgt)
+    for name, lines in (("hyp", hyps), ("ref", refs)):
+        write_atomic(out / f"{name}.detok.{tgt}", "".join(detok(lines[i]) + "\n" for i in range(len(lines))))
+    log = train_log.read_text(encoding="utf-8") if train_log.exists() else ""
+    training = results.training_summary(log, command)
+    sig = [m[4] for m in results.PE_SUMMARY.finditer(log)]
+    if not sig and training.get("arch") and not is_pe_arch(training["arch"]):
+        sig = [results.stock_signature(log, training["arch"])]  # a stock fairseq model (fairseq_transformer)
+    if not sig:
+        print(f"warning: no encoding signature in {train_log}; meta file left without pe_signature", file=sys.stderr)
+    meta = {"pe_signature": sig[-1]} if sig else {}
+    meta.update(extra_meta or {})
+    meta["training"] = training
+    write_atomic(out / f"hyp.detok.{tgt}.meta.json", json.dumps(meta, indent=1) + "\n")
+    print(f"wrote {len(hyps)} sentences: {out / f'hyp.detok.{tgt}'}, {out / f'ref.detok.{tgt}'}")
+    return 0
+
+
+def _detokenizer(lang: str):
+    from sacremoses import MosesDetokenizer
+
+    md = MosesDetokenizer(lang=lang)
+    return lambda s: md.detokenize(s.split())

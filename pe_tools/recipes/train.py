@@ -1,0 +1,94 @@
+"""pe-train: one method of a recipe's methods table as one fairseq-train command, run in its run directory
+RUNS/METHOD.PAIR.SIZE.seedN (checkpoints, train.log with all output, the resolved command as command.txt and
+command.json); re-running the same command resumes from its checkpoint_last.pt."""
+import json
+import shlex
+import sys
+from pathlib import Path
+
+from ..common import fail, plugin_dir, write_atomic
+from ..naming import arch_name
+from ..process import tee
+from . import load_table, recipe_names, results, table_pairs
+
+
+def data_dir(table, recipe: str, pair: str) -> Path:
+    """The recipe's prepared data of ``pair``: its ``data`` pattern, else data-bin/RECIPE_SRC_TGT."""
+    src, tgt = pair.split("-")
+    return Path(table.get("data", "data-bin/{recipe}_{src}_{tgt}").format(recipe=recipe, src=src, tgt=tgt))
+
+
+def default_size(table) -> str:
+    return table.get("default_size", "base")
+
+
+def update_freq(table) -> int:
+    flags = table["common"]["flags"]
+    return int(flags[flags.index("--update-freq") + 1]) if "--update-freq" in flags else 1
+
+
+def check_pair(table, pair: str) -> None:
+    """Raise ValueError naming the table's pairs when it has no architecture for ``pair``."""
+    pairs = table_pairs(table)
+    if pair not in pairs:
+        raise ValueError(f"unknown pair {pair!r} for this recipe; its pairs: {', '.join(pairs)}")
+
+
+def train_argv(table, method, pair, size, seed, data, run_dir, gpus=1, extra=()) -> list:
+    """The fairseq-train argv of one run; raises ValueError naming the valid choices."""
+    methods, sizes = table["method"], table["size"]
+    if method not in methods:
+        raise ValueError(f"unknown method {method!r}; valid methods: {', '.join(methods)}")
+    check_pair(table, pair)
+    if size not in sizes or pair not in sizes[size]["arch"]:
+        raise ValueError(f"no size {size!r} for pair {pair!r} in this recipe; sizes: {', '.join(sizes)}")
+    freq = update_freq(table)
+    if gpus < 1 or freq % gpus:
+        raise ValueError(f"--gpus {gpus}: must divide the recipe's --update-freq {freq} to keep its tokens per update")
+    entry = methods[method]
+    src, tgt = pair.split("-")
+    argv = [str(data), "--user-dir", plugin_dir(),
+            "--arch", entry.get("arch") or arch_name(entry.get("pe", method), sizes[size]["arch"][pair]),
+            "--source-lang", src, "--target-lang", tgt,
+            *table["common"]["flags"], *sizes[size]["flags"], *entry["flags"], "--seed", str(seed),
+            "--save-dir", str(run_dir)]
+    if gpus > 1:
+        argv += ["--distributed-world-size", str(gpus), "--update-freq", str(freq // gpus)]
+    if "--cpu" not in extra and cuda():
+        argv.append("--fp16")
+    return argv + list(extra)
+
+
+def cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def train(a) -> int:
+    """``pe-train`` with the parsed arguments ``a``; returns the exit status."""
+    if a.recipe not in recipe_names():
+        return fail(f"unknown recipe {a.recipe!r}; recipes: {', '.join(recipe_names())} "
+                    f"(pe_tools/recipes/RECIPE/methods.toml)")
+    table = load_table(a.recipe)
+    size = a.size or default_size(table)
+    data = Path(a.data or data_dir(table, a.recipe, a.pair))
+    run_dir = Path(a.runs_dir or table.get("runs_dir", "runs")) / f"{a.method}.{a.pair}.{size}.seed{a.seed}"
+    try:
+        argv = train_argv(table, a.method, a.pair, size, a.seed, data, run_dir, a.gpus, a.extra)
+    except ValueError as e:
+        return fail(str(e))
+    cmd = [sys.executable, "-m", "fairseq_cli.train", *argv]
+    if not a.dry_run and not (data / f"dict.{a.pair.split('-')[0]}.txt").exists():
+        return fail(f"data directory {data} has no fairseq dictionary; prepare it with "
+                    f"pe-prepare {a.pair} --recipe {a.recipe} (from a checkout: examples/wmt14/prepare.sh "
+                    f"{a.pair} --recipe {a.recipe}), or pass --data DIR")
+    print(shlex.join(cmd), flush=True)
+    if a.dry_run:
+        return 0
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_atomic(run_dir / "command.txt", shlex.join(cmd) + "\n")
+    write_atomic(run_dir / "command.json", json.dumps(
+        {"recipe": a.recipe, "method": a.method, "pair": a.pair, "size": size, "seed": a.seed, "data": str(data),
+         "argv": cmd, **results.machine()}, indent=1))
+    return tee(cmd, run_dir / "train.log")
