@@ -1,0 +1,103 @@
+"""How far two rankings of the encodings agree: Kendall's tau-b and Spearman's rho over the encodings both rank,
+with two-sided p-values (scipy: exact for Kendall without ties and small n).
+
+    python -m pe_tools.scoring.agreement REPORT.json                    seed i against seed j, within one report
+    python -m pe_tools.scoring.agreement A.json B.json                  report A's means against report B's
+
+REPORT is a pe-evaluate / pe-report JSON report (results.json, results_seeds.json). Within one report, every
+pair of runs (seeds) that several systems share is compared: does the ranking survive a change of seed? Across
+two reports (two language pairs, two training lengths), the systems' means are compared. The baseline is
+ranked like any other system. With few systems nothing is significant: the p-values say so.
+
+    tau_b = (C - D) / sqrt((C + D + T_a)(C + D + T_b))      C, D: concordant / discordant pairs; T: ties
+    rho   = Pearson correlation of the ranks (mid-ranks for ties)
+"""
+import argparse
+import itertools
+import json
+import sys
+from typing import Dict, List, Optional
+
+from ..common import dump_json, fail, write_atomic
+
+
+def rank_agreement(a: Dict[str, float], b: Dict[str, float]) -> Dict[str, object]:
+    """Kendall's tau-b and Spearman's rho between two scorings of the same systems (their common keys)."""
+    from scipy import stats
+
+    common = sorted(set(a) & set(b))
+    if len(common) < 3:
+        raise ValueError(f"rank agreement needs at least 3 systems scored by both sides, got {len(common)}: {common}")
+    x, y = [a[k] for k in common], [b[k] for k in common]
+    tau = stats.kendalltau(x, y)
+    rho = stats.spearmanr(x, y)
+    return {"n": len(common), "systems": common, "kendall_tau": float(tau.statistic), "kendall_p": float(tau.pvalue),
+            "spearman_rho": float(rho.statistic), "spearman_p": float(rho.pvalue)}
+
+
+def run_scores(report: dict, metric: str) -> Dict[int, Dict[str, float]]:
+    """{run number: {system: score}} of a pe-evaluate report."""
+    out: Dict[int, Dict[str, float]] = {}
+    for system in report["systems"]:
+        for run in system["runs"]:
+            out.setdefault(run["run"], {})[system["name"]] = run["scores"][metric]["score"]
+    return out
+
+
+def mean_scores(report: dict, metric: str) -> Dict[str, float]:
+    """{system: mean score over its runs} of a pe-evaluate report."""
+    return {s["name"]: s["summary"][metric]["mean"] for s in report["systems"]}
+
+
+def _load(path: str, metric: str) -> dict:
+    try:
+        with open(path) as f:
+            report = json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path}: not a readable pe-evaluate JSON report ({e})") from None
+    if metric not in report.get("metrics", {}):
+        raise ValueError(f"{path}: no metric {metric!r}; the report has {', '.join(report.get('metrics', {}))}")
+    return report
+
+
+def rows(reports: List[dict], names: List[str], metric: str) -> List[Dict[str, object]]:
+    """The agreements to print: every pair of runs of one report, or the means of two reports."""
+    if len(reports) == 2:
+        return [{"compared": f"{names[0]} vs {names[1]} (means)",
+                 **rank_agreement(mean_scores(reports[0], metric), mean_scores(reports[1], metric))}]
+    by_run = run_scores(reports[0], metric)
+    return [{"compared": f"run {i} vs run {j}", **rank_agreement(by_run[i], by_run[j])}
+            for i, j in itertools.combinations(sorted(by_run), 2)]
+
+
+def markdown(results: List[Dict[str, object]], metric: str, label: str) -> str:
+    lines = [f"Rank agreement of the systems by {label}", "",
+             "| compared | systems | Kendall tau-b | p | Spearman rho | p |", "|---|---|---|---|---|---|"]
+    lines += [f"| {r['compared']} | {r['n']} | {r['kendall_tau']:.3f} | {r['kendall_p']:.3g} | "
+              f"{r['spearman_rho']:.3f} | {r['spearman_p']:.3g} |" for r in results]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pe_tools.scoring.agreement", description=__doc__.split("\n\n")[0])
+    parser.add_argument("reports", nargs="+", metavar="REPORT.json", help="one report (its runs) or two (their means)")
+    parser.add_argument("--metric", default="bleu", help="a metric key of the reports (bleu, chrf, bleu_cs)")
+    parser.add_argument("--out", default=None, help="also write the markdown table (and OUT.json) here")
+    args = parser.parse_args(argv)
+    if len(args.reports) > 2:
+        parser.error(f"give one report (its runs are compared) or two (their means), not {len(args.reports)}")
+    try:
+        reports = [_load(p, args.metric) for p in args.reports]
+        results = rows(reports, args.reports, args.metric)
+    except (ValueError, KeyError) as e:
+        return fail(str(e))
+    text = markdown(results, args.metric, reports[0]["metrics"][args.metric]["label"])
+    print(text, end="")
+    if args.out:
+        write_atomic(args.out, text)
+        dump_json(args.out + ".json", {"metric": args.metric, "reports": args.reports, "rows": results})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,66 @@
+"""Rank agreement of encodings (pe_tools.scoring.agreement) against hand-worked statistics and exact
+permutation p-values."""
+import itertools
+import json
+
+import pytest
+
+from pe_tools.scoring.agreement import main, rank_agreement
+
+A = {"nope": 1.0, "sape": 2.0, "lape": 3.0, "rpe": 4.0, "rope": 5.0}
+B = {"nope": 2.0, "sape": 1.0, "lape": 4.0, "rpe": 3.0, "rope": 5.0, "alibi": 9.0}  # two adjacent swaps
+
+
+def _exact_p(stat, x, y):
+    """Two-sided permutation p-value of ``stat`` over all orderings of y (5! = 120)."""
+    observed = abs(stat(x, y))
+    perms = list(itertools.permutations(y))
+    return sum(abs(stat(x, list(p))) >= observed - 1e-12 for p in perms) / len(perms)
+
+
+def _tau(x, y):  # no ties: (concordant - discordant) / pairs
+    pairs = list(itertools.combinations(range(len(x)), 2))
+    return sum((x[i] - x[j]) * (y[i] - y[j]) > 0 for i, j in pairs) / len(pairs) * 2 - 1
+
+
+def _rho(x, y):  # no ties: 1 - 6 sum d^2 / (n (n^2 - 1)) on ranks
+    n = len(x)
+    rank = lambda v: [sorted(v).index(e) for e in v]  # noqa: E731
+    return 1 - 6 * sum((a - b) ** 2 for a, b in zip(rank(x), rank(y))) / (n * (n * n - 1))
+
+
+def test_statistics_equal_hand_worked_values_and_exact_p():
+    r = rank_agreement(A, B)
+    assert r["n"] == 5 and "alibi" not in r["systems"]  # only the systems both rank
+    # 10 pairs, 2 discordant (the two swaps): tau = (8 - 2) / 10; sum d^2 = 4: rho = 1 - 6*4/(5*24)
+    assert r["kendall_tau"] == pytest.approx(0.6) and r["spearman_rho"] == pytest.approx(0.8)
+    x, y = [A[k] for k in r["systems"]], [B[k] for k in r["systems"]]
+    assert r["kendall_p"] == pytest.approx(_exact_p(_tau, x, y))  # 0.2333: exact for small n without ties
+    assert _exact_p(_rho, x, y) == pytest.approx(16 / 120)
+    assert abs(r["spearman_p"] - 16 / 120) < 0.05  # scipy's t approximation of the same test
+
+
+def test_too_few_common_systems_is_refused():
+    with pytest.raises(ValueError, match="at least 3 systems"):
+        rank_agreement({"a": 1, "b": 2}, {"a": 1, "b": 2, "c": 3})
+
+
+def _report(path, runs_by_system):
+    systems = [{"name": name, "summary": {"bleu": {"mean": sum(runs) / len(runs)}},
+                "runs": [{"run": i + 1, "scores": {"bleu": {"score": s}}} for i, s in enumerate(runs)]}
+               for name, runs in runs_by_system.items()]
+    path.write_text(json.dumps({"metrics": {"bleu": {"label": "sacreBLEU"}}, "systems": systems}))
+    return str(path)
+
+
+def test_cli_compares_runs_of_one_report_and_means_of_two(tmp_path, capsys):
+    one = _report(tmp_path / "a.json", {"s1": [1, 2], "s2": [2, 1], "s3": [3, 3], "s4": [4, 4]})
+    out = tmp_path / "agree.md"
+    assert main([one, "--out", str(out)]) == 0
+    assert "| run 1 vs run 2 | 4 | 0.667 |" in out.read_text()  # one swap among 6 pairs: (5 - 1) / 6
+    two = _report(tmp_path / "b.json", {"s1": [4], "s2": [3], "s3": [2], "s4": [1]})
+    assert main([one, two]) == 0
+    # means 1.5, 1.5, 3, 4 against 4, 3, 2, 1: 5 discordant pairs, 1 tied in x: tau_b = -5 / sqrt((5 + 1) 5)
+    assert "(means) | 4 | -0.913 |" in capsys.readouterr().out
+    assert main([one, "--metric", "chrf"]) == 2
+    assert "no metric 'chrf'" in capsys.readouterr().err
