@@ -10,6 +10,8 @@ The steps follow fairseq's examples/translation/prepare-wmt14en2{de,fr}.sh, done
             tokenizer.perl -a -l L.   test: ’ -> ' | tokenizer.perl -a -l L (fairseq's test treatment)
             Done with sacremoses (perl_parity=True; aggressive dash splits; escaping), except the
             non-printing step, which replaces \\p{C} with a space as the perl script does.
+  filter    only with --max-train-source-words N: keep the train pairs whose tokenised source has at most N
+            words (whitespace-separated tokens after the tokenize step), before BPE; valid and test untouched
   bpe       learn joint BPE on train.SRC + train.TGT (subword-nmt, 40k merges; or sentencepiece),
             apply it to every split
   clean     clean-corpus-n.perl -ratio 1.5 on train and valid, after BPE, 1..250 tokens; test kept
@@ -32,7 +34,8 @@ from .pipeline import Pipeline
 
 # flags a corpora table's [prepare] section may default (the command line wins), with their built-in defaults
 TABLE_DEFAULTS = {"out": "data-bin/{recipe}_{src}_{tgt}", "download_dir": "data-bin/{recipe}_archives",
-                  "bpe_merges": 40000, "spm_vocab_size": 40000, "min_len": 1, "max_len": 250, "ratio": 1.5}
+                  "bpe_merges": 40000, "spm_vocab_size": 40000, "min_len": 1, "max_len": 250, "ratio": 1.5,
+                  "max_train_source_words": None}
 
 
 class _Help(argparse.ArgumentDefaultsHelpFormatter):
@@ -77,6 +80,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--max-len", type=int, help="clean: most tokens after BPE (default: the table's, else 250)")
     g.add_argument("--ratio", type=float, help="clean: largest length ratio, either way; 0 = no ratio rule "
                                                "(default: the table's, else 1.5)")
+    g.add_argument("--max-train-source-words", type=int, metavar="N",
+                   help="keep only the training pairs whose source has at most N words: whitespace-separated "
+                        "tokens of the Moses-tokenised source, counted before BPE (so not the subword tokens that "
+                        "--max-len and fairseq count); valid and test are untouched. Default output folder: the "
+                        "usual one with _shortN appended (default: off, every pair kept)")
     g.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1), help="processes")
     g.add_argument("--no-binarize", action="store_true", help="stop after the text files (skip fairseq-preprocess)")
     return p
@@ -84,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def check_args(a) -> None:
     """Fill derived defaults; raise PrepareError naming the flag and the fix."""
-    table_defaults = {}
+    table_defaults, out_given = {}, a.out is not None
     if a.pair == "raw":
         needed = ["src", "tgt", "train", "test"] + ([] if a.valid_split else ["valid"])
         missing = [f"--{n}" for n in needed if getattr(a, n) is None]
@@ -126,6 +134,13 @@ def check_args(a) -> None:
         if getattr(a, flag, None) is None:
             value = table_defaults.get(flag, default)
             setattr(a, flag, value.format(recipe=a.recipe, src=a.src, tgt=a.tgt) if isinstance(value, str) else value)
+    words = a.max_train_source_words
+    if words is not None:
+        if isinstance(words, bool) or not isinstance(words, int) or words < 1:
+            raise PrepareError(f"--max-train-source-words {words}: must be a whole number, at least 1 (the most "
+                               f"words a training source may have).")
+        if not out_given:  # never overwrite the full corpus's data with the filtered one
+            a.out = f"{a.out}_short{words}"
     if a.src == a.tgt:
         raise PrepareError(f"--src and --tgt are both {a.src!r}.")
     for flag in ("bpe_merges", "spm_vocab_size", "workers", "valid_every", "max_len"):

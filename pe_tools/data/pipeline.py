@@ -1,4 +1,5 @@
-"""The preparation pipeline: fetch, extract, collect, tokenize, bpe, clean, binarize. Each step writes through
+"""The preparation pipeline: fetch, extract, collect, tokenize, filter (--max-train-source-words), bpe, clean,
+binarize. Each step writes through
 temporary names, then records OUT/.stamps/STEP.json (its settings and the size and mtime of its inputs and
 outputs); a re-run skips a step whose stamp still matches."""
 import contextlib
@@ -16,8 +17,8 @@ from typing import Optional
 from ..common import atomic
 from .corpora import Corpus, collect, corpus_sides, extract, extract_single, load_table
 from .download import Archive, fetch, quarantine, verify_raw
-from .files import SPLITS, CorruptFile, PrepareError, count_lines, log, shown
-from .text import clean_corpus, learn_sentencepiece, learn_subword_nmt, map_lines
+from .files import SPLITS, CorruptFile, PrepareError, count_lines, log, read_lines, shown
+from .text import clean_corpus, filter_source_words, learn_sentencepiece, learn_subword_nmt, map_lines
 
 
 @contextlib.contextmanager
@@ -188,8 +189,27 @@ class Pipeline:
                                 lambda src=src, dst=dst, kind=kind, lang=lang:
                                 map_lines(src, dst, kind, lang, self.args.workers, f"tokenize {split}.{lang}"))
 
+    @property
+    def max_source_words(self) -> Optional[int]:
+        return getattr(self.args, "max_train_source_words", None)
+
+    def tok_stage(self, split: str) -> str:
+        """The tokenised text that BPE learns from and is applied to: for train, the pairs kept by
+        --max-train-source-words when it is given (OUT/work/filtered.train.*), else OUT/work/tok.*."""
+        return "filtered" if split == "train" and self.max_source_words is not None else "tok"
+
+    def filter_train(self) -> None:
+        """--max-train-source-words N: keep the train pairs whose tokenised source has at most N words (before
+        BPE; valid and test untouched). N is in the stamp, so a changed N redoes this step and every later one."""
+        n = self.max_source_words
+        if n is None:
+            return
+        ins, outs = self.pair_paths("tok", "train"), self.pair_paths("filtered", "train")
+        self.stamps.run("filter-train", ins, outs, {"max_source_words": n, "unit": "tokenised source words"},
+                        lambda: filter_source_words(*ins, *outs, n))
+
     def bpe(self) -> None:
-        a, train = self.args, self.pair_paths("tok", "train")
+        a, train = self.args, self.pair_paths(self.tok_stage("train"), "train")
         if a.bpe == "subword-nmt":
             model, kind, params = [self.text / "bpe.codes"], "bpe", {"merges": a.bpe_merges, "min_frequency": 2}
             self.stamps.run("learn-bpe", train, model, params, lambda: learn_subword_nmt(train, model[0], a.bpe_merges))
@@ -199,7 +219,7 @@ class Pipeline:
                             lambda: learn_sentencepiece(train, self.text / "spm", a.spm_vocab_size, a.workers))
         for split in SPLITS:
             for lang in (self.src, self.tgt):
-                src, dst = self.path("tok", split, lang), self.path("bpe", split, lang)
+                src, dst = self.path(self.tok_stage(split), split, lang), self.path("bpe", split, lang)
                 self.stamps.run(f"apply-{a.bpe}-{split}.{lang}", [model[0], src], [dst], {},
                                 lambda src=src, dst=dst: map_lines(src, dst, kind, str(model[0]), a.workers,
                                                                    f"{a.bpe} {dst.name.split('.', 1)[1]}"))
@@ -232,6 +252,11 @@ class Pipeline:
     def summary(self) -> None:
         counts = {split: count_lines(self.path("final", split, self.src)) for split in SPLITS}
         log("sentences: " + ", ".join(f"{k} {v:,}" for k, v in counts.items()))
+        if self.max_source_words is not None:
+            longest = max((line.count(" ") + 1 for line in read_lines(self.path("final", "train", self.src))
+                           if line), default=0)
+            log(f"train sources: at most {self.max_source_words} tokenised words (--max-train-source-words), "
+                f"at most {longest} subword tokens")
         dict_file = self.out / f"dict.{self.src}.txt"
         if dict_file.exists():
             log(f"joined dictionary: {count_lines(dict_file):,} types (+4 specials)")
@@ -257,6 +282,7 @@ class Pipeline:
                 return 0
         self.collect(corpora)
         self.tokenize()
+        self.filter_train()
         self.bpe()
         self.clean()
         if not a.no_binarize:

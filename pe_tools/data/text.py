@@ -122,6 +122,37 @@ def learn_sentencepiece(train: list, prefix: Path, vocab_size: int, workers: int
             Path(f"{tmp}{ext}").unlink(missing_ok=True)
 
 
+def filter_source_words(src: Path, tgt: Path, out_src: Path, out_tgt: Path, max_words: int) -> Counter:
+    """The pairs whose source has at most ``max_words`` words (whitespace-separated tokens of the tokenised
+    source line), in order, both sides written under temporary names and renamed; returns the counts
+    (kept, dropped, longest_kept: the most words of a kept source)."""
+    if max_words < 1:
+        raise PrepareError(f"--max-train-source-words {max_words}: must be at least 1.")
+    n_src, n_tgt = count_lines(src), count_lines(tgt)
+    if n_src != n_tgt:
+        raise PrepareError(f"misaligned: {src} has {n_src} lines but {tgt} has {n_tgt}; delete {src.parent} "
+                           f"and re-run.")
+    stats = Counter(kept=0, dropped=0, longest_kept=0)
+    with atomic(out_src) as ts, atomic(out_tgt) as tt, open_text(ts, "w") as fs, open_text(tt, "w") as ft, \
+            progress(n_src, f"filter {src.name.split('.', 1)[1].rsplit('.', 1)[0]}") as bar:
+        for f, e in zip(read_lines(src), read_lines(tgt)):
+            bar.update()
+            words = len(f.split())
+            if words > max_words:
+                stats["dropped"] += 1
+                continue
+            stats["kept"] += 1
+            stats["longest_kept"] = max(stats["longest_kept"], words)
+            fs.write(f + "\n")
+            ft.write(e + "\n")
+        if not stats["kept"]:
+            raise PrepareError(f"--max-train-source-words {max_words}: no training pair has a source that short "
+                               f"({n_src:,} pairs in {src}); raise the limit.")
+    log(f"filter train: {n_src:,} pairs in, {stats['kept']:,} kept, {stats['dropped']:,} dropped (source longer "
+        f"than {max_words} words); longest kept source: {stats['longest_kept']} words")
+    return stats
+
+
 def clean_corpus(src: Path, tgt: Path, out_src: Path, out_tgt: Path, min_len: int, max_len: int, ratio: float,
                  max_word_length: int = 1000) -> Counter:
     """clean-corpus-n.perl -ratio RATIO CORPUS SRC TGT OUT MIN MAX: the kept pairs, whitespace collapsed."""
