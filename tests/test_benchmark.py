@@ -1,8 +1,10 @@
-"""pe-bench models (scripts/benchmark.py models): one tiny run end to end (JSON, CSV, markdown, chart), its
-parameter counts against counts worked out by hand, ratios of fixed figures; bad input rejected with a useful
-message."""
+"""pe-bench models (scripts/benchmark.py models): one tiny run at two lengths end to end (JSON, CSV, markdown,
+chart), its parameter counts against counts worked out by hand (stock fairseq's equal to SAPE's), its
+--max-tokens batches, the padded batch, fairseq's fp16 step, ratios of fixed figures; bad input rejected with a
+useful message."""
 import csv
 import json
+import math
 import os
 import subprocess
 import sys
@@ -11,7 +13,9 @@ import pytest
 
 from pe_testing import REPO
 
-ENCODINGS = ["nope", "sape", "posnet_embed"]
+ENCODINGS = ["nope", "sape", "posnet_embed", "stock"]  # registry order, stock last
+LENGTHS = [6, 10]
+MAX_TOKENS = 40  # batches of 40 // 6 = 6 and 40 // 10 = 4 sentences
 VOCAB = 100
 FILES = {"benchmark.json", "benchmark.csv", "benchmark.md", "benchmark.png"}
 # raw figure -> its ratio to SAPE (pe_tools/bench/models/measure.py RATIOS, restated so a renamed key fails here)
@@ -30,8 +34,8 @@ def benchmark(*args):
 def tiny_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench")
     proc = benchmark("--sizes", "tiny", "--pe", *ENCODINGS, "--rounds", 1, "--steps", 1, "--warmup", 0,
-                     "--forward-passes", 2, "--vocab", VOCAB, "--batch", 4, "--length", 6, "--threads", 1,
-                     "--out-dir", out)
+                     "--forward-passes", 2, "--vocab", VOCAB, "--lengths", *LENGTHS, "--max-tokens", MAX_TOKENS,
+                     "--threads", 1, "--device", "cpu", "--out-dir", out)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return out, proc, json.loads((out / "benchmark.json").read_text())
 
@@ -41,10 +45,14 @@ def test_every_encoding_and_size_measured_and_files_complete(tiny_run):
     assert {p.name for p in out.iterdir()} == FILES  # no temporary file left behind
     settings, results = data["settings"], data["results"]
     assert settings["sizes"] == ["tiny"] and settings["encodings"] == ENCODINGS  # registry order
+    assert settings["lengths"] == LENGTHS and settings["max_tokens"] == MAX_TOKENS
     assert settings["forward_passes"] == 2 and settings["threads"] == 1
     assert settings["memory_kind"] in ("cuda-allocated", "cpu-rss")
     assert len(settings["loadavg_start"]) == len(settings["loadavg_end"]) == 3 and settings["torch"]
-    assert [(r["size"], r["pe"]) for r in results] == [("tiny", pe) for pe in ENCODINGS]
+    assert settings["fp16"] is False and settings["device"] == "cpu" and settings["device_name"]
+    assert "cuda" in settings  # torch.version.cuda: None on a CPU build
+    assert [(r["size"], r["length"], r["pe"]) for r in results] == [
+        ("tiny", length, pe) for length in LENGTHS for pe in ENCODINGS]
     cpu = settings["memory_kind"] == "cpu-rss"
     assert settings.get("memory_env") == ({"MALLOC_MMAP_THRESHOLD_": "131072"} if cpu else None)
     for r in results:
@@ -55,17 +63,29 @@ def test_every_encoding_and_size_measured_and_files_complete(tiny_run):
 
     with open(out / "benchmark.csv", newline="") as f:
         rows = list(csv.DictReader(f))
-    assert [row["pe"] for row in rows] == ENCODINGS
+    assert [(row["pe"], int(row["length"])) for row in rows] == [(pe, n) for n in LENGTHS for pe in ENCODINGS]
     assert [int(row["params"]) for row in rows] == [r["params"] for r in results]
 
     assert (out / "benchmark.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     for text in ((out / "benchmark.md").read_text(), proc.stdout):
-        for pe in ENCODINGS:
-            assert sum(line.startswith(f"| {pe} |") for line in text.splitlines()) == 1, pe
+        for pe in ENCODINGS:  # one row per length
+            assert sum(line.startswith(f"| {pe} |") for line in text.splitlines()) == len(LENGTHS), pe
+        assert "torch " in text and "CUDA " in text and "fp32" in text
 
 
-def test_sape_is_the_unit_of_every_ratio(tiny_run):
-    results = tiny_run[2]["results"]
+def test_batches_hold_max_tokens_at_each_length(tiny_run):
+    settings, results = tiny_run[2]["settings"], tiny_run[2]["results"]
+    assert settings["batches"] == {"6": 6, "10": 4}  # 40 // 6, 40 // 10
+    for r in results:
+        assert r["batch"] == MAX_TOKENS // r["length"]
+        # every sentence between ceil(0.7 L) and L tokens, eos included: the real tokens of the padded batch
+        assert math.ceil(0.7 * r["length"]) * r["batch"] <= r["src_tokens"] < r["length"] * r["batch"]
+        assert math.ceil(0.7 * r["length"]) * r["batch"] <= r["tokens"] <= r["length"] * r["batch"]
+
+
+@pytest.mark.parametrize("length", LENGTHS)
+def test_sape_is_the_unit_of_every_ratio(tiny_run, length):
+    results = [r for r in tiny_run[2]["results"] if r["length"] == length]
     sape = next(r for r in results if r["pe"] == "sape")
     for key, ratio in RATIOS.items():
         if sape[key] == 0:  # possible only for step_bytes on CPU (no RSS growth): no ratio then
@@ -73,6 +93,7 @@ def test_sape_is_the_unit_of_every_ratio(tiny_run):
             continue
         assert sape[ratio] == 1.0, ratio
         assert all(r[ratio] >= 0 for r in results), ratio
+        assert all(r[ratio] == r[key] / sape[key] for r in results), ratio  # to sape at the same length
 
 
 # The tiny models of the wmt14 recipe with a 100-symbol dictionary (VOCAB), worked out by hand from fairseq's
@@ -82,17 +103,109 @@ def test_sape_is_the_unit_of_every_ratio(tiny_run):
 #                  2 LayerNorms 2 x 128 = 256: 25,216; two layers 50,432
 #   decoder layer: self- and cross-attention 2 x 16,640, FFN 8,320, 3 LayerNorms 384: 41,984; two layers 83,968
 #   no-PE and SAPE (sinusoids are a buffer): 6,400 + 50,432 + 83,968 = 140,800
+#   stock fairseq transformer_tiny: the same model as the plugin's SAPE, 140,800
 #   PosNet-Embed (d_p 16 at tiny, the recipe's L_max 200, one kernel set for both stacks):
 #                  2 d d_p + L_max d_p^2 = 2 x 64 x 16 + 200 x 16^2 = 2,048 + 51,200 = 53,248; 194,048 in all
-PARAMS = {"nope": (140800, 0), "sape": (140800, 0), "posnet_embed": (194048, 53248)}
-MAX_POSITIONS = {"nope": [1024, 1024], "sape": [1024, 1024], "posnet_embed": [200, 200]}  # fairseq's default; L_max
+PARAMS = {"nope": (140800, 0), "sape": (140800, 0), "posnet_embed": (194048, 53248), "stock": (140800, 0)}
+MAX_POSITIONS = {"nope": [1024, 1024], "sape": [1024, 1024], "posnet_embed": [200, 200],  # fairseq's default; L_max
+                 "stock": [1024, 1024]}
+ARCHS = {"nope": "transformer_nope_tiny", "sape": "transformer_sape_tiny",
+         "posnet_embed": "transformer_posnet_embed_tiny", "stock": "transformer_tiny"}
 
 
 def test_parameter_counts_are_the_recipe_models(tiny_run):
     assert tiny_run[2]["settings"]["recipe"] == "wmt14"
-    results = tiny_run[2]["results"]
-    assert {r["pe"]: (r["params"], r["pe_params"]) for r in results} == PARAMS
-    assert {r["pe"]: r["max_positions"] for r in results} == MAX_POSITIONS
+    for length in LENGTHS:
+        results = [r for r in tiny_run[2]["results"] if r["length"] == length]
+        assert {r["pe"]: (r["params"], r["pe_params"]) for r in results} == PARAMS
+        assert {r["pe"]: r["max_positions"] for r in results} == MAX_POSITIONS
+        assert {r["pe"]: r["arch"] for r in results} == ARCHS
+
+
+def test_stock_fairseq_is_built_without_the_plugin():
+    """The stock row is fairseq's own TransformerModel, not a plugin class, with the plugin SAPE's parameters:
+    the same names, and under seed 1 the same values (the two models are byte-identical)."""
+    import torch
+
+    from pe_tools.bench.models.build import STOCK, build_model
+
+    stock, args = build_model(STOCK, "tiny", VOCAB, "wmt14", "cpu")
+    sape, _ = build_model("sape", "tiny", VOCAB, "wmt14", "cpu")
+    assert type(stock).__module__.startswith("fairseq.models.") and args.arch == "transformer_tiny"
+    assert type(sape).__module__.startswith("pe_plugin.")
+    a, b = dict(stock.named_parameters()), dict(sape.named_parameters())
+    assert a.keys() == b.keys() and sum(p.numel() for p in a.values()) == PARAMS["stock"][0]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_padded_batch_is_left_padded_on_the_source():
+    from pe_tools.bench.models.build import EOS, PAD, padded_batch
+
+    batch, length = 12, 20
+    src, src_len, prev, target = padded_batch(batch, length, VOCAB, "cpu")
+    assert src.shape == prev.shape == target.shape == (batch, length)
+    assert src_len.tolist() == sorted(src_len.tolist(), reverse=True) and src_len[0] == length  # longest = L
+    assert len(set(src_len.tolist())) > 1 and src_len.min() >= math.ceil(0.7 * length)  # varied, in [0.7 L, L]
+    assert (src[:, 0] == PAD).any() and (src[:, -1] == EOS).all()  # padding on the left, every source ends in eos
+    tgt_len = target.ne(PAD).sum(1)
+    assert tgt_len.max() == length and len(set(tgt_len.tolist())) > 1
+    for b in range(batch):
+        n, m = int(src_len[b]), int(tgt_len[b])
+        assert (src[b, :length - n] == PAD).all() and (src[b, length - n:] != PAD).all()
+        assert (src[b, length - n:-1] >= 4).all()  # ordinary symbols only before eos
+        assert (target[b, :m] != PAD).all() and (target[b, m:] == PAD).all() and target[b, m - 1] == EOS
+        assert prev[b, 0] == EOS and (prev[b, 1:m] == target[b, :m - 1]).all() and (prev[b, m:] == PAD).all()
+
+
+def test_batch_size_is_max_tokens_over_length():
+    from pe_tools.bench.models.build import batch_size
+
+    assert [batch_size(4096, n) for n in (20, 50, 100, 200)] == [204, 81, 40, 20]
+    assert batch_size(30, 30) == 1
+    with pytest.raises(ValueError, match="smaller than length 31"):
+        batch_size(30, 31)
+    with pytest.raises(ValueError, match="at least 1"):
+        batch_size(30, 0)
+
+
+def test_fp16_step_is_fairseqs_with_fp32_master_weights():
+    """--fp16: the model halved, fairseq's FP16Optimizer holding float32 masters (one per parameter off CUDA);
+    after a step the fp16 weights are the updated masters rounded to half."""
+    import torch
+
+    from pe_tools.bench.models.build import build_model, build_optimizer
+    from fairseq.optim.fp16_optimizer import FP16Optimizer
+
+    model, args = build_model("sape", "tiny", VOCAB, "wmt14", "cpu", fp16=True)
+    assert args.fp16 and args.fp16_no_flatten_grads
+    opt = build_optimizer(model, args, fp16=True)
+    assert isinstance(opt, FP16Optimizer) and opt.scaler is not None and not opt.has_flat_params
+    params = list(model.parameters())
+    assert {p.dtype for p in params} == {torch.float16}
+    assert {p.dtype for p in opt.fp32_params} == {torch.float32} and len(opt.fp32_params) == len(params)
+    before = [p.detach().float().clone() for p in opt.fp32_params]
+    src = torch.randint(4, VOCAB, (2, 5))
+    logits, _ = model(src, torch.tensor([5, 5]), src)
+    opt.zero_grad()
+    opt.backward(logits.float().logsumexp(-1).sum())
+    opt.clip_grad_norm(0.0)
+    opt.step()
+    assert any(not torch.equal(b, p) for b, p in zip(before, opt.fp32_params))  # the masters moved
+    assert all(torch.equal(p, m.half()) for p, m in zip(params, opt.fp32_params))  # fp16 = rounded masters
+
+
+def test_fp16_run_and_the_old_batch_length_flags(tmp_path):
+    """A whole --fp16 run on a CPU at tiny size, with the single-length --length and a fixed --batch."""
+    proc = benchmark("--sizes", "tiny", "--pe", "sape", "--rounds", 1, "--steps", 1, "--warmup", 0,
+                     "--forward-passes", 1, "--vocab", VOCAB, "--batch", 3, "--length", 7, "--threads", 1,
+                     "--device", "cpu", "--fp16", "--json", tmp_path / "b.json")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    data = json.loads((tmp_path / "b.json").read_text())
+    settings, (sape,) = data["settings"], data["results"]
+    assert settings["fp16"] is True and settings["lengths"] == [7] and settings["max_tokens"] is None
+    assert (sape["length"], sape["batch"]) == (7, 3)
+    assert sape["param_dtypes"] == ["torch.float16"] and sape["master_dtypes"] == ["torch.float32"]
+    assert "fp16" in proc.stdout and "FP16Optimizer" in proc.stdout
 
 
 def test_ratios_of_fixed_figures():
@@ -116,10 +229,21 @@ def test_unknown_encoding_lists_the_valid_names():
         assert name in proc.stderr, name
 
 
-@pytest.mark.parametrize("flag", ["--forward-passes", "--rounds"])
+@pytest.mark.parametrize("flag", ["--forward-passes", "--rounds", "--lengths", "--max-tokens", "--batch"])
 def test_zero_counts_rejected_naming_the_flag(flag):
     proc = benchmark(flag, 0)
     assert proc.returncode != 0 and flag in proc.stderr and "at least 1" in proc.stderr
+
+
+def test_max_tokens_below_a_length_rejected():
+    proc = benchmark("--sizes", "tiny", "--lengths", 20, 50, 100, "--max-tokens", 60)
+    assert proc.returncode == 2
+    assert "--max-tokens 60 is smaller than --lengths 100" in proc.stderr and "--batch" in proc.stderr
+
+
+def test_batch_and_max_tokens_exclude_each_other():
+    proc = benchmark("--batch", 4, "--max-tokens", 100)
+    assert proc.returncode != 0 and "not allowed with argument" in proc.stderr
 
 
 def test_an_isolated_run_gets_the_environment_it_is_given(monkeypatch):

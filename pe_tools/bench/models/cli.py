@@ -1,5 +1,5 @@
-"""pe-bench models' arguments and run: every (size, encoding) measured in a fresh interpreter, round-robin, then
-summarised, printed and written (docs/benchmarks.md §Model benchmark)."""
+"""pe-bench models' arguments and run: every (size, length, encoding) measured in a fresh interpreter, round-robin,
+then summarised, printed and written (docs/benchmarks.md §Model benchmark)."""
 import argparse
 import os
 import platform
@@ -9,33 +9,48 @@ import time
 from ...common import fail, int_at_least
 from ...naming import BASELINE, SUFFIX_OF_CLASS as SIZES
 from ...recipes import recipe_names
+from .build import STOCK, batch_size
 from .measure import CPU_MEMORY_ENV, add_ratios, measure_isolated, summarise
 from .report import OUT_NAME, tables, write_outputs
 
 NAME = "models"
 HELP = "forward time, training-step time and peak memory of every registered encoding, as ratios to SAPE"
+DEFAULT_LENGTHS = [30]
 
 
-class _OneSize(argparse.Action):
-    """``--size SIZE``: the old single-size flag, kept as an alias of ``--sizes SIZE``."""
+class _One(argparse.Action):
+    """``--size SIZE``, ``--length L``: the old single-value flags, aliases of ``--sizes SIZE``, ``--lengths L``."""
 
     def __call__(self, parser, namespace, values, option_string=None):
-        setattr(namespace, "sizes", [values])
+        setattr(namespace, self.dest, [values])
 
 
 def add_args(parser):
     from pe_plugin.encodings import PE_REGISTRY
 
-    names = list(PE_REGISTRY)
+    names = list(PE_REGISTRY) + [STOCK]
     parser.add_argument("--sizes", nargs="+", choices=list(SIZES), default=["tiny", "base"], metavar="SIZE",
                         help=f"model sizes, all measured in this run, from {', '.join(SIZES)} (default: tiny base)")
-    parser.add_argument("--size", choices=list(SIZES), action=_OneSize, dest="sizes", help="alias of --sizes SIZE")
+    parser.add_argument("--size", choices=list(SIZES), action=_One, dest="sizes", help="alias of --sizes SIZE")
     parser.add_argument("--pe", nargs="+", choices=names, metavar="PE",
-                        help=f"encodings to measure, from {', '.join(names)} (default: all; sape is always added)")
+                        help=f"rows to measure, from {', '.join(names)}; {STOCK}: stock fairseq's transformer_<size> "
+                             "without the plugin (default: all; sape is always added)")
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
                         help="where the models run (default: auto = cuda when available)")
-    ints = [("--batch", 1, 32, "sentences per batch"), ("--length", 1, 30, "source and target length"),
-            ("--vocab", 5, 40000, "joined dictionary size, fairseq's 4 specials included"),
+    parser.add_argument("--fp16", action="store_true",
+                        help="train as fairseq --fp16 does: fp16 model, fp32 master weights in fairseq's "
+                             "FP16Optimizer, dynamic loss scaling (non-flattened fp32 copy off CUDA)")
+    parser.add_argument("--lengths", nargs="+", type=int_at_least(1), default=DEFAULT_LENGTHS, metavar="L",
+                        help="padded batch lengths, all measured in this run: sentences of [0.7 L, L] tokens, "
+                             f"the longest L (default: {' '.join(map(str, DEFAULT_LENGTHS))})")
+    parser.add_argument("--length", type=int_at_least(1), action=_One, dest="lengths", metavar="L",
+                        help="alias of --lengths L")
+    batch = parser.add_mutually_exclusive_group()
+    batch.add_argument("--max-tokens", type=int_at_least(1), default=4096,
+                       help="padded tokens per batch: max_tokens // L sentences at length L (default: 4096)")
+    batch.add_argument("--batch", type=int_at_least(1),
+                       help="a fixed number of sentences at every length instead of --max-tokens")
+    ints = [("--vocab", 5, 40000, "joined dictionary size, fairseq's 4 specials included"),
             ("--steps", 1, 3, "timed training steps per round"), ("--warmup", 0, 1,
              "untimed training steps, and untimed forward passes, before the timed ones"),
             ("--forward-passes", 1, 10, "timed consecutive forward passes per round"),
@@ -61,26 +76,39 @@ def run(args) -> int:
         return fail("--device cuda: CUDA is not available to torch here")
     else:
         device = args.device
-    wanted = set(args.pe or PE_REGISTRY) | {BASELINE}
-    names = [pe for pe in PE_REGISTRY if pe in wanted]  # registry order, sape always in
+    wanted = set(args.pe or [*PE_REGISTRY, STOCK]) | {BASELINE}
+    names = [pe for pe in [*PE_REGISTRY, STOCK] if pe in wanted]  # registry order, sape always in, stock last
     sizes = list(dict.fromkeys(args.sizes))
-    kwargs = dict(batch=args.batch, length=args.length, vocab=args.vocab, steps=args.steps, warmup=args.warmup,
-                  forward_passes=args.forward_passes, threads=args.threads, device=device, recipe=args.recipe)
+    lengths = list(dict.fromkeys(args.lengths))
+    if args.batch:
+        batches = {length: args.batch for length in lengths}
+    else:
+        short = [length for length in lengths if length > args.max_tokens]
+        if short:
+            return fail(f"--max-tokens {args.max_tokens} is smaller than --lengths {' '.join(map(str, short))}: "
+                        "not one sentence fits; raise --max-tokens or use --batch")
+        batches = {length: batch_size(args.max_tokens, length) for length in lengths}
+    kwargs = dict(vocab=args.vocab, steps=args.steps, warmup=args.warmup, forward_passes=args.forward_passes,
+                  threads=args.threads, device=device, recipe=args.recipe, fp16=args.fp16)
     load_start, started = os.getloadavg(), time.time()
 
-    runs = {(size, pe): [] for size in sizes for pe in names}
+    keys = [(size, length, pe) for size in sizes for length in lengths for pe in names]
+    runs = {key: [] for key in keys}
     for k in range(args.rounds):
-        for size in sizes:
-            for pe in names:
-                print(f"[round {k + 1}/{args.rounds}] {size} {pe}", file=sys.stderr, flush=True)
-                runs[size, pe].append(measure_isolated(pe, size, kwargs))
-    results = [summarise(runs[size, pe]) for size in sizes for pe in names]
+        for size, length, pe in keys:
+            print(f"[round {k + 1}/{args.rounds}] {size} L={length} B={batches[length]} {pe}", file=sys.stderr,
+                  flush=True)
+            runs[size, length, pe].append(
+                measure_isolated(pe, size, dict(kwargs, batch=batches[length], length=length)))
+    results = [summarise(runs[key]) for key in keys]
     add_ratios(results)
 
-    any_run = runs[sizes[0], names[0]][0]
+    any_run = runs[keys[0]][0]
     settings = dict(
-        sizes=sizes, encodings=names, **kwargs, rounds=args.rounds,
+        sizes=sizes, lengths=lengths, encodings=names, max_tokens=None if args.batch else args.max_tokens,
+        batches={str(length): b for length, b in batches.items()}, **kwargs, rounds=args.rounds,
         device_name=any_run["device_name"], memory_kind=any_run["memory_kind"], torch=any_run["torch"],
+        cuda=any_run["cuda"],
         python=platform.python_version(), platform=platform.platform(), cpu_count=os.cpu_count(),
         started=time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)), seconds=round(time.time() - started, 1),
         loadavg_start=list(load_start), loadavg_end=list(os.getloadavg()),

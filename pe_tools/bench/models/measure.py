@@ -1,49 +1,66 @@
-"""Measuring one (size, encoding) in a fresh interpreter: training-step times, the training peak memory, forward
-times; and the summary of its rounds, as ratios to SAPE (docs/benchmarks.md §Model benchmark)."""
+"""Measuring one (size, length, encoding) in a fresh interpreter: training-step times, the training peak memory,
+forward times; and the summary of its rounds, as ratios to SAPE (docs/benchmarks.md §Model benchmark)."""
 import statistics
 import time
 
 from ...common import cpu_name
-from ...naming import BASELINE, SUFFIX_OF_CLASS as SIZES, arch_name
+from ...naming import BASELINE
 from .._timing import current_rss_bytes, peak_rss_bytes, run_isolated
-from .build import build_model, random_batch, recipe_flags
+from .build import PAD, build_model, build_optimizer, model_arch, padded_batch, pe_params, recipe_flags
 
 # the memory interpreter's environment on a CPU (docs/benchmarks.md §CPU memory): glibc only, ignored elsewhere
 CPU_MEMORY_ENV = {"MALLOC_MMAP_THRESHOLD_": str(128 * 1024)}
-# raw figure -> its ratio to SAPE within the same size
+# raw figure -> its ratio to SAPE within the same size and length
 RATIOS = {"forward_s": "forward_ratio", "forward_median_s": "forward_median_ratio",
           "step_s": "step_ratio", "step_median_s": "step_median_ratio", "step_cpu_s": "cpu_ratio",
           "peak_bytes": "peak_ratio", "step_bytes": "step_mem_ratio"}
 
 
 def measure(pe: str, size: str, batch: int, length: int, vocab: int, steps: int, warmup: int, forward_passes: int,
-            threads: int, device: str, recipe: str = "none", memory_only: bool = False):
-    """One encoding at one size, in this (fresh) process: parameter counts, step and forward times, memory;
-    ``memory_only``: the warm-up and one step, then only the memory figures."""
+            threads: int, device: str, recipe: str = "none", fp16: bool = False, memory_only: bool = False):
+    """One encoding (or build.STOCK) at one size on one padded batch of ``batch`` sentences of at most ``length``
+    tokens, in this (fresh) process: parameter counts, step and forward times, memory; ``memory_only``: the warm-up
+    and one step, then only the memory figures. ``fp16``: the model in half precision and fairseq's fp16 step
+    (build.build_optimizer; a step whose gradients overflow is skipped as fairseq's trainer skips it, and counted
+    in ``fp16_overflows``)."""
     import gc
 
     import torch
     import torch.nn.functional as F
 
-    from pe_plugin.models.validation import pe_parameter_count
-
     if threads:
         torch.set_num_threads(threads)
     cuda = device == "cuda"
-    model, args = build_model(pe, size, vocab, recipe, device)
-    src, lengths, prev, target = random_batch(batch, length, vocab, device)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    model, args = build_model(pe, size, vocab, recipe, device, fp16=fp16)
+    opt = build_optimizer(model, args, fp16)
+    src, lengths, prev, target = padded_batch(batch, length, vocab, device)
+    ntokens = int(target.ne(PAD).sum())
+    overflows = 0
 
     def sync():
         if cuda:
             torch.cuda.synchronize()
 
-    # 1. training steps; memory baseline taken first, after the model and batch exist
+    # 1. training steps; memory baseline taken first, after the model, its optimizer and the batch exist
     def step():
-        opt.zero_grad(set_to_none=True)
+        nonlocal overflows
+        opt.zero_grad()  # torch's Adam: grads set to None; FP16Optimizer: fp16 grads None, fp32 ones zeroed
         logits, _ = model(src, lengths, prev)  # (B, T, V)
-        F.cross_entropy(logits.view(-1, logits.size(-1)), target.view(-1)).backward()
-        opt.step()
+        # summed over the real target tokens, in fp32 (fairseq's criteria upcast the logits before log_softmax)
+        loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), target.view(-1), ignore_index=PAD,
+                               reduction="sum")
+        if not fp16:
+            (loss / ntokens).backward()
+            opt.step()
+            return
+        try:  # fairseq's Trainer.train_step: backward of the scaled loss, grads / sample size, norm, step
+            opt.backward(loss)
+            opt.multiply_grads(1.0 / ntokens)
+            opt.clip_grad_norm(0.0)  # no clipping; checks for overflow and updates the loss scale
+            opt.step()
+        except OverflowError:
+            overflows += 1
+            opt.zero_grad()
 
     model.train()
     gc.collect()
@@ -81,21 +98,26 @@ def measure(pe: str, size: str, batch: int, length: int, vocab: int, steps: int,
         sync()
         forward, forward_cpu = time.perf_counter() - t0, time.process_time() - c0
 
+    master = getattr(opt, "fp32_params", [])  # fp16: a list, or on CUDA {device: one flat tensor}
+    master = list(master.values()) if isinstance(master, dict) else list(master)
     return {
-        "pe": pe, "size": size, "arch": arch_name(pe, SIZES[size]), "flags": recipe_flags(recipe, pe),
+        "pe": pe, "size": size, "length": length, "batch": batch, "tokens": ntokens,
+        "src_tokens": int(src.ne(PAD).sum()), "arch": model_arch(pe, size), "flags": recipe_flags(recipe, pe),
         "max_positions": [args.max_source_positions, args.max_target_positions],
-        "params": sum(p.numel() for p in model.parameters()), "pe_params": pe_parameter_count(model),
+        "params": sum(p.numel() for p in model.parameters()), "pe_params": pe_params(model, pe),
+        "param_dtypes": sorted({str(p.dtype) for p in model.parameters()}),
+        "master_dtypes": sorted({str(p.dtype) for p in master}), "fp16_overflows": overflows,
         "step_wall_s": wall, "step_cpu_s": cpu, "forward_s": forward, "forward_cpu_s": forward_cpu,
         "peak_bytes": peak, "step_bytes": peak - before,
         "memory_kind": "cuda-allocated" if cuda else "cpu-rss", "device": device,
         "device_name": torch.cuda.get_device_name() if cuda else cpu_name(),
-        "threads": torch.get_num_threads(), "torch": torch.__version__,
+        "threads": torch.get_num_threads(), "torch": torch.__version__, "cuda": torch.version.cuda,
     }
 
 
 def measure_isolated(pe: str, size: str, kwargs: dict) -> dict:
-    """``measure`` in a fresh interpreter; on a CPU its memory figures come from a second one under
-    ``CPU_MEMORY_ENV`` and its own (glibc's default allocator) are kept as ``malloc_default_*``."""
+    """``measure(pe, size, **kwargs)`` in a fresh interpreter; on a CPU its memory figures come from a second one
+    under ``CPU_MEMORY_ENV`` and its own (glibc's default allocator) are kept as ``malloc_default_*``."""
     result = run_isolated(__name__, "measure", dict(pe=pe, size=size, **kwargs))
     if result["memory_kind"] == "cpu-rss":
         memory = run_isolated(__name__, "measure", dict(pe=pe, size=size, **kwargs, memory_only=True),
@@ -106,11 +128,13 @@ def measure_isolated(pe: str, size: str, kwargs: dict) -> dict:
 
 
 def summarise(runs):
-    """One result from the per-round measurements of one (size, encoding): fastest and median times, median
-    memory; the raw per-round figures are kept under ``rounds``."""
+    """One result from the per-round measurements of one (size, length, encoding): fastest and median times,
+    median memory; the raw per-round figures are kept under ``rounds``."""
     first = runs[0]
-    r = {k: first[k] for k in ("pe", "size", "arch", "params", "pe_params", "memory_kind")}
+    r = {k: first[k] for k in ("pe", "size", "length", "batch", "tokens", "src_tokens", "arch", "params",
+                               "pe_params", "memory_kind")}
     r["max_positions"] = first["max_positions"]  # (source, target): PosNet's and LAPE's L_max
+    r["param_dtypes"], r["master_dtypes"] = first["param_dtypes"], first["master_dtypes"]  # fp16: model, fp32 copy
     steps = [t for x in runs for t in x["step_wall_s"]]
     forwards = [x["forward_s"] for x in runs]
     r.update(
@@ -124,15 +148,20 @@ def summarise(runs):
     for key in ("malloc_default_peak_bytes", "malloc_default_step_bytes"):  # CPU only
         if key in first:
             r[key] = int(statistics.median(x[key] for x in runs))
+    r["fp16_overflows"] = sum(x["fp16_overflows"] for x in runs)  # skipped fp16 steps, warm-up ones included
     r["rounds"] = {k: [x[k] for x in runs] for k in ("forward_s", "step_wall_s", "peak_bytes", "step_bytes")}
     return r
 
 
 def add_ratios(results):
-    """ratio = figure / sape's figure, within each size (None where sape's figure is 0)."""
-    for size in {r["size"] for r in results}:
-        ref = next(r for r in results if r["size"] == size and r["pe"] == BASELINE)
+    """ratio = figure / sape's figure, within each size and length (None where sape's figure is 0); a result
+    without ``length`` (older JSON) counts as one length."""
+    def group(r):
+        return r["size"], r.get("length")
+
+    for g in {group(r) for r in results}:
+        ref = next(r for r in results if group(r) == g and r["pe"] == BASELINE)
         for r in results:
-            if r["size"] == size:
+            if group(r) == g:
                 for key, ratio in RATIOS.items():
                     r[ratio] = r[key] / ref[key] if ref[key] else None
