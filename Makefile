@@ -1,5 +1,6 @@
-# pe_plugin: `make test` sets up .venv (if needed) and runs the test suite; `make demo` runs the demo;
-# `make length` trains every encoding on short sentences and scores them on longer ones (length_out/).
+# pe_plugin: `make test` sets up .venv (if needed) and runs the test suite, `make test-fast` the same without the tests
+# marked slow; `make demo` runs the demo (docs/demo.md);
+# `make length` trains every encoding on short sentences and scores them on longer ones (length_out/, docs/length.md).
 VENV ?= .venv
 PY := $(VENV)/bin/python
 

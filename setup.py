@@ -2,7 +2,7 @@ from setuptools import find_packages, setup
 
 # Two packages, one distribution: pe_plugin is the fairseq plugin (importing it imports fairseq and torch and
 # registers the models: `fairseq-train --user-dir pe_plugin` imports it); pe_tools holds the command-line tools,
-# and its data preparation and scoring never import torch, fairseq or pe_plugin (README.md, design paragraph).
+# and its data preparation and scoring never import torch, fairseq or pe_plugin (docs/design.md, Layout).
 setup(
     name="pe_plugin",
     version="0.1.0",

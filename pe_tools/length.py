@@ -6,7 +6,7 @@ CPU, about 15 minutes for every registered encoding on 2 cores.
     pe-length --out length_out --max-train-words 15 --long-clauses 3 --methods sape,lape,rpe
 
 1. corpus: ``pe_tools.synthetic.grammar`` with ``--max-train-words 15 --long 500 --long-clauses 3``: 20k/500/500
-   train/valid/test pairs of at most 15 words, and a long split of 500 pairs of more than 15 words (16-34; the
+   train/valid/test pairs of at most 15 words, and a long split of 500 pairs of more than 15 words (16-37 with these defaults; the
    same rules, with up to three clauses instead of two);
 2. prepare: ``pe-prepare raw``, whose test set is the test split followed by the long split
    (``raw/eval``), so that one decode translates both;

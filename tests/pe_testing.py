@@ -15,6 +15,9 @@ REPO = Path(__file__).resolve().parents[1]
 from pe_tools.synthetic.toy import write_corpus  # noqa: E402,F401  (re-exported for the tests)
 
 PLUGIN = str(REPO / "pe_plugin")
+# the Multi30k test reference, not in the repository: tests marked needs_multi30k run only where it exists
+MULTI30K_REFERENCE = Path(os.environ.get("PE_MULTI30K_REF",
+                                         REPO / "data-bin" / "multi30k_en_de" / "work" / "raw.test.de"))
 
 # flags every tiny training run shares (dropout off unless a test turns it on)
 TRAIN_FLAGS = [

@@ -180,7 +180,7 @@ def test_stock_entry_builds_the_same_model_as_sape(data_bin, tmp_path):
 @pytest.mark.parametrize("method, recorded", [("posnet_embed", "posnet_embed_lmax256"),
                                               ("posnet_embed_user", "posnet_embed_user")])
 def test_recorded_posnet_runs_are_the_models_the_recipe_builds(method, recorded, data_bin, tmp_path):
-    """The README's evidence for PosNet-Embed's default (L_max capped at 256) is the recorded
+    """docs/results.md's evidence for PosNet-Embed's default (L_max capped at 256) is the recorded
     posnet_embed_lmax256 runs; `pe-train posnet_embed` must build that very encoding today (signature and
     encoding parameters of the recorded meta files), and posnet_embed_user the pre-cap default it pins."""
     from fairseq import options, tasks

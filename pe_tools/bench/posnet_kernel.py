@@ -7,8 +7,9 @@ Candidates, each h = x + ReLU((x W1) (x) phi) W2 on x (B,T,C), then backward of 
   released      ``(x W1).unsqueeze(2).matmul(phi[:T])`` (posnet/modules.py): torch.matmul broadcasts phi to a
                 (B,T,d_p,d_p) copy, and the backward builds a phi gradient of that size before reducing it
   bmm           ``PosNetEmbedding.embed`` without padding: one bmm over positions, (T,B,d_p) x (T,d_p,d_p)
-  bmm-leftpad   the same module with per-row positions (left-padded rows of random lengths, one full):
-                scatter to a position-major buffer, bmm, gather back
+  bmm-leftpad   the same module with per-row positions made from a padding mask, as a model makes them
+                (left-padded rows of random lengths, one full): each row rotated into a position-major
+                buffer, bmm, rotated back
 Time: the candidates run round-robin in this process (``--rounds``); medians of wall and of process CPU time
 (steadier on a shared machine), ratios to released.
 Memory: each candidate runs once in a fresh interpreter; ``peak`` is the peak RSS during forward + backward
@@ -57,7 +58,7 @@ def setup(candidate, batch, length, dim, posnet_dim, lmax, seed=0):
     lengths = torch.randint(length // 2, length + 1, (batch,))
     lengths[0] = length
     nonpad = torch.arange(length).unsqueeze(0) >= (length - lengths).unsqueeze(1)  # (B,T) left padding
-    pos = Positions(*(2 * [Positions.from_padding(nonpad, length, "cpu")]), nonpad)
+    pos = Positions.from_mask(nonpad, length, length, "cpu")  # as a model makes them: the rotated product
 
     def forward():
         if candidate == "released":

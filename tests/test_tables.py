@@ -1,0 +1,489 @@
+"""Every figure in a table of the README, docs/ and examples/*/README.md is read from a recorded file, so that no
+number goes stale.
+
+A table is preceded by a marker comment that names where its figures come from:
+
+    <!-- table: PATH -->             the table of a recorded markdown file (PATH#N: its N-th table, from 1). Every
+                                     row of the document's table is a row of the recorded one (the same first
+                                     cell) with the same text in every column the document shows (columns are
+                                     matched by their header; a document may leave columns out).
+    <!-- table: computed NAME -->    rebuilt by the test ``test_computed_<NAME>`` below, from recorded files or
+                                     from the code itself.
+    <!-- table: no measurements -->  definitions, citations or settings, not measured figures.
+
+test_every_table_with_figures_names_its_source fails on a table that shows a digit and has no marker. The
+recorded files are what the tools wrote: pe-report (examples/multi30k/report*), pe-demo (examples/demo),
+pe-length (examples/length) and pe-bench (examples/benchmarks/cpu); their READMEs say how they were made.
+The outputs the documents show are checked the same way, with ``<!-- output: PATH -->`` before the code block
+(``<!-- output: command -->``: the command of the bash block above, which tests/test_readme.py runs).
+"""
+import csv
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import pe_testing
+from pe_testing import REPO
+
+# the documents whose tables are checked; docs/benchmarks.md and docs/hub.md have other owners (their markers, if
+# any, are checked all the same)
+OWNED = ["README.md", *sorted(str(p.relative_to(REPO)) for p in (REPO / "docs").glob("*.md")
+                              if p.name not in ("benchmarks.md", "hub.md")),
+         *sorted(str(p.relative_to(REPO)) for p in (REPO / "examples").glob("*/README.md"))]
+ALL_DOCS = sorted(set(OWNED) | {str(p.relative_to(REPO)) for p in (REPO / "docs").glob("*.md")})
+MARKER = re.compile(r"^<!-- (table|output): (.+?) -->$")
+M30K = REPO / "examples" / "multi30k" / "report"
+
+
+# ------------------------------------------------------------------------------------------------
+# markdown tables
+
+def split_row(line: str) -> list:
+    """The cells of a markdown table row; ``\\|`` (inside a signature) is not a separator."""
+    return [c.strip() for c in re.split(r"(?<!\\)\|", line.strip().strip("|"))]
+
+
+def tables(text: str) -> list:
+    """(line number of the header, marker or None, header cells, body rows) of every table of a markdown text.
+    The marker is the comment line right above the table (blank lines between are allowed)."""
+    lines, found, i = text.split("\n"), [], 0
+    while i < len(lines):
+        if lines[i].startswith("|") and i + 1 < len(lines) and re.match(r"^\|[\s:|-]+\|$", lines[i + 1].strip()):
+            j = i + 2
+            while j < len(lines) and lines[j].startswith("|"):
+                j += 1
+            k = i - 1
+            while k >= 0 and not lines[k].strip():
+                k -= 1
+            m = MARKER.match(lines[k].strip()) if k >= 0 else None
+            marker = m[2] if m and m[1] == "table" else None
+            found.append((i + 1, marker, split_row(lines[i]), [split_row(r) for r in lines[i + 2:j]]))
+            i = j
+        else:
+            i += 1
+    return found
+
+
+def recorded_table(source: str):
+    """(header, rows) of the table ``source`` names: PATH or PATH#N."""
+    path, _, n = source.partition("#")
+    found = tables((REPO / path).read_text(encoding="utf-8"))
+    assert found, f"{path} holds no table"
+    _, _, header, rows = found[int(n or 1) - 1]
+    return header, rows
+
+
+def has_figures(rows) -> bool:
+    """Whether a digit shows in the body outside code spans and link targets."""
+    for row in rows:
+        for cell in row:
+            text = re.sub(r"`[^`]*`", "", re.sub(r"\]\([^)]*\)", "]", cell))
+            if re.search(r"\d", text):
+                return True
+    return False
+
+
+def doc_tables():
+    for doc in ALL_DOCS:
+        for line, marker, header, rows in tables((REPO / doc).read_text(encoding="utf-8")):
+            yield doc, line, marker, header, rows
+
+
+def test_every_table_with_figures_names_its_source():
+    missing = [f"{doc}:{line}" for doc, line, marker, header, rows in doc_tables()
+               if doc in OWNED and marker is None and has_figures(rows)]
+    assert not missing, "tables with figures and no `<!-- table: SOURCE -->` marker: " + ", ".join(missing)
+
+
+RECORDED = [(doc, line, marker, header, rows) for doc, line, marker, header, rows in doc_tables()
+            if marker and not marker.startswith(("computed ", "no measurements"))]
+
+
+@pytest.mark.parametrize("doc, line, source, header, rows", RECORDED,
+                         ids=[f"{d}:{n}" for d, n, *_ in RECORDED])
+def test_table_equals_the_recorded_one(doc, line, source, header, rows):
+    rec_header, rec_rows = recorded_table(source)
+    missing = [h for h in header if h not in rec_header]
+    assert not missing, f"{doc}:{line}: columns {missing} are not in {source} ({rec_header})"
+    by_key = {r[0]: r for r in rec_rows}
+    assert len(by_key) == len(rec_rows), f"{source}: first cells repeat"
+    for row in rows:
+        assert len(row) == len(header), f"{doc}:{line}: row {row[0]!r} has {len(row)} cells for {len(header)} columns"
+        assert row[0] in by_key, f"{doc}:{line}: row {row[0]!r} is not in {source}"
+        for name, cell in zip(header, row):
+            expected = by_key[row[0]][rec_header.index(name)]
+            assert cell == expected, f"{doc}:{line}: {row[0]} / {name}: {cell!r}, but {source} says {expected!r}"
+
+
+def test_every_marker_names_something_that_exists():
+    names = {n[len("test_computed_"):] for n in globals() if n.startswith("test_computed_")}
+    for doc, line, marker, header, rows in doc_tables():
+        if marker is None or marker.startswith("no measurements"):
+            continue
+        if marker.startswith("computed "):
+            assert marker.split()[1] in names, f"{doc}:{line}: no test_computed_{marker.split()[1]}"
+        else:
+            assert (REPO / marker.partition("#")[0]).is_file(), f"{doc}:{line}: {marker} does not exist"
+
+
+def test_a_document_shows_whole_tables_of_runs():
+    """A recorded table shown without some of its rows says which (the README's Multi30k table shows them all)."""
+    header, rows = [t for t in tables((REPO / "README.md").read_text()) if t[1] and "results_seeds" in t[1]][0][2:]
+    assert [r[0] for r in rows] == [r[0] for r in recorded_table("examples/multi30k/report/results_seeds.md")[1]]
+
+
+# ------------------------------------------------------------------------------------------------
+# outputs shown in code blocks
+
+def outputs():
+    """(doc, marker line, source, lines of the code block after the marker) of every ``<!-- output: PATH -->``."""
+    found = []
+    for doc in ALL_DOCS:
+        lines = (REPO / doc).read_text(encoding="utf-8").split("\n")
+        for n, line in enumerate(lines):
+            m = MARKER.match(line.strip())
+            if m and m[1] == "output" and m[2] != "command":  # `command`: tests/test_readme.py runs it
+                start = lines.index("```", n + 1) if "```" in lines[n + 1:n + 3] else None
+                assert start is not None, f"{doc}:{n + 1}: no code block right after the output marker"
+                end = lines.index("```", start + 1)
+                found.append((doc, n + 1, m[2], lines[start + 1:end]))
+    return found
+
+
+@pytest.mark.parametrize("doc, line, source, shown", outputs(), ids=[f"{d}:{n}" for d, n, *_ in outputs()])
+def test_shown_output_is_the_recorded_one(doc, line, source, shown):
+    """Every line shown (but `...`) is a line of the recorded output, in the same order."""
+    recorded = (REPO / source).read_text(encoding="utf-8").split("\n")
+    at = 0
+    for text in shown:
+        if text.strip() == "...":
+            continue
+        assert text in recorded[at:], f"{doc}:{line}: {text!r} is not in {source} (after line {at})"
+        at = recorded.index(text, at) + 1
+
+
+# ------------------------------------------------------------------------------------------------
+# computed tables
+
+def marked(name: str):
+    """(doc, line, header, rows) of the one table marked ``computed NAME``."""
+    found = [(doc, line, header, rows) for doc, line, marker, header, rows in doc_tables()
+             if marker == f"computed {name}"]
+    assert len(found) == 1, f"{len(found)} tables marked computed {name}"
+    return found[0]
+
+
+def test_computed_architecture_sizes():
+    """The README's size table: what fairseq's parser makes of transformer_sape_<suffix>."""
+    from fairseq import options
+
+    from pe_plugin.naming import SIZES
+
+    doc, line, header, rows = marked("architecture_sizes")
+    assert [r[0].split()[0] for r in rows] == list(SIZES)
+    for row in rows:
+        suffix = row[0].split()[0]
+        args = options.parse_args_and_arch(options.get_training_parser(), [
+            "data", "--user-dir", str(REPO / "pe_plugin"), "--arch", f"transformer_sape_{suffix}"])
+        cells = dict(zip(header, row))
+        assert cells["layers"] == f"{args.encoder_layers}+{args.decoder_layers}"
+        assert (cells["d_model"], cells["FFN"], cells["heads"]) == tuple(
+            str(v) for v in (args.encoder_embed_dim, args.encoder_ffn_embed_dim, args.encoder_attention_heads))
+        assert float(cells["dropout"]) == args.dropout
+        from pe_plugin.models.architectures import PARENTS
+
+        assert PARENTS[suffix].__name__ == cells["fairseq parent"]
+
+
+def read_csv(path: Path) -> list:
+    with open(path, newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+def p_text(p: float) -> str:
+    return f"{p:.2g}"
+
+
+def posnet_variant_rows():
+    """The PosNet-Embed investigation's rows, from the recorded reports: BLEU minus SAPE's (mean over the runs,
+    run i against SAPE run i), and the runs worse than SAPE at p < 0.05 (mark ``--``) with every run's p-value."""
+    seeds = {r["system"]: r for r in read_csv(M30K / "results_seeds.csv")}
+    runs = read_csv(M30K / "results_seeds_runs.csv")
+    seed1 = {r["system"]: r for r in read_csv(M30K / "results.csv")}
+    rows = {}
+    for system in ("posnet_embed_user", "posnet_embed_lmax256", "posnet_embed_dp64", "posnet_embed_noshare",
+                   "posnet_embed_drop03", "posnet_embed_released"):
+        if system in seeds:
+            mine = [r for r in runs if r["system"] == system]
+            delta = float(seeds[system]["bleu_delta"])
+        else:
+            mine = [seed1[system]]
+            delta = float(seed1[system]["bleu_delta"])
+        worse = sum(r["bleu_mark"] == "--" for r in mine)
+        ps = ", ".join(p_text(float(r["bleu_p"])) for r in mine)
+        rows[system] = (str(len(mine)), f"{delta:+.2f}", f"{worse} of {len(mine)} (p = {ps})")
+    return rows
+
+
+def test_computed_posnet_variants():
+    doc, line, header, rows = marked("posnet_variants")
+    expected = posnet_variant_rows()
+    assert [r[0].split()[0] for r in rows] == list(expected)
+    for row in rows:
+        cells = dict(zip(header, row))
+        seeds, delta, worse = expected[row[0].split()[0]]
+        assert (cells["seeds"], cells["BLEU vs SAPE (mean)"], cells["seeds significantly worse"]) == (seeds, delta, worse), row
+
+
+def test_computed_gpus_and_update_freq():
+    """examples/wmt14/README.md: --gpus N keeps the recipe's tokens per update (what launch.py sets)."""
+    from pe_tools.recipes import load_table
+    from pe_tools.recipes.train import train_argv
+
+    doc, line, header, rows = marked("gpus_and_update_freq")
+    table = load_table("wmt14")
+    flags = table["common"]["flags"]
+    tokens = int(flags[flags.index("--max-tokens") + 1])
+    for row in rows:
+        gpus = int(row[0].split()[0])
+        argv = train_argv(table, "sape", "en-de", "base", 1, "data", "run", gpus=gpus)
+        freq = int(argv[len(argv) - 1 - argv[::-1].index("--update-freq") + 1])  # the last one wins
+        shown = f"--max-tokens {tokens} --update-freq {freq}" + (f" --distributed-world-size {gpus}" if gpus > 1 else "")
+        assert row[1] == f"`{shown}`", (row, shown)
+        assert row[2] == f"{tokens * freq * gpus:,}"
+
+
+def test_computed_t5_buckets():
+    """docs/encodings.md §T5: the first distance of each log bucket, as tests/test_relative.py checks them."""
+    from test_relative import BIDIRECTIONAL_STARTS, CAUSAL_STARTS
+
+    doc, line, header, rows = marked("t5_buckets")
+    assert [r[2] for r in rows] == [", ".join(map(str, s)) for s in (BIDIRECTIONAL_STARTS, CAUSAL_STARTS)]
+
+
+def test_computed_attenuated_map():
+    """docs/analysis.md §Attenuated map: the values tests/test_analysis.py checks against the indicators."""
+    from test_analysis import CHEN_TABLE
+
+    doc, line, header, rows = marked("attenuated_map")
+    assert [[r[0], *r[1:]] for r in rows] == [
+        [str(w), *(f"{loc:.3f} / {sym:.3f}" for loc, sym in cols)] for w, *cols in CHEN_TABLE]
+
+
+def closed_form(pe: str, lmax: int, d: int = 512, dp: int = 128, heads: int = 8) -> int:
+    """Parameters of PosNet at base size (docs/encodings.md §PosNet-Embed, §PosNet-Attn)."""
+    if pe == "posnet_embed":
+        return 2 * d * dp + lmax * dp * dp
+    return lmax * (d // heads) ** 2
+
+
+def test_computed_parameter_counts():
+    """docs/design.md: totals and encoding parameters at base size. The recipe's models are the recorded
+    benchmark's (it builds them as the WMT14 recipe does, 40,000 symbols); the other L_max are SAPE's total plus
+    the closed forms that tests/test_posnet.py checks against built models; the paper's column is
+    examples/wmt14/paper_results.md."""
+    bench = {r["pe"]: r for r in read_csv(REPO / "examples" / "benchmarks" / "cpu" / "models" / "benchmark.csv")
+             if r["size"] == "base"}
+    sape = int(bench["sape"]["params"])
+    paper_header, paper_rows = recorded_table("examples/wmt14/paper_results.md")
+    paper = {r[0]: float(r[paper_header.index("params base En-De")].rstrip("M")) for r in paper_rows}
+    paper_of = {"sape": "SAPE (`sape`)", "posnet_embed": "PosNet-Embed (`posnet_embed`)",
+                "posnet_attn": "PosNet-Attn (`posnet_attn`)", "rpe": "RPE (`rpe`)"}
+    doc, line, header, rows = marked("parameter_counts")
+    m = lambda n: f"{n / 1e6:.2f}M"  # noqa: E731
+    for row in rows:
+        cells = dict(zip(header, row))
+        pe = re.match(r"transformer_(\w+?)_wmt_en_de", row[0])[1]
+        if "(recipe" in row[0] or pe == "sape":
+            own = int(bench[pe]["pe_params"])
+            assert cells["L_max"] == {"posnet_embed": "200", "posnet_attn": "251"}.get(pe, cells["L_max"])
+        elif pe == "rpe":  # --rpe-shared-heads: one table per layer, 12 x 33 x 64 x 2
+            own = 12 * 33 * 64 * 2
+        else:
+            own = closed_form(pe, int(cells["L_max"]))
+        assert cells["params total"] == m(sape + own), row
+        assert cells["encoding only"] == (m(own) if own else "0"), row
+        assert cells["vs SAPE"] == (f"+{m(own)}" if pe != "sape" else "-"), row
+        p = paper[paper_of[pe]]
+        expected = f"{p:.2f}M" + ("" if pe == "sape" else f" (+{p - paper[paper_of['sape']]:.2f}M)")
+        assert cells["paper total (vs SAPE)"] == expected, row
+
+
+# ------------------------------------------------------------------------------------------------
+# figures in the text
+
+def test_the_multi30k_ranking_in_the_text():
+    """The README's and docs/results.md's "The ranking": each method's three-seed BLEU minus SAPE's."""
+    seeds = {r["system"]: float(r["bleu_delta"] or 0) for r in read_csv(M30K / "results_seeds.csv")}
+    seed1 = {r["system"]: float(r["bleu_delta"] or 0) for r in read_csv(M30K / "results.csv")}
+    names = {"RoPE": "rope", "Shaw RPE": "rpe", "ALiBi": "alibi", "PosNet-Embed": "posnet_embed_lmax256",
+             "T5": "t5", "Adaptive-T5": "at5", "LAPE": "lape"}
+    for doc in ("README.md", "docs/results.md"):
+        text = (REPO / doc).read_text()
+        bullet = re.sub(r"\s+", " ", re.search(r"\*\*The ranking\.\*\*(.*?)\n- ", text, re.S)[1])
+        shown = dict(re.findall(r"((?:Shaw |Adaptive-)?[A-Za-z0-9-]+) \(([+-]\d+\.\d\d)", bullet))
+        assert set(shown) == set(names), (doc, shown)
+        for name, value in shown.items():
+            assert value == f"{seeds[names[name]]:+.2f}", (doc, name, value)
+        assert f"no-PE is {-seeds['nope']:.2f} below" in bullet
+        assert f"PosNet-Attn (seed 1 only" in bullet and f"is {-seed1['posnet_attn']:.2f} below" in bullet
+
+
+def test_the_ngram_figures_in_the_text():
+    rows = read_csv(M30K / "results_seeds_ngram.csv")
+    gap = {(r["system"], int(r["order"])): float(r["gap"]) for r in rows if r["analysis"] == "bleu"}
+    text = (REPO / "docs" / "results.md").read_text()
+    assert f"unigrams ({gap['nope', 1]:.2f} BLEU-1)" in text and f"4-grams ({gap['nope', 4]:.2f})" in text
+    assert f"bigrams ({gap['rope', 2]:+.2f})" in text and f"8-grams ({gap['rope', 8]:+.2f})" in text
+    assert max(range(1, 9), key=lambda n: gap["rope", n]) == 2 and min(range(1, 9), key=lambda n: gap["rope", n]) == 8
+
+
+def test_the_cpu_cross_check_in_the_text():
+    cpu = {r["system"]: r for r in read_csv(REPO / "examples" / "multi30k" / "report_cpu" / "results.csv")}
+    gpu = {r["system"]: r for r in read_csv(M30K / "results.csv")}
+    text = re.sub(r"\s+", " ", (REPO / "docs" / "results.md").read_text().split("## CPU cross-check")[1])
+    for system, name in (("sape", "SAPE"), ("posnet_embed_dp64", "`posnet_embed_dp64`"),
+                         ("posnet_embed_drop03", "`posnet_embed_drop03`")):
+        assert f"{name} {float(cpu[system]['bleu']):.2f}" in text and f"against {float(gpu[system]['bleu']):.2f}" in text
+    assert f"PosNet-Embed is {-float(cpu['posnet_embed']['bleu_delta']):.2f} BLEU below" in text
+    assert f"(p = {float(cpu['posnet_embed']['bleu_p']):.2f}; chrF++ p = {float(cpu['posnet_embed']['chrf_p']):.2f})" in text
+    assert f"PosNet-Attn is {-float(cpu['posnet_attn']['bleu_delta']):.2f} below" in text
+    runs = len(list((REPO / "examples" / "multi30k" / "results_cpu").iterdir()))
+    assert runs == len(cpu) and f"{['Three', 'Four', 'Five', 'Six'][runs - 3]} runs trained on one CPU core" in text
+
+
+# ------------------------------------------------------------------------------------------------
+# the recorded reports are what pe-report makes of the recorded runs
+
+REFERENCE = pe_testing.MULTI30K_REFERENCE
+
+
+@pytest.mark.slow
+@pytest.mark.needs_multi30k  # collected only where the reference exists (conftest.py): tests never need the corpus
+@pytest.mark.parametrize("results, report", [("results", "report"), ("results_cpu", "report_cpu")])
+def test_recorded_report_is_what_pe_report_makes(results, report, tmp_path):
+    """pe-report of the recorded runs gives the recorded tables (the bootstrap is seeded): under a minute each."""
+    shutil.copytree(REPO / "examples" / "multi30k" / results, tmp_path / "examples" / "multi30k" / results)
+    (tmp_path / "data-bin" / "multi30k_en_de" / "work").mkdir(parents=True)
+    shutil.copy(REFERENCE, tmp_path / "data-bin" / "multi30k_en_de" / "work" / "raw.test.de")
+    proc = subprocess.run([sys.executable, "-m", "pe_tools.recipes.launch", "report", "--recipe", "multi30k",
+                           "--results", f"examples/multi30k/{results}", "--out-dir", "out"],
+                          cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    if report == "report":  # stock fairseq's learned positions against ours, the two seeds both have
+        hyps = {s: ",".join(f"examples/multi30k/{results}/{s}.en-de.small.seed{i}/hyp.detok.de" for i in (1, 2))
+                for s in ("lape", "fairseq_transformer_lape")}
+        subprocess.run([sys.executable, "-m", "pe_tools.scoring.cli", "--ref", "data-bin/multi30k_en_de/work/raw.test.de",
+                        "--trg-lang", "de", "--baseline", f"lape={hyps['lape']}", "--system",
+                        f"fairseq_transformer_lape={hyps['fairseq_transformer_lape']}", "--prefix", "lape_parity",
+                        "--out-dir", "out"], cwd=tmp_path, check=True, capture_output=True)
+    recorded = REPO / "examples" / "multi30k" / report
+    for md in sorted(recorded.glob("*.md")):
+        assert (tmp_path / "out" / md.name).read_text() == md.read_text(), md.name
+    for csv_file in sorted(recorded.glob("*.csv")):
+        if "ngram" not in csv_file.name:
+            assert (tmp_path / "out" / csv_file.name).read_text() == csv_file.read_text(), csv_file.name
+
+
+def test_the_long_split_lengths_in_the_text(monkeypatch):
+    """docs/length.md states the words of the long split that pe-length writes with its default arguments."""
+    from pe_tools import length
+    from pe_tools.synthetic import grammar
+
+    seen = {}
+
+    class Capture:  # pe-length's arguments, parsed by its own parser, instead of the experiment
+        def __init__(self, a):
+            seen["a"] = a
+
+        def run(self):
+            return 0
+
+    monkeypatch.setattr(length, "LengthExperiment", Capture)
+    assert length.main([]) == 0
+    a = seen["a"]
+    splits = grammar.generate(a.train, a.heldout, a.heldout, seed=a.seed, max_train_words=a.max_train_words,
+                              n_long=a.long, long_clauses=a.long_clauses)
+    words = [grammar.n_words(src) for src, _ in splits["long"]]
+    text = re.sub(r"\s+", " ", (REPO / "docs" / "length.md").read_text())
+    assert f"long split of {a.long} pairs of more than {a.max_train_words} words" in text
+    assert f"(seed {a.seed}) they have {min(words)} to {max(words)} words" in text
+
+
+def test_computed_wmt14_corpora():
+    """examples/wmt14/README.md: the validation and test sets' sentences are the line counts that
+    pe_tools/recipes/wmt14/corpora.toml expects (and pe-prepare checks)."""
+    import tomllib
+
+    corpora = tomllib.loads((REPO / "pe_tools" / "recipes" / "wmt14" / "corpora.toml").read_text())
+    doc, line, header, rows = marked("wmt14_corpora")
+    for row in rows:
+        if row[0] in ("valid", "test"):
+            for pair, cell in zip(("en-de", "en-fr"), row[1:]):
+                assert re.findall(r"\((\d+)", cell) == [str(corpora["pair"][pair][row[0]]["lines"])], (row, pair)
+    assert [r[0] for r in rows] == ["train", "valid", "test"]
+
+
+# ------------------------------------------------------------------------------------------------
+# figures in the prose of the result pages: each is a figure of a recorded file, as rounded
+
+FIGURE = re.compile(r"(?<![\w.])[+-]?\d+\.\d{2,3}(?=[xM]?(?![\w.]))")  # 1.09, +2.24, 1.09x, 64.62M
+# the recorded files each page's prose may quote, beside those its table markers name
+PROSE_SOURCES = {
+    "README.md": ["examples/multi30k/report/results_seeds.csv", "examples/multi30k/report/results.csv",
+                  "examples/benchmarks/cpu/models/benchmark.csv"],
+    "docs/results.md": ["examples/multi30k/report/results_seeds_runs.csv", "examples/multi30k/report/results_runs.csv",
+                        "examples/multi30k/report/results_seeds.csv", "examples/multi30k/report/results.csv",
+                        "examples/multi30k/report/results_seeds_ngram.csv", "examples/multi30k/report_cpu/results.csv",
+                        "examples/multi30k/report/lape_parity_runs.csv"],
+    "docs/demo.md": ["examples/demo/results.csv"],
+    "docs/encodings.md": ["examples/multi30k/report/results_seeds.csv", "examples/multi30k/report/results.csv",
+                          "examples/benchmarks/cpu/models/benchmark.csv", "examples/benchmarks/cpu/posnet_kernel.md",
+                          "examples/wmt14/paper_results.md"],
+    "docs/design.md": ["examples/benchmarks/cpu/models/benchmark.csv", "examples/wmt14/paper_results.md"],
+    "docs/length.md": ["examples/length/test.csv", "examples/length/all_length.csv"],
+    "docs/benchmarks_cpu.md": [],
+}
+# figures of a page that are not read from a file, and why
+NOT_RECORDED = {
+    "README.md": {"2.13": "torch's version", "0.12": "fairseq's version", "3.11": "Python's", "3.12": "Python's"},
+    "docs/results.md": {"0.42": "the difference of two means of the table (-0.34 - -0.76)"},
+    "docs/encodings.md": {"0.12": "fairseq's version", "0.088": "Xavier's std of one 128 x 128 kernel, a formula",
+                          **dict.fromkeys(["+0.29", "+0.05", "+0.41", "+1.03", "1.03", "1.05", "3.41", "8.52"],
+                                          "millions of parameters: closed forms (tests/test_posnet.py) or the "
+                                          "difference of two totals of the paper")},
+    "docs/design.md": {"0.12": "fairseq's version", "1.54": "64.62M - 63.08M, our SAPE total less the paper's",
+                       **dict.fromkeys(["+0.29", "+0.05", "+0.41", "+1.03", "+1.05"],
+                                       "millions of parameters: closed forms (the table above, tests/test_posnet.py) "
+                                       "or the difference of two totals of the paper")},
+}
+
+
+def recorded_figures(paths) -> set:
+    """Every number of the files, as text with 2 and 3 decimals, signed and unsigned, and as a p-value
+    with 2 significant digits."""
+    out = set()
+    for path in paths:
+        for m in re.finditer(r"(?<![\w.])-?\d+\.\d+(?:e-?\d+)?", (REPO / path).read_text(encoding="utf-8")):
+            x = float(m[0])
+            for text in (f"{x:.2f}", f"{x:.3f}", f"{x:+.2f}", f"{-x:.2f}", f"{abs(x):.2f}", f"{x:.2g}"):
+                out.add(text)
+    return out
+
+
+@pytest.mark.parametrize("doc", sorted(PROSE_SOURCES))
+def test_figures_in_the_prose_are_recorded(doc):
+    text = (REPO / doc).read_text(encoding="utf-8")
+    sources = list(PROSE_SOURCES[doc]) + [m.partition("#")[0] for _, _, m, _, _ in
+                                          [t for t in doc_tables() if t[0] == doc] if m and "/" in m]
+    known = recorded_figures(sources)
+    prose = re.sub(r"```.*?```", "", "\n".join(line for line in text.split("\n") if not line.startswith("|")), flags=re.S)
+    prose = re.sub(r"`[^`]*`", "", prose)
+    prose = re.sub(r"p < 0\.05 / (p < )?0\.10", "", prose)  # the significance levels
+    unknown = [f for f in FIGURE.findall(prose) if f not in known and f not in NOT_RECORDED.get(doc, {})]
+    assert not unknown, f"{doc}: {unknown} are in no recorded file of {sources}"
