@@ -1,35 +1,26 @@
-"""A copy of ``pe_plugin/naming.py``, the names pe_plugin registers, for the tools (which build commands and
-reports): the baseline encoding, the architecture sizes and ``transformer_<pe>_<size>`` names.
+"""The names pe_plugin registers, for the tools (which build commands and reports): the baseline encoding, the
+architecture sizes and ``transformer_<pe>_<size>`` names. Their one home is ``pe_plugin/naming.py``.
 
-A copy because importing anything under pe_plugin runs ``pe_plugin/__init__``, which imports fairseq and torch,
-and ``pe_tools.naming`` must not; and pe_plugin imports nothing from pe_tools, so that the folder pe_plugin/
-alone works as a fairseq ``--user-dir``. tests/test_standalone.py checks that this copy equals the plugin's:
-change ``pe_plugin/naming.py`` first, then this file."""
+That file imports nothing, and this module executes it by its path instead of importing ``pe_plugin.naming``:
+importing anything under pe_plugin runs ``pe_plugin/__init__``, which imports fairseq and torch, and
+``pe_tools.naming`` must not; pe_plugin, for its part, imports nothing from pe_tools, so that the folder
+pe_plugin/ alone works as a fairseq ``--user-dir``. The two packages are installed side by side (the checkout,
+or site-packages), so the file is found next to this package. tests/test_standalone.py checks that the names
+here are the plugin's and that no torch or fairseq module is imported.
+"""
+import importlib.util
+from pathlib import Path
 
-BASELINE = "sape"  # the encoding every report compares with (sinusoidal absolute positions)
+_SOURCE = Path(__file__).resolve().parents[1] / "pe_plugin" / "naming.py"
+if not _SOURCE.is_file():
+    raise ImportError(f"pe_tools needs pe_plugin/naming.py beside it ({_SOURCE} is missing); reinstall the package "
+                      f"(pip install .) so that pe_plugin and pe_tools are installed together")
+_spec = importlib.util.spec_from_file_location("pe_tools._plugin_naming", _SOURCE)
+_names = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_names)
 
-# architecture suffix -> size class (whose encoding defaults apply, ``PositionalEncoding.size_defaults``)
-SIZES = {
-    "tiny": "tiny",
-    "wmt_en_de": "base",
-    "wmt_en_de_big": "big",
-    "wmt_en_fr_big": "big",
-}
-
-
-def arch_name(pe: str, suffix: str) -> str:
-    """The registered architecture of encoding ``pe`` at size ``suffix``: ``transformer_<pe>_<suffix>``."""
-    return f"transformer_{pe}_{suffix}"
-
-
-def is_pe_arch(arch: str) -> bool:
-    """Whether ``arch`` has the form of ``arch_name`` (a pe_plugin architecture), not a stock fairseq one such as
-    ``transformer`` or ``transformer_wmt_en_de``."""
-    return any(arch.startswith("transformer_") and arch.endswith(f"_{suffix}") and
-               len(arch) > len("transformer_") + len(suffix) + 1 for suffix in SIZES)
-
-
-# size class -> the first architecture suffix of that class ("base" -> "wmt_en_de", "big" -> "wmt_en_de_big")
-SUFFIX_OF_CLASS = {}
-for _suffix, _size in SIZES.items():
-    SUFFIX_OF_CLASS.setdefault(_size, _suffix)
+BASELINE = _names.BASELINE  # the encoding every report compares with (sinusoidal absolute positions)
+SIZES = _names.SIZES  # architecture suffix -> size class (whose encoding defaults apply)
+SUFFIX_OF_CLASS = _names.SUFFIX_OF_CLASS  # size class -> its first architecture suffix
+arch_name = _names.arch_name  # transformer_<pe>_<suffix>
+is_pe_arch = _names.is_pe_arch  # whether an --arch has that form

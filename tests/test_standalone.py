@@ -2,8 +2,9 @@
 
 The plugin imports nothing from pe_tools (checked on the source, lazy imports in functions included, and by
 running fairseq-train and fairseq-generate on a copy of pe_plugin/ where ``import pe_tools`` fails). The tools
-keep torch-free copies of the plugin's names and log-noise literals (``pe_tools/naming.py``,
-``pe_tools/log_noise.py``), which must equal the plugin's.
+get the plugin's names without importing pe_plugin (``pe_tools/naming.py`` executes ``pe_plugin/naming.py`` by
+its path) and keep a copy of its three log-noise literals (``pe_tools/log_noise.py``); both must equal the
+plugin's, without torch or fairseq imported.
 """
 import ast
 import os
@@ -61,8 +62,8 @@ def test_the_plugin_imports_nothing_from_pe_tools():
 
 
 def test_the_plugins_names_and_literals_import_neither_torch_nor_fairseq():
-    """So that the tools' copies can be plain copies: pe_plugin/naming.py imports nothing, log_noise.py only the
-    standard library."""
+    """So that the tools can load pe_plugin/naming.py by its path and copy the literals: naming.py imports nothing,
+    log_noise.py only the standard library."""
     assert _imports(PLUGIN_DIR / "naming.py") == []
     assert sorted(m for _, m in _imports(PLUGIN_DIR / "log_noise.py")) == ["logging", "re"]
 
