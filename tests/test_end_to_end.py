@@ -4,24 +4,21 @@ resume from checkpoint_last.pt, average two checkpoints and decode with the aver
 Checkpoints are read with torch's default ``weights_only=True`` (the variable that switches it off is
 removed from the environment), so these runs also show that pe_plugin's checkpoints load safely.
 """
-import os
 import re
 
 import pytest
-from pe_testing import PLUGIN, REPO, TRAIN_FLAGS, run
+from pe_testing import PLUGIN, REPO, SAFE_ENV, TRAIN_FLAGS, run
 
 from pe_plugin.encodings import PE_REGISTRY
 
 pytestmark = pytest.mark.slow
-
-ENV = {k: v for k, v in os.environ.items() if k != "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"}
 
 
 def train(data_bin, save_dir, arch, max_update, extra=()):
     return run("fairseq_cli.train", [
         data_bin, "--user-dir", PLUGIN, "--arch", arch, *TRAIN_FLAGS, "--save-dir", save_dir,
         "--max-update", max_update, "--save-interval-updates", 2, "--keep-interval-updates", 5,
-        "--no-epoch-checkpoints", *extra], env=ENV).stdout
+        "--no-epoch-checkpoints", *extra]).stdout
 
 
 def generate(data_bin, checkpoint):
@@ -29,7 +26,7 @@ def generate(data_bin, checkpoint):
     # (default 8), and the toy test split has 13 sentences
     out = run("fairseq_cli.generate", [
         data_bin, "--user-dir", PLUGIN, "--path", checkpoint, "--beam", 4, "--cpu",
-        "--batch-size", 8, "--max-len-b", 20, "--required-batch-size-multiple", 1], env=ENV).stdout
+        "--batch-size", 8, "--max-len-b", 20, "--required-batch-size-multiple", 1]).stdout
     return out
 
 
@@ -62,7 +59,7 @@ def test_train_generate_resume_average(pe, data_bin, tmp_path):
     avg = tmp_path / "avg.pt"
     out = run("pe_tools.average", [
         "--inputs", save / "checkpoint_1_2.pt", save / "checkpoint_1_4.pt", "--output", avg],
-        cwd=REPO, env=ENV).stdout
+        cwd=REPO).stdout
     assert "averaged 2 checkpoints" in out
     assert n_hypotheses(generate(data_bin, avg)) == n_test(data_bin)
 
@@ -86,13 +83,13 @@ def test_eval_bleu_checkpoint_loads_safely_everywhere(data_bin, tmp_path):
     import subprocess
     import sys
 
-    plain = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=ENV).stdout
+    plain = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=SAFE_ENV).stdout
     assert "REJECTED" in plain  # torch's default refuses it: the allow-list is what makes it load
     assert n_hypotheses(generate(data_bin, ckpt)) == n_test(data_bin)
     inter = subprocess.run(
         [sys.executable, "-m", "fairseq_cli.interactive", data_bin, "--user-dir", PLUGIN, "--path", ckpt,
          "--beam", "4", "--cpu", "--source-lang", "en", "--target-lang", "de"],
-        input="w1 w2 w3\nw4 w5\n", capture_output=True, text=True, env=ENV)
+        input="w1 w2 w3\nw4 w5\n", capture_output=True, text=True, env=SAFE_ENV)
     assert inter.returncode == 0, inter.stderr[-3000:]
     assert sum(1 for line in inter.stdout.splitlines() if line.startswith("H-")) == 2
     log = train(data_bin, save, "transformer_sape_tiny", max_update=3, extra=[

@@ -16,7 +16,8 @@ import pe_testing
 from pe_plugin.encodings import PE_REGISTRY
 from pe_plugin.encodings.base import Positions
 from pe_plugin.encodings.posnet_kernels import positional_matmul
-from pe_plugin.modules.pe_attention import PEAttention
+from test_posnet import loop_matmul
+from test_rope_alibi import make_attention, make_pe
 
 SYNC_OPS = {"_local_scalar_dense", "nonzero", "is_nonzero", "item", "equal"}
 PLUGIN_DIR = str(pe_testing.REPO / "pe_plugin")
@@ -159,30 +160,19 @@ def test_fast_path_builds_the_shared_bias_once_per_pass(data_bin):
 
 def test_rpe_without_values_keeps_the_fused_kernel(monkeypatch):
     """--rpe-no-values: no value term, so attention takes the fused kernel with the key term as its mask."""
-    from pe_plugin.encodings.base import Dims
-    from pe_plugin.encodings.shaw import ShawConfig
     from pe_plugin.modules import pe_attention
 
-    dims = Dims(embed_dim=16, num_heads=2, num_layers=1, max_positions=64, padding_idx=1, side="encoder")
     calls = []
     sdpa = pe_attention.F.scaled_dot_product_attention
     monkeypatch.setattr(pe_attention.F, "scaled_dot_product_attention", lambda *a, **k: calls.append(1) or sdpa(*a, **k))
     for no_values, expected in ((True, [1]), (False, [])):
         calls.clear()
-        pe = PE_REGISTRY["rpe"](ShawConfig(rpe_max_relative_position=2, rpe_no_values=no_values), dims)
-        attn = PEAttention(16, 2, pe, 0)
-        attn(torch.randn(5, 3, 16), None, None, need_weights=False)
+        attn = make_attention(make_pe("rpe", "encoder", rpe_max_relative_position=2, rpe_no_values=no_values))
+        attn(torch.randn(5, 3, attn.embed_dim), None, None, need_weights=False)
         assert calls == expected
 
 
 # ---- the kernel product of positions made from a padding mask -----------------------------------------------
-def _loop(u, phi, pos, nonpad):
-    y = u.new_zeros(*u.shape[:3], phi.size(-1))
-    for b, t in nonpad.nonzero().tolist():
-        y[t, b] = u[t, b] @ phi[min(int(pos[b, t]), phi.size(0) - 1)]
-    return y
-
-
 @pytest.mark.parametrize("lengths,left,lmax", [
     ([7, 5, 1, 3], True, 9), ([7, 5, 1, 3], False, 9), ([1, 1], True, 9), ([6, 6], False, 9), ([9, 3, 12], True, 5)])
 def test_rotated_kernel_product_equals_per_token_loop(lengths, left, lmax):
@@ -198,7 +188,7 @@ def test_rotated_kernel_product_equals_per_token_loop(lengths, left, lmax):
     u = torch.randn(t, b, 2, 4, dtype=torch.double, requires_grad=True)
     phi = torch.randn(lmax, 4, 3, dtype=torch.double, requires_grad=True)
     y = positional_matmul(u, phi, pos) * nonpad.t()[:, :, None, None]
-    ref = _loop(u, phi, pos.q, nonpad)
+    ref = loop_matmul(u, phi, pos.q.clamp_max(lmax - 1), nonpad)  # phi[min(p, L_max - 1)], token by token
     torch.testing.assert_close(y, ref, rtol=1e-12, atol=1e-12)
     w = torch.randn_like(y)
     for g, r in zip(torch.autograd.grad((y * w).sum(), (u, phi)), torch.autograd.grad((ref * w).sum(), (u, phi))):

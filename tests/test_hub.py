@@ -14,12 +14,11 @@ import sys
 
 import pytest
 import torch
-from pe_testing import PLUGIN, REPO, TRAIN_FLAGS, run
+from pe_testing import PLUGIN, REPO, SAFE_ENV, TRAIN_FLAGS, run
 
 from pe_plugin import hub as pe_hub
 from pe_plugin.checkpoints import load_checkpoint
 
-ENV = {k: v for k, v in os.environ.items() if k != "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"}
 DECODING = {"beam": 4, "lenpen": 0.6, "max_len_a": 1, "max_len_b": 10}  # pinned on both sides
 L_MAX = 64
 
@@ -40,7 +39,7 @@ def train(data, save, arch, updates, extra=()):
         data, "--user-dir", PLUGIN, "--arch", arch, *TRAIN_FLAGS, "--max-tokens", 2000, "--lr", "3e-3",
         "--dropout", "0.1",  # on in training, so that a hub left in training mode would differ
         "--max-source-positions", L_MAX, "--max-target-positions", L_MAX, "--save-dir", save,
-        "--max-update", updates, "--no-epoch-checkpoints", *extra], env=ENV)
+        "--max-update", updates, "--no-epoch-checkpoints", *extra])
     return save
 
 
@@ -57,7 +56,7 @@ def trained(tmp_path_factory):
         data, "--user-dir", PLUGIN, "--path", posnet / "checkpoint_best.pt", "--cpu", "--beam", DECODING["beam"],
         "--lenpen", DECODING["lenpen"], "--max-len-a", DECODING["max_len_a"], "--max-len-b", DECODING["max_len_b"],
         "--batch-size", 1, "--required-batch-size-multiple", 1, "--source-lang", "en", "--target-lang", "de",
-        "--tokenizer", "moses", "--bpe", "subword_nmt", "--bpe-codes", data / "text" / "bpe.codes"], env=ENV).stdout
+        "--tokenizer", "moses", "--bpe", "subword_nmt", "--bpe-codes", data / "text" / "bpe.codes"]).stdout
     detok = {int(m[1]): m[2] for m in re.finditer(r"^D-(\d+)\t\S+\t(.*)$", gen, re.M)}
     src = (raw / "test.en").read_text().splitlines()
     assert sorted(detok) == list(range(len(src))), gen[-2000:]  # every test sentence decoded
@@ -113,7 +112,7 @@ print("RESULT", json.dumps({{
     "default_langs": [english.tokenizer.tok.lang, english.tokenizer.detok.lang],
     "hyps": [hub.translate(s, **{DECODING!r}) for s in {trained["src"][:n]!r}]}}))
 """
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=ENV, cwd=trained["root"])
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=SAFE_ENV, cwd=trained["root"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.split("RESULT ", 1)[1])
     assert out["refused"] and "argparse.Namespace" in out["refused"]

@@ -15,7 +15,7 @@ import sys
 from types import SimpleNamespace
 
 import pytest
-from pe_testing import REPO, TRAIN_FLAGS, run
+from pe_testing import REPO, SAFE_ENV, TRAIN_FLAGS, run
 from test_end_to_end import n_hypotheses, n_test
 
 from pe_plugin import log_noise as plugin_log_noise
@@ -141,7 +141,7 @@ def standalone(tmp_path_factory):
     cwd = root / "cwd"
     cwd.mkdir()
     # as in test_end_to_end: checkpoints load with torch's default weights_only=True (the copy's allow-list)
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD")}
+    env = {k: v for k, v in SAFE_ENV.items() if k != "PYTHONPATH"}
     env.update(PYTHONPATH=str(shim), PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
     assert REPO not in cwd.parents and REPO not in copy.parents
     return SimpleNamespace(copy=copy, env=env, cwd=cwd)
