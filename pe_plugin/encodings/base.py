@@ -164,7 +164,7 @@ class Positions:
     def first_real(self) -> Optional[torch.Tensor]:
         """(B,) column of each row's first real query token (0 for right padding), for positions made from a
         padding mask (they count from it: p = column - first); None otherwise."""
-        if self._key_nonpad is None or self.nonpad is None:
+        if self._key_nonpad is None:  # positions given as values, or no padding
             return None
         return self.nonpad.long().argmax(dim=1)  # first maximum: the first real column
 

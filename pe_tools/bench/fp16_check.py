@@ -4,8 +4,8 @@ model in float32 on the reference path (``--pe-attention-impl reference``), on o
     pe-bench fp16 --device cuda --size base          (or: python scripts/check_fp16.py ...)
 
 For each encoding: the same weights (seed 1) in fp32/reference and in fp16/auto; a batch of ``--batch``
-sentences of lengths drawn from [length/2, length], sources left-padded and targets right-padded as fairseq
-batches them. Reported over the real target tokens: the largest absolute difference of the log-probabilities,
+sentences built by ``pe-bench models``' ``padded_batch`` (lengths drawn from [0.7 length, length], sources
+left-padded and targets right-padded, as fairseq batches them). Reported over the real target tokens: the largest absolute difference of the log-probabilities,
 the share of argmax tokens that agree, and the relative difference of the gradient of a fixed loss (the
 summed log-likelihood of the targets) over all parameters. fp16 has a 2^-11 unit roundoff; a 6-layer model
 accumulates it, so the check passes when log-probabilities agree within ``--tolerance`` (default 0.05) and the
@@ -23,31 +23,13 @@ HELP = "fp16 against the fp32 reference: every encoding's fast attention path in
 SETTINGS = ("device", "size", "batch", "length", "vocab", "tolerance", "methods", "json")
 
 
-def padded_batch(batch: int, length: int, vocab: int, device: str, seed: int = 0):
-    """(src (B,T) left-padded, src lengths (B,), prev (B,T) right-padded, target (B,T) right-padded, real (B,T))."""
-    import torch
-
-    g = torch.Generator().manual_seed(seed)
-    lengths = torch.randint(max(1, length // 2), length + 1, (batch,), generator=g)
-    lengths[0] = length  # the longest sentence sets the padded width
-    pad, eos = 1, 2
-    src = torch.full((batch, length), pad)
-    prev = torch.full((batch, length), pad)
-    target = torch.full((batch, length), pad)
-    for b, n in enumerate(lengths.tolist()):
-        words = torch.randint(4, vocab, (n,), generator=g)
-        src[b, length - n:] = words  # left-padded
-        tgt = torch.randint(4, vocab, (n,), generator=g)
-        target[b, :n], prev[b, 0], prev[b, 1:n] = tgt, eos, tgt[:-1]  # right-padded, shifted by one
-    return src.to(device), lengths.to(device), prev.to(device), target.to(device), target.ne(pad).to(device)
-
-
 def compare(pe: str, size: str, batch: int, length: int, vocab: int, device: str) -> dict:
     import torch
 
-    from .models.build import build_model
+    from .models.build import PAD, build_model, padded_batch
 
-    src, lengths, prev, target, real = padded_batch(batch, length, vocab, device)
+    src, lengths, prev, target = padded_batch(batch, length, vocab, device)  # as fairseq batches them
+    real = target.ne(PAD)  # (B,T) real target tokens
     out = {}
     for name, dtype, impl in (("fp32", torch.float32, "reference"), ("fp16", torch.float16, "auto")):
         model, _ = build_model(pe, size, vocab, "none", device)
@@ -92,12 +74,14 @@ def run(args) -> int:
 
     from pe_plugin.encodings import PE_REGISTRY
 
+    from .models.build import shortest_length
+
     logging.getLogger("fairseq").setLevel(logging.WARNING)  # one model summary per build is noise here
     logging.getLogger("pe_plugin").setLevel(logging.WARNING)
     rows, failed = [], []
     print(f"fp16 (auto) vs fp32 (reference): device {args.device} "
           f"({torch.cuda.get_device_name() if args.device.startswith('cuda') else 'cpu'}), torch {torch.__version__}, "
-          f"size {args.size}, batch {args.batch}, lengths {max(1, args.length // 2)}-{args.length}, vocab {args.vocab}")
+          f"size {args.size}, batch {args.batch}, lengths {shortest_length(args.length)}-{args.length}, vocab {args.vocab}")
     print("| pe | max abs log-prob diff | argmax agreement | gradient rel. diff | ok |\n|---|---|---|---|---|")
     for pe in args.methods or PE_REGISTRY:
         row = compare(pe, args.size, args.batch, args.length, args.vocab, args.device)

@@ -122,16 +122,22 @@ def learn_sentencepiece(train: list, prefix: Path, vocab_size: int, workers: int
             Path(f"{tmp}{ext}").unlink(missing_ok=True)
 
 
+def aligned_lines(src: Path, tgt: Path) -> int:
+    """The number of pairs of a step's two input files, which must have as many lines as each other."""
+    n_src, n_tgt = count_lines(src), count_lines(tgt)
+    if n_src != n_tgt:
+        raise PrepareError(f"misaligned: {src} has {n_src} lines but {tgt} has {n_tgt}; delete {src.parent} "
+                           f"and re-run.")
+    return n_src
+
+
 def filter_source_words(src: Path, tgt: Path, out_src: Path, out_tgt: Path, max_words: int) -> Counter:
     """The pairs whose source has at most ``max_words`` words (whitespace-separated tokens of the tokenised
     source line), in order, both sides written under temporary names and renamed; returns the counts
     (kept, dropped, longest_kept: the most words of a kept source)."""
     if max_words < 1:
         raise PrepareError(f"--max-train-source-words {max_words}: must be at least 1.")
-    n_src, n_tgt = count_lines(src), count_lines(tgt)
-    if n_src != n_tgt:
-        raise PrepareError(f"misaligned: {src} has {n_src} lines but {tgt} has {n_tgt}; delete {src.parent} "
-                           f"and re-run.")
+    n_src = aligned_lines(src, tgt)
     stats = Counter(kept=0, dropped=0, longest_kept=0)
     with atomic(out_src) as ts, atomic(out_tgt) as tt, open_text(ts, "w") as fs, open_text(tt, "w") as ft, \
             progress(n_src, f"filter {src.name.split('.', 1)[1].rsplit('.', 1)[0]}") as bar:
@@ -156,10 +162,7 @@ def filter_source_words(src: Path, tgt: Path, out_src: Path, out_tgt: Path, max_
 def clean_corpus(src: Path, tgt: Path, out_src: Path, out_tgt: Path, min_len: int, max_len: int, ratio: float,
                  max_word_length: int = 1000) -> Counter:
     """clean-corpus-n.perl -ratio RATIO CORPUS SRC TGT OUT MIN MAX: the kept pairs, whitespace collapsed."""
-    n_src, n_tgt = count_lines(src), count_lines(tgt)
-    if n_src != n_tgt:
-        raise PrepareError(f"misaligned: {src} has {n_src} lines but {tgt} has {n_tgt}; delete {src.parent} "
-                           f"and re-run.")
+    n_src = aligned_lines(src, tgt)
     long_word = re.compile(r"[^ |]{%d}" % (max_word_length + 1))
     stats, factored = Counter(), None
     with atomic(out_src) as ts, atomic(out_tgt) as tt, open_text(ts, "w") as fs, open_text(tt, "w") as ft, \

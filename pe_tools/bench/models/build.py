@@ -91,6 +91,13 @@ def batch_size(max_tokens: int, length: int) -> int:
     return max_tokens // length
 
 
+def shortest_length(length: int) -> int:
+    """The shortest sentence ``padded_batch`` draws at padded length ``length``: ceil(SHORTEST length)."""
+    import math
+
+    return max(1, math.ceil(SHORTEST * length))
+
+
 def padded_batch(batch: int, length: int, vocab: int, device: str, seed: int = 0):
     """(source tokens (B, L), source lengths (B,), decoder input (B, L), target (B, L)) as fairseq's
     ``language_pair_dataset.collate`` makes them: sentence lengths n (eos included) drawn from
@@ -98,12 +105,10 @@ def padded_batch(batch: int, length: int, vocab: int, device: str, seed: int = 0
     words then eos, LEFT-padded; targets words then eos, RIGHT-padded; the decoder input is the target shifted
     right behind eos; rows sorted by source length, longest first. Words are the ordinary symbols 4 .. vocab-1,
     padding PAD."""
-    import math
-
     import torch
 
     g = torch.Generator().manual_seed(seed)
-    shortest = max(1, math.ceil(SHORTEST * length))
+    shortest = shortest_length(length)
     src_len = torch.randint(shortest, length + 1, (batch,), generator=g)  # (B,)
     tgt_len = torch.randint(shortest, length + 1, (batch,), generator=g)  # (B,)
     src_len[0] = tgt_len[0] = length  # the longest sentence sets the padded width
