@@ -20,10 +20,18 @@ def recipe_names(kind: str = "methods") -> List[str]:
 
 
 def table_path(recipe: str, kind: str = "methods") -> Path:
-    """pe_tools/recipes/RECIPE/KIND.toml (it may not exist: the caller reports that)."""
+    """pe_tools/recipes/RECIPE/KIND.toml (it may not exist: the caller reports that), or RECIPE itself when it is
+    the path of a .toml file (a table of the user's own, e.g. pe-train --recipe my/methods.toml)."""
     if kind not in KINDS:
         raise ValueError(f"kind {kind!r}: one of {', '.join(KINDS)}")
+    if recipe.endswith(".toml"):
+        return Path(recipe)
     return recipes_dir() / recipe / f"{kind}.toml"
+
+
+def is_recipe(recipe: str) -> bool:
+    """A shipped recipe's name, or the path of a methods table file."""
+    return recipe in recipe_names() or (recipe.endswith(".toml") and Path(recipe).is_file())
 
 
 def load_table(recipe: str, kind: str = "methods") -> dict:
@@ -33,8 +41,8 @@ def load_table(recipe: str, kind: str = "methods") -> dict:
 
 def table_pairs(table: dict) -> List[str]:
     """The language pairs (SRC-TGT) a methods table trains: those its sizes give an architecture for, in table
-    order."""
-    return list(dict.fromkeys(pair for size in table["size"].values() for pair in size["arch"]))
+    order (a size ``like`` another has that one's)."""
+    return list(dict.fromkeys(pair for size in table["size"].values() for pair in size.get("arch", {})))
 
 
 def all_pairs() -> List[str]:

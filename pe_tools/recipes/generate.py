@@ -35,8 +35,8 @@ def generate(a) -> int:
         return fail(f"{run_dir} has no update checkpoints checkpoint_E_U.pt (train with --save-interval-updates)")
     if len(paths) < a.checkpoints:
         print(f"warning: averaging {len(paths)} checkpoints, fewer than the {a.checkpoints} asked for", file=sys.stderr)
-    out = run_dir / "gen"
-    out.mkdir(exist_ok=True)
+    out = results.decode_dir(run_dir, getattr(a, "name", None))
+    out.mkdir(parents=True, exist_ok=True)
     avg = out / f"checkpoint.avg{len(paths)}.pt"
     rc = subprocess.call([sys.executable, "-m", "pe_tools.average",
                           "--inputs", *paths, "--output", str(avg)])

@@ -32,6 +32,7 @@ from pathlib import Path
 
 from ..common import fail, int_at_least
 from . import all_pairs, load_table, recipe_names, results
+from .results import decode_name
 from .generate import generate
 from .train import check_pair, data_dir, default_size, train
 
@@ -68,6 +69,9 @@ def main(argv=None, progs=None) -> int:
     g.add_argument("--subset", default="test")
     g.add_argument("--checkpoints", type=int_at_least(1), default=5, metavar="N",
                    help="average the last N update checkpoints, N >= 1 (default: 5)")
+    g.add_argument("--name", type=decode_name, metavar="NAME",
+                   help="a named decode, written to RUN/gen/NAME/ and recorded beside the default one (e.g. "
+                        "--checkpoints 1 --name last: the last checkpoint alone); default: RUN/gen/")
     g.add_argument("--no-detok", action="store_true", help="skip Moses detokenisation")
     g.add_argument("--pe-beyond-max", choices=["clamp", "error"], default="clamp",
                    help="sentences longer than the model's positions (LAPE, PosNet's L_max): clamp (default) "
@@ -89,6 +93,9 @@ def main(argv=None, progs=None) -> int:
     rp.add_argument("--results", help="folder of recorded runs (default: the recipe's results_dir)")
     rp.add_argument("--ref", help="the test reference, untokenised (default: DATA/work/raw.test.TGT of the "
                                  "recipe's prepared data)")
+    rp.add_argument("--decode", type=decode_name, metavar="NAME",
+                    help="score the recorded runs' decode NAME (pe-generate --name NAME; e.g. last) instead of the "
+                         "default one (the average of the last checkpoints); its tables are named RESULTS_NAME")
     rp.add_argument("--out-dir", required=True, help="pe-evaluate's report folder")
     a = p.parse_args(argv)
     a.extra = extra
@@ -128,10 +135,11 @@ def report(a) -> int:
                     f"pass --ref FILE (the untokenised test reference)")
     try:
         runs = results.recorded_runs(Path(a.results or table.get("results_dir", "results")),
-                                     list(table["method"]), a.pair, size)
+                                     list(table["method"]), a.pair, size, a.decode)
     except results.RecordError as e:
         return fail(str(e))
     for prefix, systems in results.tables(runs).items():
+        prefix = f"{prefix}_{a.decode}" if a.decode else prefix
         argv = results.evaluate_argv(systems, ref, tgt, Path(a.out_dir), prefix, a.extra)
         print("pe-evaluate " + shlex.join(argv), flush=True)
         rc = evaluate.main(argv)

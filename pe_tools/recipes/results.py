@@ -59,6 +59,33 @@ class RecordError(ValueError):
     """A run that cannot be recorded or reported; the message names the run and the fix."""
 
 
+# ------------------------------------------------------------------------------------------ named decodes
+# A run's default decode (pe-generate: the average of the last checkpoints) is RUN/gen/hyp.detok.TGT; a named one
+# (pe-generate --name NAME, e.g. `last`: the last checkpoint alone) is RUN/gen/NAME/hyp.detok.TGT. Recorded, they
+# are REC/hyp.detok.TGT and REC/NAME/hyp.detok.TGT; pe-report --decode NAME scores the named one.
+DECODE_NAME = re.compile(r"[a-z][a-z0-9_]{0,31}")
+
+
+def decode_name(name: str) -> str:
+    """A decode's name as a command-line type: lowercase letters, digits and _, starting with a letter."""
+    import argparse
+
+    if not DECODE_NAME.fullmatch(name):
+        raise argparse.ArgumentTypeError(f"{name!r}: a decode name is lowercase letters, digits and _, starting "
+                                         f"with a letter (e.g. last)")
+    return name
+
+
+def decode_dir(run_dir: Path, name: Optional[str] = None) -> Path:
+    """Where pe-generate writes decode ``name`` of a run (the default decode when None)."""
+    return Path(run_dir) / "gen" / name if name else Path(run_dir) / "gen"
+
+
+def named_decodes(gen: Path, tgt: str) -> List[str]:
+    """The named decodes under a run's gen/ (or a recorded run's folder): subfolders holding hyp.detok.TGT."""
+    return sorted(p.parent.name for p in Path(gen).glob(f"*/hyp.detok.{tgt}") if DECODE_NAME.fullmatch(p.parent.name))
+
+
 # ------------------------------------------------------------------------------------ training summary
 def training_summary(log_text: str, command: Optional[dict] = None) -> Dict:
     """What a results table says about training, read from a fairseq-train log (all segments of a resumed run).
@@ -132,8 +159,11 @@ def _int(text: str) -> int:
 
 def machine() -> Dict:
     """command.json's record of where a run trains: torch threads (OMP_NUM_THREADS) and the processor (the GPU,
-    if any, is read from the training log: ``training_summary``)."""
-    return {"threads": os.environ.get("OMP_NUM_THREADS", "torch default"), "device": cpu_name()}
+    if any, is read from the training log: ``training_summary``); under pe-queue, the commit of the code it runs."""
+    where = {"threads": os.environ.get("OMP_NUM_THREADS", "torch default"), "device": cpu_name()}
+    if os.environ.get("PE_QUEUE_COMMIT"):
+        where["commit"] = os.environ["PE_QUEUE_COMMIT"]
+    return where
 
 
 def _read(path: str) -> str:
@@ -161,12 +191,22 @@ def record(run_dir: Path, into: Path) -> Path:
                           f"{training.get('max_update')}; finish it (re-run its pe-train command, it resumes) "
                           f"and decode it again with pe-generate {run_dir}")
     last = run_dir / "checkpoint_last.pt"
-    if last.exists() and last.stat().st_mtime > hyp.stat().st_mtime:
-        raise RecordError(f"{run_dir}: {hyp} is older than {last.name}; decode it again with pe-generate {run_dir}")
+    named = named_decodes(gen, tgt)
+    for name in [None, *named]:
+        h = decode_dir(run_dir, name) / hyp.name
+        if last.exists() and last.stat().st_mtime > h.stat().st_mtime:
+            again = f"pe-generate {run_dir}" + (f" --name {name}" if name else "")
+            raise RecordError(f"{run_dir}: {h} is older than {last.name}; decode it again with {again}")
     meta["training"] = training
     files = {hyp.name: hyp.read_bytes(), meta_file.name: json.dumps(meta, indent=1) + "\n",
              "command.json": (run_dir / "command.json").read_bytes(),
              "train.log": "".join(ln for ln in log.splitlines(keepends=True) if INFO_LINE.match(ln))}
+    for name in named:  # REC/NAME/hyp.detok.TGT and its meta file, the training summary as above
+        d = decode_dir(run_dir, name)
+        named_meta = json.loads((d / meta_file.name).read_text(encoding="utf-8"))
+        named_meta["training"] = training
+        files[f"{name}/{hyp.name}"] = (d / hyp.name).read_bytes()
+        files[f"{name}/{meta_file.name}"] = json.dumps(named_meta, indent=1) + "\n"
     if (run_dir / "command.txt").is_file():
         files["command.txt"] = (run_dir / "command.txt").read_bytes()
     dest = Path(into) / run_dir.name
@@ -192,11 +232,14 @@ def run_command(run_dir: Path) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------ report
-def recorded_runs(results_dir: Path, methods: List[str], pair: str, size: str) -> Dict[str, Dict[int, Path]]:
-    """{method: {seed: hypothesis file}} of the runs recorded under ``results_dir`` for one pair and size, in the
-    order of ``methods`` (the recipe table's), the baseline first. Raises RecordError when the baseline has no run
-    or a recorded run names a method the table does not have."""
+def recorded_runs(results_dir: Path, methods: List[str], pair: str, size: str,
+                  decode: Optional[str] = None) -> Dict[str, Dict[int, Path]]:
+    """{method: {seed: hypothesis file}} of the runs recorded under ``results_dir`` for one pair and size (their
+    decode ``decode``, the default one when None), in the order of ``methods`` (the recipe table's), the baseline
+    first. Raises RecordError when the baseline has no run, a recorded run names a method the table does not have,
+    or lacks the named decode."""
     tgt, found = pair.split("-")[1], {}
+    hyp_name = f"{decode}/hyp.detok.{tgt}" if decode else f"hyp.detok.{tgt}"
     for cmd_file in sorted(Path(results_dir).glob("*/command.json")):
         c = json.loads(cmd_file.read_text(encoding="utf-8"))
         if (c.get("pair"), c.get("size")) != (pair, size):
@@ -204,7 +247,11 @@ def recorded_runs(results_dir: Path, methods: List[str], pair: str, size: str) -
         if c["method"] not in methods:
             raise RecordError(f"{cmd_file.parent}: method {c['method']!r} is not in the recipe table "
                               f"(methods: {', '.join(methods)}); remove the folder or restore the entry")
-        found.setdefault(c["method"], {})[int(c["seed"])] = cmd_file.parent / f"hyp.detok.{tgt}"
+        hyp = cmd_file.parent / hyp_name
+        if not hyp.is_file():
+            raise RecordError(f"{cmd_file.parent}: no decode {decode!r} ({hyp_name}); decode the run with "
+                              f"pe-generate RUN --name {decode} and record it again, or report without --decode")
+        found.setdefault(c["method"], {})[int(c["seed"])] = hyp
     if BASELINE not in found:
         raise RecordError(f"{results_dir}: no recorded {BASELINE} run for {pair} {size} (the baseline of the "
                           f"table); record one with pe-record RUN_DIR")

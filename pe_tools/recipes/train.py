@@ -2,14 +2,16 @@
 RUNS/METHOD.PAIR.SIZE.seedN (checkpoints, train.log with all output, the resolved command as command.txt and
 command.json); re-running the same command resumes from its checkpoint_last.pt."""
 import json
+import os
 import shlex
 import sys
 from pathlib import Path
+from typing import Dict, List, Tuple
 
 from ..common import fail, plugin_dir, write_atomic
 from ..naming import arch_name
 from ..process import tee
-from . import load_table, recipe_names, results, table_pairs
+from . import is_recipe, load_table, recipe_names, results, table_pairs
 
 
 def data_dir(table, recipe: str, pair: str) -> Path:
@@ -34,29 +36,67 @@ def check_pair(table, pair: str) -> None:
         raise ValueError(f"unknown pair {pair!r} for this recipe; its pairs: {', '.join(pairs)}")
 
 
+def flag_groups(flags) -> List[Tuple[str, list]]:
+    """``["--a", "1", "--b", "--c", "x", "y"]`` -> ``[("--a", ["1"]), ("--b", []), ("--c", ["x", "y"])]``."""
+    groups: List[Tuple[str, list]] = []
+    for item in flags:
+        if item.startswith("--"):
+            groups.append((item, []))
+        elif groups:
+            groups[-1][1].append(item)
+        else:
+            raise ValueError(f"flag value {item!r} before any --flag")
+    return groups
+
+
+def merge_flags(*lists, drop=()) -> list:
+    """The flag lists in order, each flag once: a later list's flag replaces an earlier one's in place (its value
+    and all), new flags are appended, and flags named in ``drop`` are removed. So a size's ``--max-update`` or a
+    method's ``--update-freq`` overrides [common]'s without the resolved command carrying both."""
+    merged: Dict[str, list] = {}
+    for flags in lists:
+        for flag, values in flag_groups(flags):
+            merged[flag] = values  # a dict keeps the first insertion's place
+    return [x for flag, values in merged.items() if flag not in drop for x in (flag, *values)]
+
+
+def size_entry(table, size: str, _seen=()) -> dict:
+    """A size of the table with ``like = "OTHER"`` resolved: OTHER's architecture, its flags without those in
+    ``drop``, then the size's own flags (replacing OTHER's of the same name). Raises ValueError naming the sizes."""
+    sizes = table["size"]
+    if size not in sizes:
+        raise ValueError(f"unknown size {size!r}; sizes: {', '.join(sizes)}")
+    entry = sizes[size]
+    if "like" not in entry:
+        return {"arch": entry["arch"], "flags": list(entry.get("flags", []))}
+    if entry["like"] in _seen + (size,):
+        raise ValueError(f"size {size!r}: `like` makes a cycle through {entry['like']!r}")
+    base = size_entry(table, entry["like"], _seen + (size,))
+    flags = merge_flags(base["flags"], entry.get("flags", []), drop=entry.get("drop", ()))
+    return {"arch": entry.get("arch", base["arch"]), "flags": flags}
+
+
 def train_argv(table, method, pair, size, seed, data, run_dir, gpus=1, extra=()) -> list:
     """The fairseq-train argv of one run; raises ValueError naming the valid choices."""
     methods, sizes = table["method"], table["size"]
     if method not in methods:
         raise ValueError(f"unknown method {method!r}; valid methods: {', '.join(methods)}")
     check_pair(table, pair)
-    if size not in sizes or pair not in sizes[size]["arch"]:
+    resolved = size_entry(table, size) if size in sizes else {"arch": {}}
+    if pair not in resolved["arch"]:
         raise ValueError(f"no size {size!r} for pair {pair!r} in this recipe; sizes: {', '.join(sizes)}")
     freq = update_freq(table)
     if gpus < 1 or freq % gpus:
         raise ValueError(f"--gpus {gpus}: must divide the recipe's --update-freq {freq} to keep its tokens per update")
     entry = methods[method]
     src, tgt = pair.split("-")
-    argv = [str(data), "--user-dir", plugin_dir(),
-            "--arch", entry.get("arch") or arch_name(entry.get("pe", method), sizes[size]["arch"][pair]),
+    per_gpu = ["--distributed-world-size", str(gpus), "--update-freq", str(freq // gpus)] if gpus > 1 else []
+    fp16 = ["--fp16"] if "--cpu" not in extra and cuda() else []
+    flags = merge_flags(table["common"]["flags"], resolved["flags"], entry["flags"], per_gpu)
+    return [str(data), "--user-dir", plugin_dir(),
+            "--arch", entry.get("arch") or arch_name(entry.get("pe", method), resolved["arch"][pair]),
             "--source-lang", src, "--target-lang", tgt,
-            *table["common"]["flags"], *sizes[size]["flags"], *entry["flags"], "--seed", str(seed),
-            "--save-dir", str(run_dir)]
-    if gpus > 1:
-        argv += ["--distributed-world-size", str(gpus), "--update-freq", str(freq // gpus)]
-    if "--cpu" not in extra and cuda():
-        argv.append("--fp16")
-    return argv + list(extra)
+            *flags, "--seed", str(seed), "--save-dir", str(run_dir), *fp16, *extra]
 
 
 def cuda() -> bool:
@@ -67,9 +107,9 @@ def cuda() -> bool:
 
 def train(a) -> int:
     """``pe-train`` with the parsed arguments ``a``; returns the exit status."""
-    if a.recipe not in recipe_names():
+    if not is_recipe(a.recipe):
         return fail(f"unknown recipe {a.recipe!r}; recipes: {', '.join(recipe_names())} "
-                    f"(pe_tools/recipes/RECIPE/methods.toml)")
+                    f"(pe_tools/recipes/RECIPE/methods.toml), or the path of a methods .toml file")
     table = load_table(a.recipe)
     size = a.size or default_size(table)
     data = Path(a.data or data_dir(table, a.recipe, a.pair))

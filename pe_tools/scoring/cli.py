@@ -31,6 +31,11 @@ and PREFIX_ngram.png, and with --source PREFIX_length.md, PREFIX_length.csv (one
 and PREFIX_length.png (the signatures below the plot and in its PNG Description). Each file is written
 under a temporary name and renamed; nothing is written when an input is invalid (exit code 2).
 
+A system file is either one detokenised translation per reference line, or fairseq-generate's raw output (its
+stdout as it is, with S-/T-/H-/D-/P- lines in batch order): its D- lines (H- where it has none) are put back in
+corpus order by sentence id, and a missing id stops with an error naming it and the flag that dropped it
+(``generate_output``).
+
 PE settings: ``--meta NAME=settings.json``, or a file ``HYPOTHESIS.meta.json`` beside a hypothesis file,
 is copied into the outputs. Its ``pe_signature`` entry, if any, fills the table's PE column.
 
@@ -44,6 +49,7 @@ sacrebleu quirks handled here (see tests/test_evaluate.py):
   * ``BLEU(max_ngram_order=n)`` leaves n out of its signature: added as ``ngram:n``.
 """
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Any, Dict, Optional, Sequence
@@ -105,13 +111,22 @@ def render_outputs(inputs: Inputs, report: Dict[str, Any], args: argparse.Namesp
     return files
 
 
+def program_name() -> str:
+    """``pe-evaluate``, or ``evaluate.py`` when run as the checkout's scripts/evaluate.py: the name the user typed,
+    never ``cli.py`` (python -m) or the name of a program that calls ``main``."""
+    typed = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    return typed if typed in ("pe-evaluate", "evaluate.py") else "pe-evaluate"
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], epilog="See the module docstring for the details.")
+        prog=program_name(), description=__doc__.split("\n\n")[0], epilog="See the module docstring for the details.")
     p.add_argument("--ref", required=True, help="reference file, one detokenised segment per line")
-    p.add_argument("--baseline", metavar="NAME=FILE[,FILE...]", help="the baseline system (several runs: commas)")
+    p.add_argument("--baseline", metavar="NAME=FILE[,FILE...]",
+                   help="the baseline system (several runs: commas); a file is one translation per reference line, "
+                        "or fairseq-generate's raw output")
     p.add_argument("--system", action="append", default=[], metavar="NAME=FILE[,FILE...]",
-                   help="a system to compare with the baseline; repeat for more systems")
+                   help="a system to compare with the baseline, files as for --baseline; repeat for more systems")
     p.add_argument("--meta", action="append", default=[], metavar="NAME=FILE.json",
                    help="PE settings of a system (default: HYPOTHESIS.meta.json when it exists)")
     p.add_argument("--trg-lang", required=True, help="target language, for the Moses tokeniser and sacreBLEU")
@@ -137,11 +152,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     try:
         inputs = load(args)
     except InputError as e:
-        print(f"evaluate.py: error: {e}", file=sys.stderr)
+        print(f"{parser.prog}: error: {e}", file=sys.stderr)
         return 2
     report = build_report(inputs, score_systems(inputs, args), args)
     files = render_outputs(inputs, report, args)
@@ -149,7 +165,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print(files[Path(args.out_dir) / f"{args.prefix}.md"].decode(), end="")
     if inputs.source is not None:
         for label in report["length_buckets"]["empty"]:
-            print(f"evaluate.py: warning: length bucket {label} holds no segment of {args.source}; it is reported "
+            print(f"{parser.prog}: warning: length bucket {label} holds no segment of {args.source}; it is reported "
                   "empty", file=sys.stderr)
         print("\n" + files[Path(args.out_dir) / f"{args.prefix}_length.md"].decode(), end="")
     return 0

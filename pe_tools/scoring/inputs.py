@@ -33,8 +33,8 @@ class Inputs:
         return run if len(self.baseline.runs) > 1 else 0
 
 
-def read_lines(path: str) -> List[str]:
-    """Lines as sacrebleu's CLI reads them: split on '\\n' only, trailing whitespace stripped."""
+def read_text(path: str) -> str:
+    """The UTF-8 text of ``path``; InputError for a missing, unreadable or non-UTF-8 file."""
     try:
         data = Path(path).read_bytes()
     except FileNotFoundError:
@@ -48,6 +48,15 @@ def read_lines(path: str) -> List[str]:
         raise InputError(
             f"{path}: not valid UTF-8 (byte 0x{data[e.start]:02x} on line {line}, offset {e.start})"
         ) from None
+    return text
+
+
+def read_lines(path: str) -> List[str]:
+    """Lines as sacrebleu's CLI reads them: split on '\\n' only, trailing whitespace stripped."""
+    return split_lines(read_text(path), path)
+
+
+def split_lines(text: str, path: str) -> List[str]:
     lines = text.split("\n")
     if lines[-1] == "":
         lines.pop()
@@ -80,17 +89,33 @@ def read_meta(path: str) -> Dict[str, Any]:
 def load_system(value: str, option: str, n_ref: int, ref_file: str) -> System:
     name, files = parse_named(value, option)
     system = System(name, files)
+    from . import generate_output
+
     for path in files:
-        lines = read_lines(path)
+        text = read_text(path)
+        if generate_output.is_generate_output(text):  # fairseq-generate's raw output: its hypotheses by id
+            lines = generate_output.hypotheses(path, text, n_ref, ref_file)
+        else:
+            lines = split_lines(text, path)
         if len(lines) != n_ref:
-            raise InputError(
-                f"line counts differ: {path} has {len(lines)} lines, reference {ref_file} has {n_ref} lines"
-            )
+            raise InputError(f"line counts differ: {path} has {len(lines)} lines, reference {ref_file} has {n_ref} "
+                             f"lines. {line_count_hint(len(lines), n_ref)}")
         system.runs.append(lines)
         sidecar = Path(path + ".meta.json")
         system.run_meta.append(read_meta(str(sidecar)) if sidecar.is_file() else None)
     system.meta = next((m for m in system.run_meta if m is not None), {})
     return system
+
+
+def line_count_hint(n: int, n_ref: int) -> str:
+    """Why a system file may not have one line per reference line, and what to do."""
+    if n < n_ref:
+        return ("A translation of fairseq-generate that lost sentences? Without --required-batch-size-multiple 1 it "
+                "drops a last batch, and --skip-invalid-size-inputs-valid-test skips long sentences: decode again "
+                "without them, or pass its raw output (the H-/D- lines) as the system and pe-evaluate names the "
+                "missing ids; else the file is of another test set")
+    return ("Raw output of a tool with log lines in it (pass fairseq-generate's raw output as it is: pe-evaluate reads "
+            "its H-/D- lines), or a file of another test set")
 
 
 def load_inputs(args: argparse.Namespace) -> Inputs:

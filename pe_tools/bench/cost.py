@@ -1,0 +1,303 @@
+"""pe-bench cost: the device-independent cost of one training step, counted exactly, for every registered encoding
+and stock fairseq's transformer, as ratios to SAPE and to stock.
+
+    pe-bench cost                                   # base size, lengths 20 50 100 200, --max-tokens 4096, fp32
+    pe-bench cost --sizes tiny --lengths 6 10 --max-tokens 40 --vocab 100 --out-dir runs/cost
+    pe-bench cost --pe sape t5 --lengths 100        # some rows only (sape and stock are always added)
+
+One step = forward (teacher-forced, training mode), cross-entropy summed over the real target tokens and divided
+by their number, backward; no optimizer step. The batch is ``pe-bench models``' ``padded_batch`` (sources
+left-padded, targets right-padded, B = max_tokens // L). Counted, in float32 on the CPU (docs/benchmarks.md
+§Cost counts):
+
+  saved      bytes of the tensors autograd saves for backward (``torch.autograd.graph.saved_tensors_hooks``),
+             each storage counted once, the parameters' storages excluded: most of a GPU step's activation memory
+  ops        ATen ops dispatched in forward (with the loss) and in backward (a ``TorchDispatchMode``): about the
+             kernels a GPU launches, and what a launch-bound small-batch step costs
+  flops      ``torch.utils.flop_counter`` over forward and backward (CPU SDPA counted as SDPA)
+  attn       bytes of the (B,H,Tq,Tk)-sized tensors the step allocates (op outputs that are not views, whose last
+             two dims are a query length and a key length, up to the next multiple of 8, and that hold at least
+             B*H of those matrices)
+
+The counts are deterministic: tests/test_benchmark_cost.py holds every encoding at tiny size at or under the counts
+recorded in examples/benchmarks/cost/tiny.json.
+"""
+import argparse
+import json
+import os
+import platform
+import shlex
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+from ..common import csv_text, fail, int_at_least, write_all_atomic
+from ..naming import BASELINE, SUFFIX_OF_CLASS as SIZES
+from ..recipes import recipe_names
+from ._timing import markdown_table
+
+NAME = "cost"
+HELP = "bytes saved for backward, ATen ops, FLOPs and (B,H,T,T) bytes of one training step, as ratios to SAPE/stock"
+DEFAULT_LENGTHS = [20, 50, 100, 200]
+FIGURES = ("saved_bytes", "ops", "flops", "attn_bytes")  # the counts that get ratios (and the guard's keys)
+GUARDED = FIGURES + ("ops_forward", "ops_backward", "saved_storages", "attn_tensors")
+MIB = 2 ** 20
+
+
+def _round8(n: int) -> int:
+    return -(-n // 8) * 8
+
+
+class StepCounter:
+    """Counts one training step: enter, run forward and the loss, call ``backward_started()``, run backward, exit.
+
+    ``params``: the tensors whose storages are not counted as saved. ``batch``, ``heads``, ``lengths`` (the
+    source and target widths): what makes an output (B,H,Tq,Tk)-sized."""
+
+    def __init__(self, params=(), batch: int = 0, heads: int = 0, lengths=()):
+        import torch
+        from torch.utils._python_dispatch import TorchDispatchMode
+        from torch.utils.flop_counter import FlopCounterMode
+
+        self.param_storages = {p.untyped_storage().data_ptr() for p in params}
+        self.saved = {}  # data_ptr -> storage (held, so that no freed storage's address is reused and missed)
+        self.forward_ops, self.backward_ops = Counter(), Counter()
+        self.attn_bytes = self.attn_tensors = 0
+        self.attn_ops = Counter()  # op -> bytes of the (B,H,Tq,Tk)-sized outputs it allocated
+        self.in_backward = False
+        queries = set(lengths)
+        keys = range(min(lengths), _round8(max(lengths)) + 1) if lengths else range(0)
+        counter = self
+
+        class _Ops(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                (counter.backward_ops if counter.in_backward else counter.forward_ops)[str(func.overloadpacket)] += 1
+                if not any(r.alias_info is not None for r in func._schema.returns):  # a fresh output, not a view
+                    for t in (out if isinstance(out, (tuple, list)) else (out,)):
+                        if (isinstance(t, torch.Tensor) and t.dim() >= 3 and t.shape[-2] in queries
+                                and t.shape[-1] in keys and t.numel() >= batch * heads * t.shape[-2] * t.shape[-1]):
+                            counter.attn_bytes += t.numel() * t.element_size()
+                            counter.attn_tensors += 1
+                            counter.attn_ops[str(func.overloadpacket)] += t.numel() * t.element_size()
+                return out
+
+        self.flop_mode = FlopCounterMode(display=False)
+        registry = self.flop_mode.flop_registry  # CPU SDPA has no formula of its own: count it as flash
+        aten = torch.ops.aten
+        registry[aten._scaled_dot_product_flash_attention_for_cpu] = registry[aten._scaled_dot_product_flash_attention]
+        registry[aten._scaled_dot_product_flash_attention_for_cpu_backward] = \
+            registry[aten._scaled_dot_product_flash_attention_backward]
+        self.ops_mode = _Ops()
+        self.hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)
+
+    def _pack(self, t):
+        if not self.in_backward:
+            storage = t.untyped_storage()
+            if storage.nbytes() and storage.data_ptr() not in self.param_storages:
+                self.saved.setdefault(storage.data_ptr(), storage)
+        return t
+
+    def __enter__(self):
+        self.flop_mode.__enter__()
+        self.ops_mode.__enter__()
+        self.hooks.__enter__()
+        return self
+
+    def backward_started(self):
+        self.in_backward = True
+
+    def __exit__(self, *exc):
+        self.hooks.__exit__(*exc)
+        self.ops_mode.__exit__(*exc)
+        self.flop_mode.__exit__(*exc)
+
+    def counts(self) -> dict:
+        return dict(saved_bytes=sum(s.nbytes() for s in self.saved.values()), saved_storages=len(self.saved),
+                    ops_forward=sum(self.forward_ops.values()), ops_backward=sum(self.backward_ops.values()),
+                    ops=sum(self.forward_ops.values()) + sum(self.backward_ops.values()),
+                    flops=self.flop_mode.get_total_flops(), attn_bytes=self.attn_bytes, attn_tensors=self.attn_tensors,
+                    op_counts=dict(sorted((self.forward_ops + self.backward_ops).items())),
+                    attn_op_bytes=dict(sorted(self.attn_ops.items())))
+
+
+def count_step(model, src, lengths, prev, target, heads: int) -> dict:
+    """The counts of one training step of ``model`` (a fairseq encoder-decoder) on one padded batch."""
+    import torch.nn.functional as F
+
+    from .models.build import PAD
+
+    model.train()
+    model.zero_grad(set_to_none=True)
+    ntokens = int(target.ne(PAD).sum())
+    counter = StepCounter(list(model.parameters()), batch=src.size(0), heads=heads,
+                          lengths=(src.size(1), prev.size(1)))
+    with counter:
+        logits, _ = model(src, lengths, prev)  # (B, T, V)
+        loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), target.view(-1), ignore_index=PAD,
+                               reduction="sum") / ntokens
+        counter.backward_started()
+        loss.backward()
+    return counter.counts()
+
+
+def measure(pe: str, size: str, length: int, batch: int, vocab: int, recipe: str) -> dict:
+    """One row: ``pe`` (or models.build.STOCK) at ``size`` on the padded batch of ``batch`` sentences of at most
+    ``length`` tokens, in float32 on the CPU."""
+    import torch
+
+    from .models.build import PAD, build_model, model_arch, padded_batch
+
+    model, args = build_model(pe, size, vocab, recipe, "cpu")
+    src, lengths, prev, target = padded_batch(batch, length, vocab, "cpu")
+    torch.manual_seed(1)  # dropout masks (their bytes do not depend on them; the seed only pins the values)
+    heads = min(args.encoder_attention_heads, args.decoder_attention_heads)
+    row = dict(pe=pe, size=size, arch=model_arch(pe, size), length=length, batch=batch, heads=heads,
+               src_tokens=int(src.ne(PAD).sum()), tokens=int(target.ne(PAD).sum()),
+               params=sum(p.numel() for p in model.parameters()))
+    row.update(count_step(model, src, lengths, prev, target, heads))
+    return row
+
+
+def add_ratios(results) -> None:
+    """``<figure>_to_sape`` and ``<figure>_to_stock`` for every figure in FIGURES, within each size and length
+    (None where the reference is 0 or absent)."""
+    from .models.build import STOCK
+
+    for r in results:
+        group = [x for x in results if x["size"] == r["size"] and x["length"] == r["length"]]
+        for ref_name in (BASELINE, STOCK):
+            ref = next((x for x in group if x["pe"] == ref_name), None)
+            for key in FIGURES:
+                r[f"{key}_to_{ref_name}"] = r[key] / ref[key] if ref and ref[key] else None
+
+
+def over_recorded(results, recorded) -> list:
+    """The (pe, size, length, count, measured, recorded) where a measured count exceeds its recorded one; rows
+    absent from ``recorded`` are listed with recorded None (a new encoding must be recorded)."""
+    book = {(r["pe"], r["size"], r["length"]): r for r in recorded}
+    worse = []
+    for r in results:
+        ref = book.get((r["pe"], r["size"], r["length"]))
+        for key in GUARDED:
+            if ref is None or r[key] > ref[key]:
+                worse.append((r["pe"], r["size"], r["length"], key, r[key], None if ref is None else ref[key]))
+                if ref is None:
+                    break
+    return worse
+
+
+def _x(v):
+    return "n/a" if v is None else f"{v:.3f}x"
+
+
+def tables(settings, results) -> str:
+    from .models.build import STOCK
+
+    headers = ["pe", "saved MiB", "saved/sape", "saved/stock", "ops (fwd+bwd)", "ops/sape", "ops/stock", "GFLOP",
+               "flops/sape", "flops/stock", "BHTT MiB", "BHTT/sape", "BHTT/stock"]
+    blocks = []
+    for size in settings["sizes"]:
+        for length in settings["lengths"]:
+            group = [r for r in results if r["size"] == size and r["length"] == length]
+            rows = [[r["pe"], f"{r['saved_bytes'] / MIB:,.1f}", _x(r["saved_bytes_to_sape"]),
+                     _x(r[f"saved_bytes_to_{STOCK}"]), f"{r['ops']:,} ({r['ops_forward']:,}+{r['ops_backward']:,})",
+                     _x(r["ops_to_sape"]), _x(r[f"ops_to_{STOCK}"]), f"{r['flops'] / 1e9:,.1f}",
+                     _x(r["flops_to_sape"]), _x(r[f"flops_to_{STOCK}"]), f"{r['attn_bytes'] / MIB:,.1f}",
+                     _x(r["attn_bytes_to_sape"]), _x(r[f"attn_bytes_to_{STOCK}"])] for r in group]
+            first = group[0]
+            blocks.append(f"{size} (transformer_<pe>_{SIZES[size]}, {STOCK} = transformer_{SIZES[size]}), "
+                          f"L={length}: B={first['batch']} sentences, {first['src_tokens']} source and "
+                          f"{first['tokens']} target tokens, H={first['heads']}\n\n" + markdown_table(headers, rows))
+    legend = ("One training step in float32 on the CPU: forward (training mode), cross-entropy over the real target "
+              "tokens, backward; no optimizer step. saved = bytes autograd keeps for backward (distinct storages, "
+              "parameters excluded); ops = ATen ops dispatched (forward + backward); GFLOP = torch.utils.flop_counter "
+              "(CPU SDPA counted as SDPA); BHTT = bytes of the (B,H,Tq,Tk)-sized tensors allocated (not views); "
+              "n/a: the reference's count is 0. Every `x` column is the ratio to sape or to stock at the same size "
+              "and length.")
+    return "\n\n".join(blocks) + "\n\n" + legend + "\n"
+
+
+def settings_line(s) -> str:
+    return (f"max tokens {s['max_tokens']}, padded batches (sources left-padded, targets right-padded), vocab "
+            f"{s['vocab']}, fp32, CPU, recipe {s['recipe']}, torch {s['torch']}, fairseq {s['fairseq']}, "
+            f"python {s['python']}")
+
+
+def add_args(parser):
+    from pe_plugin.encodings import PE_REGISTRY
+
+    from .models.build import STOCK
+
+    names = list(PE_REGISTRY) + [STOCK]
+    parser.add_argument("--sizes", nargs="+", choices=list(SIZES), default=["base"], metavar="SIZE",
+                        help=f"model sizes from {', '.join(SIZES)} (default: base)")
+    parser.add_argument("--pe", nargs="+", choices=names, metavar="PE",
+                        help=f"rows, from {', '.join(names)} (default: all; sape and {STOCK} are always added)")
+    parser.add_argument("--lengths", nargs="+", type=int_at_least(1), default=DEFAULT_LENGTHS, metavar="L",
+                        help=f"padded batch lengths (default: {' '.join(map(str, DEFAULT_LENGTHS))})")
+    parser.add_argument("--max-tokens", type=int_at_least(1), default=4096,
+                        help="padded tokens per batch: max_tokens // L sentences at length L (default: 4096)")
+    parser.add_argument("--vocab", type=int_at_least(5), default=40000,
+                        help="joined dictionary size, fairseq's 4 specials included (default: 40000)")
+    parser.add_argument("--recipe", choices=recipe_names("methods") + ["none"], default="wmt14",
+                        help="build each encoding with its entry's flags in the recipe's methods.toml (default: wmt14)")
+    parser.add_argument("--threads", type=int_at_least(0), default=1,
+                        help="torch threads (the counts do not depend on it; default: 1)")
+    parser.add_argument("--out-dir", help="write NAME.json (settings, command, every count), NAME.csv and NAME.md here")
+    parser.add_argument("--name", default="cost", help="file name stem in --out-dir (default: cost)")
+    parser.add_argument("--check", metavar="JSON",
+                        help="a recorded NAME.json: exit 1 when any count exceeds its recorded one (a regression guard)")
+
+
+def run(args) -> int:
+    import fairseq
+    import torch
+
+    from pe_plugin.encodings import PE_REGISTRY
+
+    from .models.build import STOCK, batch_size
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    short = [n for n in args.lengths if n > args.max_tokens]
+    if short:
+        return fail(f"--max-tokens {args.max_tokens} is smaller than --lengths {' '.join(map(str, short))}")
+    wanted = set(args.pe or [*PE_REGISTRY, STOCK]) | {BASELINE, STOCK}
+    names = [pe for pe in [*PE_REGISTRY, STOCK] if pe in wanted]
+    sizes, lengths = list(dict.fromkeys(args.sizes)), list(dict.fromkeys(args.lengths))
+    started = time.time()
+    results = []
+    for size in sizes:
+        for length in lengths:
+            for pe in names:
+                print(f"[cost] {size} L={length} {pe}", file=sys.stderr, flush=True)
+                results.append(measure(pe, size, length, batch_size(args.max_tokens, length), args.vocab, args.recipe))
+    add_ratios(results)
+    settings = dict(sizes=sizes, lengths=lengths, encodings=names, max_tokens=args.max_tokens, vocab=args.vocab,
+                    recipe=args.recipe, dtype="float32", device="cpu", threads=torch.get_num_threads(),
+                    batches={str(n): batch_size(args.max_tokens, n) for n in lengths}, torch=torch.__version__,
+                    fairseq=fairseq.__version__, python=platform.python_version(), platform=platform.platform(),
+                    command="pe-bench cost " + shlex.join(sys.argv[2:] if sys.argv[1:2] == [NAME] else sys.argv[1:]),
+                    started=time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
+                    seconds=round(time.time() - started, 1))
+    text = tables(settings, results)
+    print("\n" + text)
+    if args.out_dir:
+        out = Path(args.out_dir)
+        payload = json.dumps({"settings": settings, "results": results}, indent=1) + "\n"
+        header = f"# Cost of one training step: ratios to SAPE and to stock\n\n`{settings['command']}`\n\n" \
+                 f"{settings_line(settings)}\n\n"
+        files = {out / f"{args.name}.json": payload, out / f"{args.name}.csv": csv_text(results, skip={"op_counts", "attn_op_bytes"}),
+                 out / f"{args.name}.md": header + text}
+        write_all_atomic(files)
+        for path in files:
+            print(f"wrote {path}", file=sys.stderr)
+    if args.check:
+        worse = over_recorded(results, json.loads(Path(args.check).read_text())["results"])
+        for pe, size, length, key, got, ref in worse:
+            print(f"over recorded: {pe} {size} L={length} {key} {got:,} > {ref if ref is None else f'{ref:,}'}",
+                  file=sys.stderr)
+        return 1 if worse else 0
+    return 0

@@ -1,0 +1,449 @@
+"""pe-queue: a list of trainings that survives interruption. Each run is trained (pe-train), decoded twice (the
+average of the last checkpoints and the last checkpoint alone, pe-generate) and recorded (pe-record) when it has
+reached its last update; up to ``-j`` runs at a time.
+
+    pe-queue run QUEUE [-j N] [--threads 1] [--pin REV | --code DIR]
+    pe-queue status QUEUE
+    pe-queue check QUEUE
+
+QUEUE is a plain text file, one run a line: ``RECIPE METHOD PAIR SIZE SEED`` and optionally ``data=DIR``,
+``runs-dir=DIR`` and ``into=DIR`` (pe-train's --data and --runs-dir, pe-record's --into); ``#`` starts a comment.
+Every line is checked before anything starts (the recipe, method, pair, size, seed and the prepared data), and an
+error names the line and the fix.
+
+Interruption: the queue can be killed at any moment, SIGKILL included, and restarted with the same command. On
+start it ends the trainings a killed queue left running (their process groups are listed in QUEUE.pids), repairs
+each run directory (fairseq copies checkpoint_last.pt from the newest numbered checkpoint by a plain copy, so a kill
+during that copy leaves it truncated: it is replaced by the newest numbered checkpoint that reads whole) and resumes
+each unfinished run from its checkpoint_last.pt; at most the updates since the last checkpoint are lost. A run is
+decoded and recorded only once it has reached its --max-update, and every file a later step reads is written under a
+temporary name and renamed when whole.
+
+Pinned code: the runs train from a copy of one commit (``--pin REV``, default HEAD, exported with git archive
+outside the working tree, under $PE_QUEUE_CODE_ROOT or ~/.cache/pe_plugin/code/COMMIT), or from ``--code DIR`` (a
+copy made beforehand; its COMMIT file names the commit). Changes to the working tree while the queue runs do not
+reach its runs. The commit goes into each run's command.json, and a run begun by other code is refused, not
+resumed: a run's recorded commit is the code that trained all of it.
+"""
+import argparse
+import fcntl
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import zipfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from ..checkpoint_files import numbered_checkpoints
+from ..common import fail, int_at_least, write_atomic
+from . import is_recipe, load_table, recipe_names, results
+from .train import check_pair, data_dir, size_entry
+
+# the decodes of a finished run: (pe-generate --name, --checkpoints); None is the default decode (RUN/gen/)
+DECODES = ((None, 5), ("last", 1))
+OPTIONS = ("data", "runs-dir", "into")
+COMMIT_ENV = "PE_QUEUE_COMMIT"  # pe-train copies it into command.json (results.machine)
+
+
+class QueueError(ValueError):
+    """A queue file or run that cannot be run; the message names the line or run and the fix."""
+
+
+@dataclass
+class Run:
+    line: int
+    recipe: str
+    method: str
+    pair: str
+    size: str
+    seed: int
+    options: Dict[str, str] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return f"{self.method}.{self.pair}.{self.size}.seed{self.seed}"
+
+    @property
+    def table(self) -> dict:
+        return load_table(self.recipe)
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.options.get("runs-dir") or self.table.get("runs_dir", "runs")) / self.name
+
+    @property
+    def into(self) -> Path:
+        return Path(self.options.get("into") or self.table.get("results_dir", "results"))
+
+    @property
+    def recorded(self) -> Path:
+        return self.into / self.name
+
+    @property
+    def data(self) -> Path:
+        return Path(self.options.get("data") or data_dir(self.table, self.recipe, self.pair))
+
+    def train_args(self) -> List[str]:
+        args = ["train", self.method, "--recipe", self.recipe, "--pair", self.pair, "--size", self.size,
+                "--seed", str(self.seed)]
+        if "data" in self.options:
+            args += ["--data", self.options["data"]]
+        if "runs-dir" in self.options:
+            args += ["--runs-dir", self.options["runs-dir"]]
+        return args
+
+
+# ------------------------------------------------------------------------------------------ the queue file
+def parse_queue(path: Path) -> List[Run]:
+    """The runs of a queue file, each checked; raises QueueError naming the line and the fix."""
+    path = Path(path)
+    if not path.is_file():
+        raise QueueError(f"queue file {path} not found; write one run a line: RECIPE METHOD PAIR SIZE SEED")
+    runs, names = [], {}
+    for n, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        text = raw.split("#", 1)[0].strip()
+        if not text:
+            continue
+        where = f"{path}:{n}: {text!r}"
+        words = [w for w in text.split() if "=" not in w]
+        opts = dict(w.split("=", 1) for w in text.split() if "=" in w)
+        if len(words) != 5:
+            raise QueueError(f"{where}: {len(words)} fields; a run is RECIPE METHOD PAIR SIZE SEED "
+                             f"(e.g. multi30k sape en-de annealed 1), options as data=DIR runs-dir=DIR into=DIR")
+        if unknown := sorted(set(opts) - set(OPTIONS)):
+            raise QueueError(f"{where}: unknown option {', '.join(unknown)}; options: "
+                             f"{', '.join(o + '=DIR' for o in OPTIONS)}")
+        recipe, method, pair, size, seed = words
+        if not is_recipe(recipe):
+            raise QueueError(f"{where}: unknown recipe {recipe!r}; recipes: {', '.join(recipe_names())}, or the "
+                             f"path of a methods .toml file")
+        table = load_table(recipe)
+        if method not in table["method"]:
+            raise QueueError(f"{where}: unknown method {method!r} of recipe {recipe}; methods: "
+                             f"{', '.join(table['method'])} (pe-train --help)")
+        try:
+            check_pair(table, pair)
+            if size not in table["size"] or pair not in size_entry(table, size)["arch"]:
+                raise ValueError(f"no size {size!r} for pair {pair}; sizes: {', '.join(table['size'])}")
+        except ValueError as e:
+            raise QueueError(f"{where}: {e}") from None
+        if not seed.isdigit() or int(seed) < 1:
+            raise QueueError(f"{where}: seed {seed!r} is not a whole number >= 1")
+        run = Run(n, recipe, method, pair, size, int(seed), opts)
+        dict_file = run.data / f"dict.{pair.split('-')[0]}.txt"
+        if not dict_file.is_file():
+            raise QueueError(f"{where}: data folder {run.data} has no {dict_file.name}; prepare it with "
+                             f"pe-prepare {pair} --recipe {recipe}, or give data=DIR on the line")
+        if (run.run_dir, run.recorded) in names:
+            raise QueueError(f"{where}: the same run as line {names[run.run_dir, run.recorded]}; remove one")
+        names[run.run_dir, run.recorded] = n
+        runs.append(run)
+    if not runs:
+        raise QueueError(f"queue file {path} holds no run; write one run a line: RECIPE METHOD PAIR SIZE SEED")
+    return runs
+
+
+# ---------------------------------------------------------------------------------------- pinned code
+def code_root() -> Path:
+    return Path(os.environ.get("PE_QUEUE_CODE_ROOT") or Path.home() / ".cache" / "pe_plugin" / "code")
+
+
+def pin_code(rev: str, repo: Path) -> Path:
+    """Export commit ``rev`` of ``repo`` (git archive) to CODE_ROOT/COMMIT, once; returns the folder."""
+    try:
+        commit = subprocess.run(["git", "-C", str(repo), "rev-parse", "--verify", f"{rev}^{{commit}}"],
+                                capture_output=True, text=True, check=True).stdout.strip()
+    except (subprocess.CalledProcessError, FileNotFoundError) as e:
+        raise QueueError(f"--pin {rev}: not a commit of {repo} ({getattr(e, 'stderr', e)!s}); pass a commit, "
+                         f"or --code DIR for a copy of the code made beforehand") from None
+    dest = code_root() / commit
+    if (dest / "COMMIT").is_file():
+        return dest
+    tmp = dest.with_name(f".{commit}.tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    archive = subprocess.Popen(["git", "-C", str(repo), "archive", commit], stdout=subprocess.PIPE)
+    subprocess.run(["tar", "-x", "-C", str(tmp)], stdin=archive.stdout, check=True)
+    if archive.wait():
+        raise QueueError(f"git archive {commit} failed in {repo}")
+    (tmp / "COMMIT").write_text(commit + "\n")
+    try:
+        tmp.rename(dest)
+    except OSError:  # another queue exported it first
+        shutil.rmtree(tmp, ignore_errors=True)
+    return dest
+
+
+def code_commit(code: Path) -> str:
+    f = Path(code) / "COMMIT"
+    return f.read_text().strip() if f.is_file() else "unknown"
+
+
+# -------------------------------------------------------------------------------------- run directories
+def readable(path: Path) -> bool:
+    """A checkpoint that reads whole: torch.save writes a zip archive, and a truncated one has no central
+    directory or fails its CRC check."""
+    try:
+        with zipfile.ZipFile(path) as z:
+            return z.testzip() is None
+    except (zipfile.BadZipFile, OSError, EOFError):
+        return False
+
+
+def repair(run_dir: Path, log=print) -> None:
+    """Make checkpoint_last.pt the newest checkpoint that reads whole (fairseq resumes from it)."""
+    last = run_dir / "checkpoint_last.pt"
+    for tmp in run_dir.glob("*.pt.tmp"):  # fairseq's own half-written numbered checkpoints
+        tmp.unlink()
+    good = [p for p in reversed(numbered_checkpoints(run_dir, "update")) if readable(p)]
+    newest = good[0] if good else None
+    last_ok = last.exists() and readable(last)
+    if last.exists() and not last_ok:
+        log(f"[queue] {run_dir}: {last.name} does not read whole (a kill during fairseq's copy); "
+            + (f"resuming from {newest.name}" if newest else "no whole checkpoint left: training starts again"))
+        last.unlink()
+    best = run_dir / "checkpoint_best.pt"
+    if best.exists() and not readable(best):
+        best.unlink()
+    if newest and (not last_ok or newest.stat().st_mtime > last.stat().st_mtime):
+        tmp = last.with_name(".checkpoint_last.pt.queue")
+        shutil.copyfile(newest, tmp)
+        os.replace(tmp, last)
+
+
+def progress(run: Run) -> dict:
+    """What the status view shows of a run, read from its files."""
+    run_dir = run.run_dir
+    log = results._read(str(run_dir / "train.log"))
+    command = json.loads((run_dir / "command.json").read_text()) if (run_dir / "command.json").is_file() else {}
+    s = results.training_summary(log, command) if log else {}
+    total = s.get("max_update") or max_update(run)
+    out = {"run": run.name, "updates": s.get("updates", 0), "total": total, "valid_loss": s.get("valid_loss"),
+           "commit": command.get("commit"), "recorded": (run.recorded / "command.json").is_file()}
+    times = [(datetime.strptime(m[0], "%Y-%m-%d %H:%M:%S"), int(m[1])) for m in
+             results.re.findall(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) \| INFO \| train_inner \|.*?num_updates=(\d+)",
+                                log, results.re.M)]
+    if len(times) >= 2 and times[-1][1] > times[-2][1]:
+        (t0, u0), (t1, u1) = times[-2], times[-1]
+        out["sec_per_update"] = (t1 - t0).total_seconds() / (u1 - u0)
+    return out
+
+
+def max_update(run: Run) -> int:
+    flags = size_entry(run.table, run.size)["flags"]
+    return int(flags[flags.index("--max-update") + 1]) if "--max-update" in flags else 0
+
+
+def recorded_commit(run: Run) -> Optional[str]:
+    f = run.recorded / "command.json"
+    return json.loads(f.read_text()).get("commit") if f.is_file() else None
+
+
+# ---------------------------------------------------------------------------------------------- running
+class Queue:
+    def __init__(self, path: Path, runs: List[Run], code: Path, jobs: int, threads: int, log=print):
+        self.path, self.runs, self.code, self.jobs, self.threads = Path(path), runs, Path(code), jobs, threads
+        self.commit, self.log = code_commit(code), log
+        self.pids_file = self.path.with_name(self.path.name + ".pids")
+        self.groups: Dict[str, int] = {}
+        self.lock = threading.Lock()
+        self.stopping = False
+
+    def env(self) -> dict:
+        env = dict(os.environ, PYTHONPATH=str(self.code), OMP_NUM_THREADS=str(self.threads),
+                   MKL_NUM_THREADS=str(self.threads), PYTHONUNBUFFERED="1")
+        env[COMMIT_ENV] = self.commit
+        env.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)
+        return env
+
+    def _save_pids(self) -> None:
+        write_atomic(self.pids_file, json.dumps(self.groups, indent=1) + "\n")
+
+    def end_orphans(self) -> None:
+        """End the process groups a killed queue left running (QUEUE.pids), and wait until they are gone."""
+        if not self.pids_file.is_file():
+            return
+        for name, pgid in json.loads(self.pids_file.read_text() or "{}").items():
+            try:
+                cmdline = Path(f"/proc/{pgid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if "pe_tools.recipes.launch" not in cmdline:
+                continue  # the number was reused by another program
+            self.log(f"[queue] ending {name}'s processes left by an earlier queue (group {pgid})")
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except ProcessLookupError:
+                continue
+            while Path(f"/proc/{pgid}").exists() and not _zombie(pgid):
+                time.sleep(0.1)
+        self.pids_file.unlink()
+
+    def step(self, run: Run, args: List[str], log_file: Path) -> int:
+        """One pe-* command of a run, from the pinned code, in a process group of its own."""
+        cmd = [sys.executable, "-m", "pe_tools.recipes.launch", *args]
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_file, "a", encoding="utf-8") as out:
+            out.write(f"[queue] {shlex.join(cmd)}\n")
+            out.flush()
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=self.env(),
+                                    start_new_session=True)
+            with self.lock:
+                self.groups[run.name] = proc.pid
+                self._save_pids()
+            try:
+                return proc.wait()
+            finally:
+                with self.lock:
+                    self.groups.pop(run.name, None)
+                    self._save_pids()
+
+    def process(self, run: Run) -> str:
+        """Train, decode and record one run; returns its final state."""
+        if self.stopping:
+            return "stopped"
+        if recorded_commit(run) == self.commit and run.recorded.is_dir():
+            return "recorded"
+        run_dir, queue_log = run.run_dir, run.run_dir / "queue.log"
+        command = run_dir / "command.json"
+        if command.is_file() and (run_dir / "checkpoint_last.pt").exists():
+            begun = json.loads(command.read_text()).get("commit")
+            if begun != self.commit:
+                raise QueueError(f"{run.name} (line {run.line}): {run_dir} was begun by code {begun or 'unknown'}, "
+                                 f"this queue runs {self.commit}; restart the queue with --pin {begun} to finish it "
+                                 f"with its own code, or delete {run_dir} to train it again")
+        if run_dir.is_dir():
+            repair(run_dir, self.log)
+        self.log(f"[queue] {run.name}: training (log {run_dir / 'train.log'})")
+        if rc := self.step(run, run.train_args(), queue_log):
+            return f"failed: pe-train exited {rc} (see {run_dir / 'train.log'} and {queue_log})"
+        p = progress(run)
+        if p["updates"] != p["total"]:
+            return f"failed: training stopped at update {p['updates']} of {p['total']} (see {run_dir / 'train.log'})"
+        for name, n in DECODES:
+            hyp = results.decode_dir(run_dir, name) / f"hyp.detok.{run.pair.split('-')[1]}"
+            if hyp.is_file() and hyp.stat().st_mtime > (run_dir / "checkpoint_last.pt").stat().st_mtime:
+                continue  # decoded after the last update (a queue killed after this decode)
+            self.log(f"[queue] {run.name}: decoding " + (name or f"the average of the last {n} checkpoints"))
+            args = ["generate", str(run_dir), "--checkpoints", str(n)] + (["--name", name] if name else [])
+            if rc := self.step(run, args, queue_log):
+                return f"failed: pe-generate exited {rc} (see {queue_log})"
+        if rc := self.step(run, ["record", str(run_dir), "--into", str(run.into)], queue_log):
+            return f"failed: pe-record exited {rc} (see {queue_log})"
+        self.log(f"[queue] {run.name}: recorded in {run.recorded}")
+        return "recorded"
+
+    def run(self) -> int:
+        self.end_orphans()
+        states: Dict[str, str] = {}
+
+        def one(run):
+            try:
+                states[run.name] = self.process(run)
+            except QueueError as e:
+                states[run.name] = f"refused: {e}"
+            except Exception as e:  # noqa: BLE001 - one run's failure must not stop the others
+                states[run.name] = f"failed: {type(e).__name__}: {e}"
+            if not states[run.name].startswith("recorded"):
+                self.log(f"[queue] {run.name}: {states[run.name]}")
+
+        with ThreadPoolExecutor(self.jobs) as pool:
+            list(pool.map(one, self.runs))
+        bad = [n for n, s in states.items() if s != "recorded"]
+        self.log(f"[queue] {len(states) - len(bad)} of {len(states)} runs recorded"
+                 + (f"; not: {', '.join(bad)}" if bad else ""))
+        return 1 if bad else 0
+
+    def stop(self, *_):
+        """SIGTERM/SIGINT: end every running step's process group, then exit."""
+        self.stopping = True
+        with self.lock:
+            for pgid in self.groups.values():
+                try:
+                    os.killpg(pgid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        raise SystemExit(130)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].startswith("Z")
+    except (OSError, IndexError):
+        return True
+
+
+# ------------------------------------------------------------------------------------------------ status
+def status_table(runs: List[Run]) -> str:
+    rows = [("run", "updates", "valid loss", "s/update", "finish (est.)", "recorded", "commit")]
+    for run in runs:
+        p = progress(run)
+        left = (p["total"] - p["updates"]) * p["sec_per_update"] if "sec_per_update" in p else None
+        eta = "done" if p["updates"] >= p["total"] else (
+            time.strftime("%H:%M", time.localtime(time.time() + left)) if left is not None else "-")
+        rows.append((run.name, f"{p['updates']}/{p['total']}",
+                     f"{p['valid_loss']:.3f}" if p["valid_loss"] is not None else "-",
+                     f"{p['sec_per_update']:.2f}" if "sec_per_update" in p else "-", eta,
+                     "yes" if p["recorded"] else "no", (p["commit"] or "-")[:10]))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+
+
+# -------------------------------------------------------------------------------------------- command line
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="pe-queue", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="train, decode and record every run of the queue (resumes)")
+    r.add_argument("queue", type=Path)
+    r.add_argument("-j", "--jobs", type=int_at_least(1), default=os.cpu_count() or 1,
+                   help="runs at a time (default: one per CPU core; on a GPU, as many as fit)")
+    r.add_argument("--threads", type=int_at_least(1), default=1, help="torch threads per run (default: 1)")
+    code = r.add_mutually_exclusive_group()
+    code.add_argument("--pin", default="HEAD", metavar="REV", help="train from this commit's code (default: HEAD)")
+    code.add_argument("--code", type=Path, metavar="DIR", help="train from this copy of the code (its COMMIT file "
+                                                               "names the commit)")
+    for name in ("status", "check"):
+        s = sub.add_parser(name, help={"status": "one row per run: updates, validation loss, time per update, "
+                                                 "estimated finish, recorded",
+                                       "check": "check the queue file and stop"}[name])
+        s.add_argument("queue", type=Path)
+    a = p.parse_args(argv)
+    try:
+        runs = parse_queue(a.queue)
+    except QueueError as e:
+        return fail(str(e))
+    if a.cmd == "check":
+        print(f"{a.queue}: {len(runs)} runs, all valid")
+        return 0
+    if a.cmd == "status":
+        print(status_table(runs))
+        return 0
+    try:
+        code = a.code if a.code else pin_code(a.pin, Path.cwd())
+    except QueueError as e:
+        return fail(str(e))
+    if not (Path(code) / "pe_tools" / "recipes" / "launch.py").is_file():
+        return fail(f"--code {code}: no pe_tools/recipes/launch.py there; give a copy of the project")
+    lock = open(a.queue.with_name(a.queue.name + ".lock"), "w")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return fail(f"another pe-queue runs {a.queue} (it holds {lock.name}); pe-queue status {a.queue} shows it")
+    queue = Queue(a.queue, runs, Path(code).resolve(), a.jobs, a.threads)
+    print(f"[queue] {len(runs)} runs, {a.jobs} at a time, code {queue.commit} ({queue.code})", flush=True)
+    signal.signal(signal.SIGTERM, queue.stop)
+    return queue.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
