@@ -387,7 +387,7 @@ def test_bad_input_is_reported_and_nothing_is_written(case, corpus, tmp_path, ca
     out = tmp_path / "out"
     assert scoring_cli.main(["--ref", "ref.de", "--trg-lang", "de", "--out-dir", str(out), "--ngram-analysis", *argv]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("evaluate.py: error: ")
+    assert err.startswith("pe-evaluate: error: ")
     for word in words:
         assert word in err
     assert not out.exists()

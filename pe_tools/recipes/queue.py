@@ -52,6 +52,7 @@ from .train import check_pair, data_dir, size_entry
 DECODES = ((None, 5), ("last", 1))
 OPTIONS = ("data", "runs-dir", "into")
 COMMIT_ENV = "PE_QUEUE_COMMIT"  # pe-train copies it into command.json (results.machine)
+CHECKOUT = Path(__file__).resolve().parents[2]  # the git checkout --pin reads (this pe_tools' own)
 
 
 class QueueError(ValueError):
@@ -409,7 +410,8 @@ def main(argv=None) -> int:
                    help="runs at a time (default: one per CPU core; on a GPU, as many as fit)")
     r.add_argument("--threads", type=int_at_least(1), default=1, help="torch threads per run (default: 1)")
     code = r.add_mutually_exclusive_group()
-    code.add_argument("--pin", default="HEAD", metavar="REV", help="train from this commit's code (default: HEAD)")
+    code.add_argument("--pin", default="HEAD", metavar="REV", help="train from this commit of the checkout pe-queue "
+                                                                  f"runs from ({CHECKOUT}; default: HEAD)")
     code.add_argument("--code", type=Path, metavar="DIR", help="train from this copy of the code (its COMMIT file "
                                                                "names the commit)")
     for name in ("status", "check"):
@@ -429,7 +431,7 @@ def main(argv=None) -> int:
         print(status_table(runs))
         return 0
     try:
-        code = a.code if a.code else pin_code(a.pin, Path.cwd())
+        code = a.code if a.code else pin_code(a.pin, CHECKOUT)
     except QueueError as e:
         return fail(str(e))
     if not (Path(code) / "pe_tools" / "recipes" / "launch.py").is_file():
