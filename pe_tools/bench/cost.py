@@ -58,6 +58,7 @@ class StepCounter:
     def __init__(self, params=(), batch: int = 0, heads: int = 0, lengths=()):
         import torch
         from torch.utils._python_dispatch import TorchDispatchMode
+        from torch.utils._pytree import tree_flatten
         from torch.utils.flop_counter import FlopCounterMode
 
         self.param_storages = {p.untyped_storage().data_ptr() for p in params}
@@ -74,9 +75,12 @@ class StepCounter:
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 out = func(*args, **(kwargs or {}))
                 (counter.backward_ops if counter.in_backward else counter.forward_ops)[str(func.overloadpacket)] += 1
-                if not any(r.alias_info is not None for r in func._schema.returns):  # a fresh output, not a view
+                if not any(r.alias_info is not None for r in func._schema.returns):  # not a view nor in place
+                    inputs = {t.untyped_storage().data_ptr() for t in tree_flatten((args, kwargs))[0]
+                              if isinstance(t, torch.Tensor)}  # _unsafe_view returns its input's storage unannotated
                     for t in (out if isinstance(out, (tuple, list)) else (out,)):
                         if (isinstance(t, torch.Tensor) and t.dim() >= 3 and t.shape[-2] in queries
+                                and t.untyped_storage().data_ptr() not in inputs
                                 and t.shape[-1] in keys and t.numel() >= batch * heads * t.shape[-2] * t.shape[-1]):
                             counter.attn_bytes += t.numel() * t.element_size()
                             counter.attn_tensors += 1
@@ -142,14 +146,17 @@ def count_step(model, src, lengths, prev, target, heads: int) -> dict:
     return counter.counts()
 
 
-def measure(pe: str, size: str, length: int, batch: int, vocab: int, recipe: str) -> dict:
+def measure(pe: str, size: str, length: int, batch: int, vocab: int, recipe: str, change=None) -> dict:
     """One row: ``pe`` (or models.build.STOCK) at ``size`` on the padded batch of ``batch`` sentences of at most
-    ``length`` tokens, in float32 on the CPU."""
+    ``length`` tokens, in float32 on the CPU. ``change(model)``, if given, alters the built model first (the tests'
+    negative control)."""
     import torch
 
     from .models.build import PAD, build_model, model_arch, padded_batch
 
     model, args = build_model(pe, size, vocab, recipe, "cpu")
+    if change is not None:
+        change(model)
     src, lengths, prev, target = padded_batch(batch, length, vocab, "cpu")
     torch.manual_seed(1)  # dropout masks (their bytes do not depend on them; the seed only pins the values)
     heads = min(args.encoder_attention_heads, args.decoder_attention_heads)
@@ -158,6 +165,20 @@ def measure(pe: str, size: str, length: int, batch: int, vocab: int, recipe: str
                params=sum(p.numel() for p in model.parameters()))
     row.update(count_step(model, src, lengths, prev, target, heads))
     return row
+
+
+def plugin_digest() -> str:
+    """sha256 (first 16 hex digits) of pe_plugin's Python sources, paths and contents: which attention code a
+    recording counted (the plugin is being changed while its counts are recorded)."""
+    import hashlib
+
+    from ..common import plugin_dir
+
+    h = hashlib.sha256()
+    root = Path(plugin_dir())
+    for path in sorted(root.rglob("*.py")):
+        h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
 
 
 def add_ratios(results) -> None:
@@ -245,10 +266,10 @@ def add_args(parser):
                         help="build each encoding with its entry's flags in the recipe's methods.toml (default: wmt14)")
     parser.add_argument("--threads", type=int_at_least(0), default=1,
                         help="torch threads (the counts do not depend on it; default: 1)")
-    parser.add_argument("--out-dir", help="write NAME.json (settings, command, every count), NAME.csv and NAME.md here")
-    parser.add_argument("--name", default="cost", help="file name stem in --out-dir (default: cost)")
+    parser.add_argument("--out-dir", help="write STEM.json (settings, command, every count), STEM.csv and STEM.md here")
+    parser.add_argument("--stem", default="cost", help="file name stem in --out-dir (default: cost)")
     parser.add_argument("--check", metavar="JSON",
-                        help="a recorded NAME.json: exit 1 when any count exceeds its recorded one (a regression guard)")
+                        help="a recorded STEM.json: exit 1 when any count exceeds its recorded one (a regression guard)")
 
 
 def run(args) -> int:
@@ -278,7 +299,7 @@ def run(args) -> int:
     settings = dict(sizes=sizes, lengths=lengths, encodings=names, max_tokens=args.max_tokens, vocab=args.vocab,
                     recipe=args.recipe, dtype="float32", device="cpu", threads=torch.get_num_threads(),
                     batches={str(n): batch_size(args.max_tokens, n) for n in lengths}, torch=torch.__version__,
-                    fairseq=fairseq.__version__, python=platform.python_version(), platform=platform.platform(),
+                    fairseq=fairseq.__version__, pe_plugin_sources=plugin_digest(), python=platform.python_version(), platform=platform.platform(),
                     command="pe-bench cost " + shlex.join(sys.argv[2:] if sys.argv[1:2] == [NAME] else sys.argv[1:]),
                     started=time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
                     seconds=round(time.time() - started, 1))
@@ -289,8 +310,8 @@ def run(args) -> int:
         payload = json.dumps({"settings": settings, "results": results}, indent=1) + "\n"
         header = f"# Cost of one training step: ratios to SAPE and to stock\n\n`{settings['command']}`\n\n" \
                  f"{settings_line(settings)}\n\n"
-        files = {out / f"{args.name}.json": payload, out / f"{args.name}.csv": csv_text(results, skip={"op_counts", "attn_op_bytes"}),
-                 out / f"{args.name}.md": header + text}
+        files = {out / f"{args.stem}.json": payload, out / f"{args.stem}.csv": csv_text(results, skip={"op_counts", "attn_op_bytes"}),
+                 out / f"{args.stem}.md": header + text}
         write_all_atomic(files)
         for path in files:
             print(f"wrote {path}", file=sys.stderr)

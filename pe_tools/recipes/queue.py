@@ -260,7 +260,8 @@ class Queue:
         self.stopping = False
 
     def env(self) -> dict:
-        env = dict(os.environ, PYTHONPATH=str(self.code), OMP_NUM_THREADS=str(self.threads),
+        path = os.pathsep.join(p for p in (str(self.code), os.environ.get("PYTHONPATH")) if p)
+        env = dict(os.environ, PYTHONPATH=path, OMP_NUM_THREADS=str(self.threads),
                    MKL_NUM_THREADS=str(self.threads), PYTHONUNBUFFERED="1")
         env[COMMIT_ENV] = self.commit
         env.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)
