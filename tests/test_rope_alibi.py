@@ -20,7 +20,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import pe_testing
 from pe_testing import logit_bias
 from pe_plugin.encodings import PE_REGISTRY
-from pe_plugin.encodings.base import Dims, Positions
+from pe_plugin.encodings.base import Dims, Positions, as_positions
 from pe_plugin.modules import pe_attention
 from pe_plugin.modules.pe_attention import PEAttention
 
@@ -75,6 +75,12 @@ def naive_rotate(x, pos, base, rotary_dim):
     return out
 
 
+def rope_qk(pe, q, k, pos):
+    """RoPE's transform of q and k at positions ``pos`` (a ``Positions`` or a bare (B|1,T) tensor), with the angles
+    its ``prepare`` computes for a pass."""
+    return pe.transform_qk(q, k, pe.prepare(as_positions(pos), q.dtype), 0)
+
+
 @pytest.mark.parametrize("fraction,base,rotary_dim", [(1.0, 10000.0, 8), (0.5, 10000.0, 4), (0.3, 500.0, 2)])
 def test_rope_equals_a_naive_pairwise_rotation(fraction, base, rotary_dim):
     """Padded positions (from the mask) and positions far beyond the initial table (it grows)."""
@@ -83,7 +89,7 @@ def test_rope_equals_a_naive_pairwise_rotation(fraction, base, rotary_dim):
     q, k = torch.randn(3, H, 6, D), torch.randn(3, H, 6, D)
     nonpad = torch.tensor([[0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1], [1, 1, 1, 0, 0, 0]], dtype=torch.bool)
     for pos in (Positions.from_padding(nonpad, 6, "cpu"), torch.arange(2990, 2996)[None]):
-        rq, rk = pe.transform_qk(q, k, pos, layer=0)
+        rq, rk = rope_qk(pe, q, k, pos)
         torch.testing.assert_close(rq.double(), naive_rotate(q, pos, base, rotary_dim), rtol=0, atol=2e-5)
         torch.testing.assert_close(rk.double(), naive_rotate(k, pos, base, rotary_dim), rtol=0, atol=2e-5)
         assert torch.equal(rq[..., rotary_dim:], q[..., rotary_dim:])  # the unrotated part passes through
@@ -100,9 +106,9 @@ def test_rope_gradient_is_the_inverse_rotation(fraction, rotary_dim):
     pos = Positions.from_padding(nonpad, 5, "cpu")
     torch.manual_seed(0)
     x = torch.randn(5, 2, H, D, dtype=torch.float64).permute(1, 2, 0, 3).requires_grad_()  # (B,H,T,d) view
-    assert torch.autograd.gradcheck(lambda t: pe.transform_qk(t, t, pos, 0)[0], (x,))
+    assert torch.autograd.gradcheck(lambda t: rope_qk(pe, t, t, pos)[0], (x,))
     grad_out = torch.randn(2, H, 5, D, dtype=torch.float64)
-    (grad_x,) = torch.autograd.grad(pe.transform_qk(x, x, pos, 0)[0], x, grad_out)
+    (grad_x,) = torch.autograd.grad(rope_qk(pe, x, x, pos)[0], x, grad_out)
     torch.testing.assert_close(grad_x, naive_rotate(grad_out, -pos, 10000.0, rotary_dim), rtol=0, atol=1e-6)
 
 
@@ -114,8 +120,8 @@ def test_rope_fraction_too_small_names_the_flag():
 
 
 def _scores(pe, q, k, qpos, kpos):
-    rq, _ = pe.transform_qk(q, q, qpos, 0)
-    _, rk = pe.transform_qk(k, k, kpos, 0)
+    rq, _ = rope_qk(pe, q, q, qpos)
+    _, rk = rope_qk(pe, k, k, kpos)
     return rq @ rk.transpose(-1, -2)  # (B,H,Tq,Tk)
 
 

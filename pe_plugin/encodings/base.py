@@ -4,44 +4,41 @@ Axis legend used in every shape comment of this package:
   B batch (x beam), T length, Tq queries, Tk keys, C model dim, H heads, d head dim (C / H).
 
 A ``PositionalEncoding`` is built once per stack side ("encoder" or "decoder") from its config dataclass
-and the model dimensions. It contributes through up to five hooks; each defaults to "no contribution" and a
-subclass overrides only the ones it needs:
+and the model dimensions. It contributes through hooks; each defaults to "no contribution" and a subclass
+overrides only the ones it needs (docs/extending.md walks through writing one).
 
+Once per stack pass (a full pass, or one decoding step), with the pass's ``Positions``:
   embed(x, pos)                      embedding level: (B,T,C) -> (B,T,C); applied before the embedding
                                      dropout, or after it when ``embed_after_dropout`` is True
-  transform_qk(q, k, pos, layer)     maps the new queries and keys (B,H,T,d) of positions pos.q (B|1,T)
-                                     (in self-attention the new keys stand where the queries stand) and
-                                     returns (q, k); applied before the keys are cached, so the cache holds
-                                     transformed keys and each key is transformed once. q is already scaled
-                                     by d^-1/2, so the map should be linear (a rotation, say)
   position_bias(pos)                 a term added to the (scaled) logits that depends on positions alone,
-                                     (1,H,Tq,Tk) float32, or None; the same for every layer it applies to, so
-                                     the fast attention path computes it once per stack pass (T5, ALiBi)
-  score_bias(q, pos, layer)          a term added to the logits that depends on q, broadcastable to
+                                     (1,H,Tq,Tk) or (H,Tq,Tk), or None (T5, ALiBi, AT5, KERPLE). The attention
+                                     folds it with the causal and padding masks into one float mask per pass
+  prepare(pos, dtype)                what the layers' hooks below share in one pass, handed to each of them as
+                                     ``ctx``; by default ``pos`` itself (RoPE: its cos / sin in ``dtype``)
+In each self-attention layer ``layer`` it applies to (``applies_to_layer``), with ``ctx`` = ``prepare``'s result:
+  transform_qk(q, k, ctx, layer)     maps the new queries and keys (B,H,T,d) and returns (q, k); applied before
+                                     the keys are cached, so the cache holds transformed keys. q is already
+                                     scaled by d^-1/2, so the map should be linear (a rotation, say)
+  score_bias(q, ctx, layer)          a term added to the logits that depends on q, broadcastable to
                                      (B,H,Tq,Tk), or None (Shaw's key term)
-  transform_values(v, pos, layer)    maps the new values (B,H,T,d) of key positions pos.q (B|1,T) before
-                                     they are cached and used
-  value_bias(probs, pos, layer)      a term (B,H,Tq,d) added to the attention output, or None; ``probs`` is
-                                     float32 on the fast path (the sum accumulates in float32 under fp16)
+  transform_values(v, ctx, layer)    maps the new values (B,H,T,d) before they are cached and used
+  value_bias(probs, ctx, layer)      a term (B,H,Tq,d) added to the attention output, or None; ``probs`` are
+                                     the dropped-out attention weights in the compute dtype
 
 Attention-level hooks are applied in self-attention only, by ``pe_plugin.modules.pe_attention`` on every
-path (training, validation, incremental decoding). Positions are always passed in as absolute 0-based
-indices of real tokens, computed from the padding mask (``Positions``), never from column indices.
-The hooks that take positions also accept a bare (B|1,T) tensor (wrapped with ``as_positions``).
+path (training, validation, incremental decoding). Positions are absolute 0-based indices of real tokens,
+computed from the padding mask (``Positions``), never from column indices; in self-attention the new keys
+stand where the queries stand (``pos.q``). The stack computes what is per pass once and hands it to every
+layer (``modules.pass_context``); an encoding never caches anything across layers itself.
 
 No hook asks the device for a value: a GPU step stalls whenever Python reads a tensor's value (``int(t)``,
 ``bool(t)``, ``nonzero``). Shapes and the ``Positions`` host facts (``bound``, ``start``) carry what the
 code needs to know on the host; the only value read is a length check on a batch longer than an
 encoding's limit (``limits.BoundedPositions``), which fairseq's own length filter makes rare.
-
-Within one forward pass of a stack (``pass_scope``, entered by the model on the fast attention path,
-``--pe-attention-impl auto``), ``memo`` keeps what every layer would otherwise recompute: the positions,
-the position bias with the causal and padding masks folded in, RoPE's angles.
 Forward code here imports only torch.
 """
-import contextlib
 from dataclasses import dataclass, fields
-from typing import Any, Callable, ClassVar, Dict, Optional, Tuple, Union
+from typing import Any, ClassVar, Dict, Optional, Tuple, Union
 
 import torch
 from torch import nn
@@ -74,8 +71,9 @@ class Positions:
 
     q:      (B|1, Tq) absolute 0-based positions of the query tokens (pads get 0)
     k:      (B|1, Tk) absolute 0-based positions of the key tokens (pads get 0)
-    rel:    (Tq, Tk) key minus query, j - i. Pads are contiguous at one end of a row, so the column difference
-            equals the real-token distance for every pair of real tokens, for any padding side.
+    rel:    (Tq, Tk) key minus query, j - i. For positions made from a padding mask it is the column difference:
+            pads are contiguous at one end of a row, so it equals the real-token distance for every pair of real
+            tokens, for any padding side. For positions given as values, k - q of their first row.
     nonpad: (B, Tq) bool mask of the real query tokens, or None when there is no padding
     Host facts, known without reading the device:
     bound:  every position is below it (the padded key length for positions made from a mask)
@@ -156,9 +154,12 @@ class Positions:
     @property
     def rel(self) -> torch.Tensor:
         if self._rel is None:
-            tq, tk = self.tq, self.tk
-            cols = torch.arange(tk, device=self.device)
-            self._rel = cols.unsqueeze(0) - cols[tk - tq:].unsqueeze(1)  # (Tq, Tk)
+            if self._shape is None:  # given as values: their difference
+                self._rel = self.k[0].unsqueeze(0) - self.q[0].unsqueeze(1)  # (Tq, Tk)
+            else:
+                tq, tk = self.tq, self.tk
+                cols = torch.arange(tk, device=self.device)
+                self._rel = cols.unsqueeze(0) - cols[tk - tq:].unsqueeze(1)  # (Tq, Tk)
         return self._rel
 
     def first_real(self) -> Optional[torch.Tensor]:
@@ -167,14 +168,6 @@ class Positions:
         if self._key_nonpad is None:  # positions given as values, or no padding
             return None
         return self.nonpad.long().argmax(dim=1)  # first maximum: the first real column
-
-
-def _anchor_key(anchor) -> tuple:
-    """What identifies a memo anchor: a tensor by its memory and layout (fairseq slices its causal mask anew in
-    every layer, from one buffer: the slices are one mask), anything else by identity."""
-    if isinstance(anchor, torch.Tensor):
-        return ("tensor", anchor.data_ptr(), tuple(anchor.shape), anchor.stride(), anchor.dtype, anchor.device)
-    return ("object", id(anchor))
 
 
 def as_positions(pos: Union[Positions, torch.Tensor]) -> Positions:
@@ -200,9 +193,9 @@ class PositionalEncoding(nn.Module):
     def __init__(self, cfg, dims: Dims):
         super().__init__()
         self.cfg, self.dims = cfg, dims
-        # set by the model from --pe-attention-impl: "auto" (fast paths, per-pass memo) or "reference"
+        # set by the model from --pe-attention-impl and read by the attention (modules/pe_attention); no hook
+        # depends on it: "auto" (per-pass context, fused kernels) or "reference" (the equations, per layer)
         self.attention_impl = "auto"
-        self._memo_store: Optional[dict] = None  # per stack pass, see ``pass_scope``
 
     # ---- construction ------------------------------------------------------------------------------
     @classmethod
@@ -216,20 +209,23 @@ class PositionalEncoding(nn.Module):
         return x
 
     def transform_qk(
-        self, q: torch.Tensor, k: torch.Tensor, pos: Positions, layer: int
+        self, q: torch.Tensor, k: torch.Tensor, ctx: Any, layer: int
     ) -> Tuple[torch.Tensor, torch.Tensor]:
         return q, k
 
     def position_bias(self, pos: Positions) -> Optional[torch.Tensor]:
         return None
 
-    def score_bias(self, q: torch.Tensor, pos: Positions, layer: int) -> Optional[torch.Tensor]:
+    def prepare(self, pos: Positions, dtype: torch.dtype) -> Any:
+        return pos
+
+    def score_bias(self, q: torch.Tensor, ctx: Any, layer: int) -> Optional[torch.Tensor]:
         return None
 
-    def transform_values(self, v: torch.Tensor, pos: Positions, layer: int) -> torch.Tensor:
+    def transform_values(self, v: torch.Tensor, ctx: Any, layer: int) -> torch.Tensor:
         return v
 
-    def value_bias(self, probs: torch.Tensor, pos: Positions, layer: int) -> Optional[torch.Tensor]:
+    def value_bias(self, probs: torch.Tensor, ctx: Any, layer: int) -> Optional[torch.Tensor]:
         return None
 
     # ---- what the glue asks -------------------------------------------------------------------------
@@ -256,43 +252,14 @@ class PositionalEncoding(nn.Module):
         return self.has_attention_hooks()
 
     def position_bias_is_shared(self) -> bool:
-        """Whether ``position_bias`` is the same in every layer it applies to, within one pass (so the fast
-        path computes it once); False for a bias that draws its own dropout per layer."""
+        """Whether ``position_bias`` is the same in every layer it applies to, within one pass (so it is computed
+        once per pass); False for a bias that draws its own dropout per layer (AT5 in training)."""
         return True
 
     @property
     def max_positions(self) -> int:
         """Longest sequence this encoding supports on its side (fairseq filters longer training pairs)."""
         return int(1e5)
-
-    # ---- what is computed once per stack pass ------------------------------------------------------------
-    @property
-    def fast(self) -> bool:
-        return self.attention_impl != "reference"
-
-    @contextlib.contextmanager
-    def pass_scope(self):
-        """One forward pass of the stack (a full pass, or one decoding step): within it, ``memo`` keeps what
-        every layer shares. Outside it (a module called alone) and on the reference path nothing is kept."""
-        outer = self._memo_store
-        self._memo_store = {} if self.fast else None
-        try:
-            yield
-        finally:
-            self._memo_store = outer
-
-    def memo(self, key: tuple, build: Callable[[], Any], *anchors) -> Any:
-        """``build()``, computed once per pass for ``key`` and the ``anchors`` it is computed from (tensors are
-        told apart by memory and layout, other objects by identity; the memo holds them, so neither their
-        memory nor their ids are reused during the pass)."""
-        store = self._memo_store
-        if store is None:
-            return build()
-        full = (key, *map(_anchor_key, anchors))
-        hit = store.get(full)
-        if hit is None:
-            hit = store[full] = (build(), anchors)
-        return hit[0]
 
     def signature(self) -> str:
         """One-line description of the settings, e.g. ``pe:rpe|rpe_max_relative_position:16``."""

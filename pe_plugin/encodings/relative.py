@@ -53,3 +53,95 @@ def distinct_offsets(rel: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     tq, tk = rel.shape
     lo = -(tk - 1)
     return torch.arange(lo, tq, device=rel.device), rel - lo
+
+
+# ---- Shaw's clipped buckets without scatter or gather ----------------------------------------------------------
+# A (Tq,Tk) call has W = Tq + Tk - 1 distances r = j - i, from -(Tk-1) to Tq-1 (``distinct_offsets``). With the
+# queries the last Tq of Tk positions, row i of a (Tq, W) tensor indexed by m = r + Tk - 1 ... (the "rel" layout)
+# holds pair (i, j) at m = j - i + Tq - 1, so the (Tq,Tk) pairs are the strided view
+#     pairs[i, j] = rel_layout.flat[i (W - 1) + j + Tq - 1]                       (row stride W - 1, no copy)
+# (the skewing of Huang et al. 2019). Shaw's buckets idx = clip(r, -k, k) + k split the W distances into a left
+# tail r < -k (bucket 0), one distance per bucket for |r| <= k (2k-1 diagonals and the two clip distances), and a
+# right tail r > k (bucket 2k). So
+#     buckets -> pairs  (key term):   R (...,Tq,2k+1) -> rel layout [R_0 repeated, R_lo..R_hi, R_2k repeated]
+#                                     (an expand and a cat) -> strided view (...,Tq,Tk)
+#     pairs -> buckets  (value term): a (...,Tq,Tk) written into the rel layout through the same view, then the two
+#                                     tails summed and the middle sliced (...,Tq,2k+1)
+# are adjoint linear maps (<pairs(R), a> = <R, buckets(a)>): each one's backward is the other, and neither
+# scatters, gathers or adds atomically.
+def _bucket_split(tq: int, tk: int, k: int):
+    """(left, lo, hi, right): distances r in the left tail (r < -k), buckets lo..hi-1 met once (|r| <= k, in
+    order) and distances in the right tail (r > k) of a (Tq,Tk) call; host numbers from the shape."""
+    left, right = max(0, tk - 1 - k), max(0, tq - 1 - k)
+    lo, hi = max(-(tk - 1), -k) + k, min(tq - 1, k) + k + 1
+    return left, lo, hi, right
+
+
+def _skew(rel_layout: torch.Tensor, tq: int, tk: int) -> torch.Tensor:
+    """The (...,Tq,Tk) pair view of a contiguous (...,Tq,W) rel layout (no copy)."""
+    width = tq + tk - 1
+    lead = rel_layout.shape[:-2]
+    return rel_layout.as_strided((*lead, tq, tk), (*rel_layout.stride()[:-2], width - 1, 1),
+                                 rel_layout.storage_offset() + tq - 1)
+
+
+def buckets_to_pairs_raw(r: torch.Tensor, tk: int, k: int) -> torch.Tensor:
+    """out[..., i, j] = r[..., i, clip(j - i, -k, k) + k] for r (...,Tq,2k+1): (...,Tq,Tk), without autograd."""
+    tq = r.size(-2)
+    left, lo, hi, right = _bucket_split(tq, tk, k)
+    parts = [r[..., :1].expand(*r.shape[:-1], left), r[..., lo:hi], r[..., 2 * k:].expand(*r.shape[:-1], right)]
+    return _skew(torch.cat(parts, dim=-1), tq, tk)  # (...,Tq,W) -> (...,Tq,Tk), a strided view
+
+
+def pairs_to_buckets_raw(a: torch.Tensor, k: int, dtype=None) -> torch.Tensor:
+    """out[..., i, b] = sum_j a[..., i, j] [clip(j - i, -k, k) + k = b] for a (...,Tq,Tk): (...,Tq,2k+1) in
+    ``dtype`` (default a's; the tail sums accumulate in it), without autograd."""
+    tq, tk = a.shape[-2:]
+    dtype = dtype or a.dtype
+    left, lo, hi, right = _bucket_split(tq, tk, k)
+    rel_layout = a.new_zeros(*a.shape[:-2], tq, tq + tk - 1, dtype=dtype)  # (...,Tq,W)
+    _skew(rel_layout, tq, tk).copy_(a)
+    out = a.new_zeros(*a.shape[:-1], 2 * k + 1, dtype=dtype)  # (...,Tq,2k+1)
+    out[..., lo:hi] = rel_layout[..., left:left + hi - lo]
+    if left:
+        out[..., 0] += rel_layout[..., :left].sum(-1)
+    if right:
+        out[..., 2 * k] += rel_layout[..., tq + tk - 1 - right:].sum(-1)
+    return out
+
+
+class BucketsToPairs(torch.autograd.Function):
+    """Shaw's key term from the per-bucket scores: backward is ``pairs_to_buckets`` (no scatter)."""
+
+    @staticmethod
+    def forward(ctx, r, tk: int, k: int):
+        ctx.k = k
+        return buckets_to_pairs_raw(r, tk, k)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return pairs_to_buckets_raw(grad, ctx.k), None, None
+
+
+class PairsToBuckets(torch.autograd.Function):
+    """Shaw's value term's bucket weights from the attention weights: backward is ``buckets_to_pairs`` (no gather)."""
+
+    @staticmethod
+    def forward(ctx, a, k: int, dtype):
+        ctx.k, ctx.tk, ctx.in_dtype = k, a.size(-1), a.dtype
+        return pairs_to_buckets_raw(a, k, dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return buckets_to_pairs_raw(grad, ctx.tk, ctx.k).to(ctx.in_dtype), None, None
+
+
+def buckets_to_pairs(r: torch.Tensor, tk: int, k: int) -> torch.Tensor:
+    """(...,Tq,2k+1) per-bucket terms -> (...,Tq,Tk) per-pair terms, pair (i, j) taking bucket clip(j-i,-k,k)+k
+    (queries the last Tq of Tk positions)."""
+    return BucketsToPairs.apply(r, tk, k)
+
+
+def pairs_to_buckets(a: torch.Tensor, k: int, dtype=None) -> torch.Tensor:
+    """(...,Tq,Tk) per-pair weights -> (...,Tq,2k+1) their sums per bucket, in ``dtype`` (default a's)."""
+    return PairsToBuckets.apply(a, k, dtype or a.dtype)

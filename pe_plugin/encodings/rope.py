@@ -25,7 +25,7 @@ in float32 is off by up to about 1e-3 rad near p = 1e4) and stored in float32 as
 sentences fairseq filters to that length, never resizes them; longer inputs at inference double them on
 demand, so there is no length limit. Whether to grow is decided on the host from the padded length
 (``Positions.bound``), and positions without padding read a slice of the tables: no value is read from the
-device. On the fast attention path the angles are computed once per stack pass and shared by its layers.
+device. The angles are computed once per stack pass (``prepare``) and handed to every layer.
 """
 from dataclasses import dataclass, field
 
@@ -33,7 +33,7 @@ import torch
 from fairseq.dataclass import FairseqDataclass
 
 from . import register_pe
-from .base import PositionalEncoding, Positions, as_positions
+from .base import PositionalEncoding, Positions
 
 
 @dataclass
@@ -125,7 +125,9 @@ class RotaryPositionalEncoding(PositionalEncoding):
         """R_p x for x (B,H,T,d): pairs (x_i, x_{i+r/2}) of the first r dimensions rotated, the rest kept."""
         return Rotate.apply(x, cos, sin, self.rotary_dim)  # (B,H,T,d)
 
-    def transform_qk(self, q, k, pos, layer):
-        pos = as_positions(pos)
-        cos, sin = self.memo(("rope-angles", q.dtype), lambda: self._angles(pos, q.dtype), pos)  # once per pass
+    def prepare(self, pos, dtype):
+        return self._angles(pos, dtype)  # once per pass: what every layer's transform_qk receives
+
+    def transform_qk(self, q, k, angles, layer):
+        cos, sin = angles  # (B|1,1,T,r/2) each, from ``prepare``
         return self.rotate(q, cos, sin), self.rotate(k, cos, sin)

@@ -4,10 +4,13 @@ Per layer l, and per head h or shared by the heads, tables W^K, W^V in R^{(2k+1)
 idx(i,j) = clip(j - i, -k, k) + k. With q already scaled by d^-1/2 (as fairseq does):
     e_ij = q_i . k_j + q_i . W^K[idx(i,j)]                 (the score hook adds the second term)
     z_i  = sum_j a_ij v_j + sum_j a_ij W^V[idx(i,j)]        (the value hook adds the second term)
-Neither term builds a (Tq,Tk,d) tensor (docs/encodings.md §RPE):
-    key term:   R = q W^K^T (B,H,Tq,2k+1), then gather R along the last axis with idx      O(B H Tq (2k+1) d)
-    value term: P = scatter_add of the (dropped-out) weights a into their buckets (B,H,Tq,2k+1), then P W^V;
-                on the fast path a arrives in float32, so under fp16 the bucket sums accumulate in float32
+Neither term builds a (Tq,Tk,d) tensor, and neither scatters or gathers (docs/encodings.md §RPE):
+    key term:   R = q W^K^T (B,H,Tq,2k+1), then e_ij += R[i, idx(i,j)]: ``relative.buckets_to_pairs``, an expand,
+                a cat and a strided view (the 2k-1 inner diagonals and the two clipped tails)   O(B H Tq (2k+1) d)
+    value term: P[i, b] = sum_j a_ij [idx(i,j) = b] (B,H,Tq,2k+1): ``relative.pairs_to_buckets``, the same view
+                written and the two tails summed, accumulated in float32 under fp16; then P W^V
+The two maps are adjoint, so each one's backward is the other: no atomic adds in forward or backward, and the
+result does not depend on the order of a GPU's threads.
 Tables are initialised N(0, d^-1/2) (the paper does not say; our choice, docs/encodings.md §RPE). No absolute
 encoding is added (the paper found no gain from adding sinusoids). Clipping makes every distance beyond k share row k.
 
@@ -28,7 +31,7 @@ from torch import nn
 
 from . import register_pe
 from .base import PositionalEncoding
-from .relative import clipped_index
+from .relative import buckets_to_pairs, pairs_to_buckets
 
 
 @dataclass
@@ -38,12 +41,13 @@ class ShawConfig(FairseqDataclass):
     )
     rpe_per_head: bool = field(
         default=False,
-        metadata={"help": "one table per layer and head (Shaw's base; the default at base size)"},
+        metadata={"help": "one table per layer and head (Shaw's base: on at base size); off, one table per layer "
+                          "shared by its heads (Shaw's big: off at tiny and big size)"},
     )
     rpe_shared_heads: bool = field(
         default=False,
-        metadata={"help": "one table per layer shared by its heads (Shaw's big; the default at tiny and big size); "
-                          "wins over --rpe-per-head"},
+        metadata={"help": "one table per layer shared by its heads even where --rpe-per-head is on (off at every "
+                          "size: tiny and big share their tables because --rpe-per-head is off there)"},
     )
     rpe_no_keys: bool = field(default=False, metadata={"help": "drop the key term q . a^K (ablation)"})
     rpe_no_values: bool = field(default=False, metadata={"help": "drop the value term sum_j a_ij a^V_ij (ablation)"})
@@ -93,21 +97,16 @@ class ShawRelativePositionalEncoding(PositionalEncoding):
         # a table shared by heads drops its head axis, so the product below is one matrix product
         return (table[0] if table.size(0) == 1 else table).to(dtype)  # (2k+1, d) or (H, 2k+1, d)
 
-    def _index(self, pos, like: torch.Tensor) -> torch.Tensor:
-        idx = clipped_index(pos.rel, self.k)  # (Tq, Tk)
-        return idx.expand(like.size(0), like.size(1), *idx.shape)  # (B,H,Tq,Tk), a view
-
     def score_bias(self, q, pos, layer):
         if self.key_table is None:
             return None
         table = self._table(self.key_table[layer], q.dtype)
         r = q @ table.transpose(-1, -2)  # (B,H,Tq,d) @ ([H,]d,2k+1) -> (B,H,Tq,2k+1)
-        return r.gather(-1, self._index(pos, q))  # (B,H,Tq,Tk)
+        return buckets_to_pairs(r, pos.tk, self.k)  # (B,H,Tq,Tk), a strided view
 
     def value_bias(self, probs, pos, layer):
         if self.value_table is None:
             return None
-        b, h, tq, _ = probs.shape
-        mass = probs.new_zeros(b, h, tq, 2 * self.k + 1)
-        mass = mass.scatter_add(-1, self._index(pos, probs), probs)  # (B,H,Tq,2k+1): weight per bucket
-        return mass @ self._table(self.value_table[layer], probs.dtype)  # (B,H,Tq,2k+1) @ ([H,]2k+1,d) -> (B,H,Tq,d)
+        dtype = torch.promote_types(probs.dtype, torch.float32)  # float32 sums under fp16
+        mass = pairs_to_buckets(probs, self.k, dtype)  # (B,H,Tq,Tk) -> (B,H,Tq,2k+1): weight per bucket
+        return mass @ self._table(self.value_table[layer], dtype)  # (B,H,Tq,2k+1) @ ([H,]2k+1,d) -> (B,H,Tq,d)

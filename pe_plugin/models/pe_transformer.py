@@ -11,8 +11,10 @@ Everything is done by subclassing and overriding builder hooks:
     acts on for ``PEAttention``, initialised from the stock module's weights.
 Cross-attention is never touched.
 
-``--pe-attention-impl {auto,reference}`` selects the attention's fast paths or the reference formulation
-(``modules/pe_attention``); a checkpoint saved without the flag gets ``auto``.
+The encoder's ``forward`` and the decoder's ``extract_features`` build one ``PassContext`` per pass and hand it to
+each PE attention layer (``modules/pass_context``). ``--pe-attention-impl {auto,reference}`` selects the per-pass
+context with the fused kernels, or the reference formulation recomputed in every layer (``modules/pe_attention``);
+a checkpoint saved without the flag gets ``auto``.
 ``--pe-beyond-max {error,clamp}`` (``encodings.limits``) sets what encodings with a position limit do beyond
 it; under ``clamp`` both stacks' ``max_positions()`` report no limit, so that fairseq-generate decodes every
 sentence instead of stopping before the first one that does not fit.
@@ -30,6 +32,7 @@ from ..encodings import PE_REGISTRY, config_from_args, get_pe_class
 from ..encodings.base import Dims
 from ..encodings.limits import BEYOND_MAX_CHOICES, UNLIMITED
 from ..encodings.none import NoPositionalEncoding
+from ..modules.pass_context import PassContext
 from ..modules.pe_attention import PEAttention
 from ..modules.pe_embedding import DropoutThenEmbed, PositionSlot
 from . import validation
@@ -60,11 +63,21 @@ class _PEStack:
         if pe.embed_after_dropout and pe.has_embedding_hook():
             self.dropout_module = DropoutThenEmbed(self.dropout_module, self.embed_positions)
 
+    # whether targets are right-padded (fairseq's default, --left-pad-target off): set on the decoder by the model
+    right_padded = False
+
     def _one_pass(self, run):
-        """Run one forward pass of the stack inside the encoding's pass scope (what the layers share is
-        computed once: ``PositionalEncoding.memo``)."""
-        with self.pe.pass_scope():
+        """Run one forward pass of the stack with one ``PassContext`` handed to each of its PE attention layers:
+        what they share is built once, by the first of them (modules/pass_context)."""
+        context = PassContext(self.pe, right_padded=self.right_padded)
+        layers = [m for m in self.layers.modules() if isinstance(m, PEAttention)]
+        for attention in layers:
+            attention.context = context
+        try:
             return run()
+        finally:
+            for attention in layers:
+                attention.context = None
 
     def max_positions(self):
         """fairseq's limit (--max-source/target-positions, and the encoding's), or none under ``clamp``."""
@@ -137,9 +150,11 @@ class PETransformerModel(TransformerModel):
         for action in staging._actions:
             group._add_action(action)
         group.add_argument("--pe-attention-impl", choices=ATTENTION_IMPLS, default="auto",
-                           help="self-attention of the encodings: auto (fast paths: what the layers share is "
-                                "computed once per pass) or reference (every layer recomputes it, as the equations "
-                                "read; the fast paths are tested against it)")
+                           help="self-attention of the encodings: auto (what the layers share is built once per "
+                                "pass; fused attention with no mask, is_causal or one aligned float mask where the "
+                                "encoding adds nothing after the softmax) or reference (every layer recomputes "
+                                "everything and runs the explicit product as the equations read; auto is tested "
+                                "against it)")
         group.add_argument("--pe-beyond-max", choices=BEYOND_MAX_CHOICES, default="error",
                            help="positions beyond what LAPE / PosNet support (--max-source/target-positions): "
                                 "error (stop; fairseq-generate stops before decoding) or clamp (reuse the last "
@@ -187,4 +202,6 @@ class PETransformerModel(TransformerModel):
     def build_decoder(cls, args, tgt_dict, embed_tokens):
         cfg = _stack_cfg(args)
         pe = cls._build_pe(args, cfg, "decoder", embed_tokens)
-        return PETransformerDecoder(cfg, tgt_dict, embed_tokens, pe, no_encoder_attn=cfg.no_cross_attention)
+        decoder = PETransformerDecoder(cfg, tgt_dict, embed_tokens, pe, no_encoder_attn=cfg.no_cross_attention)
+        decoder.right_padded = not getattr(args, "left_pad_target", False)  # is_causal is exact (pass_context)
+        return decoder

@@ -13,15 +13,21 @@ This is the project's one deliberate re-implementation of fairseq code: the forw
     a        = dropout(softmax_j(e))
     z_i      = sum_j a_ij v_j + value_bias(a)_i                    (B,H,Tq,d) -> concat heads -> W_O
 
-When the encoding has no value bias and no weights are requested, the product runs in the fused
-``F.scaled_dot_product_attention`` kernel with the bias as a float mask.
+What every layer of a pass shares (the positions, the position bias with the causal and padding masks, the
+encoding's ``prepare``: RoPE's angles) comes from the pass's ``PassContext`` (``modules/pass_context``), which the
+stack builds once and sets as ``self.context``; a module called alone builds one per call.
 
-Two implementations (``--pe-attention-impl``): ``auto`` (default) keeps what the layers share for one stack pass
-(``PositionalEncoding.memo``: the positions; the position bias with the causal and padding masks folded in, so
-T5 and ALiBi build one (B|1,H,Tq,Tk) mask per pass instead of one per layer), adds the masks into the logits in
-place and sums the value bias in float32; ``reference`` recomputes everything in every layer, as the equations
-read, and is what the fast path is tested against (tests/test_fast_paths.py). Neither reads a value from the
-device: positions and lengths come from shapes and masks (``Positions``).
+Two implementations (``--pe-attention-impl``):
+  auto (default)  the per-pass context; when the encoding has no value bias and no weights are requested, the
+                  product runs in ``F.scaled_dot_product_attention`` with no mask, ``is_causal``, or the context's
+                  aligned float mask (Shaw's key term joins it per layer); otherwise the explicit product below,
+                  with the masks added into the logits in place and the softmax in the compute dtype, so that
+                  backward keeps one copy of the probabilities (under fp16 too; Shaw's bucket sums still
+                  accumulate in float32)
+  reference       every layer builds its own context (positions, bias, masks, ``prepare``) and runs the explicit
+                  product as the equations read, masks added as new tensors, softmax in float32 or float64;
+                  every ``auto`` path is tested against it in float64 (tests/test_fast_paths.py)
+Neither reads a value from the device: positions and lengths come from shapes and masks (``Positions``).
 Projections, parameter names, the incremental cache layout ("attn_state": prev_key / prev_value as
 (B, H, T, d)) and beam reordering are inherited from fairseq, so checkpoints and generators see a normal
 ``MultiheadAttention``.
@@ -33,7 +39,8 @@ import torch.nn.functional as F
 from fairseq.modules import MultiheadAttention
 from torch import Tensor
 
-from ..encodings.base import PositionalEncoding, Positions
+from ..encodings.base import PositionalEncoding
+from .pass_context import PassContext, aligned
 
 
 class PEAttention(MultiheadAttention):
@@ -43,6 +50,7 @@ class PEAttention(MultiheadAttention):
         self.layer = layer
         self.capture_weights = False  # analysis tools set it to keep the last head-wise probabilities
         self.last_weights: Optional[Tensor] = None
+        self.context: Optional[PassContext] = None  # set by the stack for one pass (auto), see pass_context
 
     @property
     def pe(self) -> PositionalEncoding:
@@ -52,43 +60,28 @@ class PEAttention(MultiheadAttention):
         t, b, _ = x.shape
         return x.view(t, b, self.num_heads, self.head_dim).permute(1, 2, 0, 3)  # (T,B,C) -> (B,H,T,d)
 
-    @staticmethod
-    def _mask(bias: Optional[Tensor], attn_mask: Optional[Tensor], key_padding_mask: Optional[Tensor],
-              bsz: int, src_len: int, dtype) -> Optional[Tensor]:
-        """bias (1,H,Tq,Tk) + attn_mask (Tq,Tk), with -inf at padded keys: (B|1,H|1,Tq,Tk) in ``dtype``, or None."""
-        mask = bias
-        if attn_mask is not None:
-            attn_mask = attn_mask.to(dtype if bias is None else bias.dtype)  # (Tq, Tk), -inf above the diagonal
-            mask = attn_mask if mask is None else mask + attn_mask
-        if key_padding_mask is not None:
-            pad = key_padding_mask.bool().view(bsz, 1, 1, src_len)
-            mask = torch.zeros(bsz, 1, 1, src_len, dtype=dtype, device=pad.device) if mask is None else mask
-            mask = mask.masked_fill(pad, float("-inf"))
-        return None if mask is None else mask.to(dtype)
-
-    def _explicit(self, q, k, v, mask, q_bias, pos, pe) -> Tuple[Tensor, Tensor]:
+    def _explicit(self, q, k, v, ctx: PassContext, q_bias, reference: bool) -> Tuple[Tensor, Tensor]:
         """The attention product with its probabilities in memory (for the value bias, or weights to return):
-        (B,H,Tq,d) output and the (B,H,Tq,Tk) probabilities. The fast path adds the masks into the logits in
-        place and keeps the dropped-out probabilities in float32 for the value bias (float32 sums under
-        fp16); the reference path is the present formulation, a new tensor at each step."""
+        (B,H,Tq,d) output and the (B,H,Tq,Tk) probabilities.
+            e = q k^T + score_bias + mask,  a = dropout(softmax(e)),  z = a v + value_bias(a)"""
+        pe = self.pe
         logits = q @ k.transpose(-1, -2)  # (B,H,Tq,Tk)
-        softmax_dtype = torch.promote_types(q.dtype, torch.float32)  # float32 under fp16, float64 stays
-        if pe.fast:
-            for term in (mask, q_bias):  # each broadcasts to the logits' shape: added in place
-                if term is not None:
-                    logits.add_(term)
-            probs = F.softmax(logits, dim=-1, dtype=softmax_dtype)  # (B,H,Tq,Tk), at least float32
-            dropped = self.dropout_module(probs)
-            attn = dropped.to(v.dtype) @ v  # (B,H,Tq,d)
-        else:
+        if reference:
+            mask = ctx.mask
             if q_bias is not None:
                 mask = q_bias if mask is None else q_bias + mask
             if mask is not None:
                 logits = logits + mask
+            softmax_dtype = torch.promote_types(q.dtype, torch.float32)  # float32 under fp16, float64 stays
             probs = F.softmax(logits, dim=-1, dtype=softmax_dtype).to(q.dtype)
-            dropped = self.dropout_module(probs)
-            attn = dropped @ v  # (B,H,Tq,d)
-        bias = pe.value_bias(dropped, pos, self.layer) if pe.uses("value_bias") else None
+        else:
+            for term in (ctx.mask, ctx.causal_mask, q_bias):  # each broadcasts to the logits: added in place
+                if term is not None:
+                    logits.add_(term)
+            probs = F.softmax(logits, dim=-1)  # (B,H,Tq,Tk) in the compute dtype: the one copy backward keeps
+        dropped = self.dropout_module(probs)
+        attn = dropped @ v  # (B,H,Tq,d)
+        bias = pe.value_bias(dropped, ctx.ctx, self.layer) if pe.uses("value_bias") else None
         if bias is not None:
             attn = attn + bias.to(attn.dtype)
         if self.capture_weights:
@@ -131,14 +124,14 @@ class PEAttention(MultiheadAttention):
                 src_len=src_len,
                 static_kv=False,
             )  # (B, Tk) or None
-        # the positions of the new tokens (queries, and the keys that join the cache), shared by the layers
-        pos = pe.memo(("positions", tgt_len, src_len), lambda: Positions.from_mask(
-            None if key_padding_mask is None else ~key_padding_mask.bool(), tgt_len, src_len, query.device),
-            key_padding_mask)
+        # what the layers of this pass share: the stack's context (auto), or one of this call's own
+        reference = pe.attention_impl == "reference"
+        ctx = self.context if self.context is not None and not reference else PassContext(pe, reference=reference)
+        ctx.ready(key_padding_mask, attn_mask, tgt_len, src_len, q.dtype, query.device, self.layer)
 
-        # keys and values are transformed once, before caching: (B,H,Tq,d); the new keys stand at pos.q
-        q, k = pe.transform_qk(q, k, pos, self.layer)
-        v = pe.transform_values(v, pos, self.layer)
+        # keys and values are transformed once, before caching: (B,H,Tq,d); the new keys stand at the queries
+        q, k = pe.transform_qk(q, k, ctx.ctx, self.layer)
+        v = pe.transform_values(v, ctx.ctx, self.layer)
         if saved is not None:
             if n_cached:
                 k = torch.cat([saved["prev_key"], k], dim=2)  # (B,H,Tk,d)
@@ -147,22 +140,19 @@ class PEAttention(MultiheadAttention):
             saved["prev_key_padding_mask"] = key_padding_mask
             self._set_input_buffer(incremental_state, saved)
 
-        # additive float mask (B|1, H|1, Tq, Tk): position bias, causal mask, key padding. It is the same in
-        # every layer, so the fast path builds it once per pass; the q-dependent score bias joins it per layer.
-        shared_bias = pe.position_bias_is_shared()
-        mask = pe.memo(("mask", q.dtype, None if shared_bias else self.layer),
-                       lambda: self._mask(pe.position_bias(pos), attn_mask, key_padding_mask, bsz, src_len, q.dtype),
-                       pos, attn_mask)
-        q_bias = pe.score_bias(q, pos, self.layer) if pe.uses("score_bias") else None  # (B,H,Tq,Tk) or None
-
+        q_bias = pe.score_bias(q, ctx.ctx, self.layer) if pe.uses("score_bias") else None  # (B,H,Tq,Tk) or None
         dropout_p = self.dropout_module.p if (self.training or self.dropout_module.apply_during_inference) else 0.0
         probs = None
-        if not (need_weights or self.capture_weights or pe.uses("value_bias")):
-            if q_bias is not None:
-                mask = q_bias if mask is None else q_bias + mask
-            attn = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=1.0)
+        if reference or need_weights or self.capture_weights or pe.uses("value_bias"):
+            attn, probs = self._explicit(q, k, v, ctx, q_bias, reference)
         else:
-            attn, probs = self._explicit(q, k, v, mask, q_bias, pos, pe)
+            mask, is_causal = ctx.mask, ctx.is_causal
+            if q_bias is not None:  # the q-dependent term joins the pass's mask: one aligned mask per layer
+                causal = ctx.causal_mask if is_causal else None
+                terms = [t for t in (mask, causal) if t is not None]
+                mask, is_causal = aligned(sum(terms, q_bias)), False
+            attn = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal,
+                                                  scale=1.0)
 
         attn = attn.permute(2, 0, 1, 3).reshape(tgt_len, bsz, embed_dim)  # (B,H,Tq,d) -> (Tq,B,C)
         attn = self.out_proj(attn)
