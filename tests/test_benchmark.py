@@ -253,3 +253,44 @@ def test_an_isolated_run_gets_the_environment_it_is_given(monkeypatch):
     monkeypatch.delenv("PE_BENCH_PROBE", raising=False)
     assert run_isolated("os", "getenv", {"key": "PE_BENCH_PROBE"}) is None
     assert run_isolated("os", "getenv", {"key": "PE_BENCH_PROBE"}, env={"PE_BENCH_PROBE": "131072"}) == "131072"
+
+
+def test_one_process_measures_every_row_and_moves_one_model_copy_at_a_time(tmp_path, monkeypatch):
+    """--processes one (CUDA's default): every row in this process, each (pe, size) built once, a fresh copy per
+    measurement; the same rows, parameter counts and weights as the fresh-interpreter path."""
+    import torch
+
+    from pe_tools.bench.models import build, measure
+
+    built = []
+    real_build = build.build_model
+
+    def counting_build(pe, size, *args, **kwargs):
+        built.append((pe, size))
+        return real_build(pe, size, *args, **kwargs)
+
+    monkeypatch.setattr(measure, "build_model", counting_build)
+    kwargs = dict(vocab=VOCAB, steps=1, warmup=0, forward_passes=1, threads=1, device="cpu", recipe="wmt14",
+                  fp16=False, batch=4, length=10)
+    cache = {}
+    runs = [measure.measure_in_process(pe, "tiny", kwargs, cache) for pe in ("sape", "posnet_embed")]
+    runs += [measure.measure_in_process(pe, "tiny", kwargs, cache) for pe in ("sape", "posnet_embed")]
+    assert built == [("sape", "tiny"), ("posnet_embed", "tiny")]  # once each, whatever the rounds
+    assert [(r["pe"], r["params"], r["pe_params"]) for r in runs] == [
+        (pe, *PARAMS[pe]) for pe in ("sape", "posnet_embed")] * 2
+    assert all(r["leftover_bytes"] == 0 and min(r["step_wall_s"]) > 0 for r in runs)
+    # the cached model is left untouched by the measurements (each trained a copy): still seed 1's weights
+    fresh, _ = real_build("sape", "tiny", VOCAB, "wmt14", "cpu")
+    cached = cache["sape", "tiny"][0]
+    assert all(torch.equal(a, b) for a, b in zip(fresh.state_dict().values(), cached.state_dict().values()))
+
+
+def test_one_process_run_from_the_command_line(tmp_path):
+    proc = benchmark("--sizes", "tiny", "--pe", "sape", "stock", "--rounds", 2, "--steps", 1, "--warmup", 0,
+                     "--forward-passes", 1, "--vocab", VOCAB, "--lengths", 6, "--max-tokens", MAX_TOKENS,
+                     "--threads", 1, "--device", "cpu", "--processes", "one", "--json", tmp_path / "one.json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads((tmp_path / "one.json").read_text())
+    assert data["settings"]["processes"] == "one" and "memory_env" not in data["settings"]
+    assert [(r["pe"], len(r["rounds"]["step_wall_s"])) for r in data["results"]] == [("sape", 2), ("stock", 2)]
+    assert "one process" in proc.stdout and "not comparable" in proc.stdout

@@ -10,7 +10,7 @@ from ...common import fail, int_at_least
 from ...naming import BASELINE, SUFFIX_OF_CLASS as SIZES
 from ...recipes import recipe_names
 from .build import STOCK, batch_size
-from .measure import CPU_MEMORY_ENV, add_ratios, measure_isolated, summarise
+from .measure import CPU_MEMORY_ENV, add_ratios, measure_in_process, measure_isolated, summarise
 from .report import OUT_NAME, tables, write_outputs
 
 NAME = "models"
@@ -37,6 +37,10 @@ def add_args(parser):
                              "without the plugin (default: all; sape is always added)")
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
                         help="where the models run (default: auto = cuda when available)")
+    parser.add_argument("--processes", choices=["auto", "one", "fresh"], default="auto",
+                        help="one: every measurement in this process (each model built once, a copy per "
+                             "measurement; CUDA's peak counter reset per row); fresh: a fresh interpreter per "
+                             "measurement (a CPU's peak RSS never goes down); auto: one on CUDA, fresh on a CPU")
     parser.add_argument("--fp16", action="store_true",
                         help="train as fairseq --fp16 does: fp16 model, fp32 master weights in fairseq's "
                              "FP16Optimizer, dynamic loss scaling (non-flattened fp32 copy off CUDA)")
@@ -88,25 +92,31 @@ def run(args) -> int:
             return fail(f"--max-tokens {args.max_tokens} is smaller than --lengths {' '.join(map(str, short))}: "
                         "not one sentence fits; raise --max-tokens or use --batch")
         batches = {length: batch_size(args.max_tokens, length) for length in lengths}
+    processes = args.processes if args.processes != "auto" else "one" if device == "cuda" else "fresh"
     kwargs = dict(vocab=args.vocab, steps=args.steps, warmup=args.warmup, forward_passes=args.forward_passes,
                   threads=args.threads, device=device, recipe=args.recipe, fp16=args.fp16)
     load_start, started = os.getloadavg(), time.time()
 
     keys = [(size, length, pe) for size in sizes for length in lengths for pe in names]
     runs = {key: [] for key in keys}
+    cache = {}  # --processes one: (pe, size) -> (model on the CPU, args)
+    if processes == "one":  # one discarded measurement first: the process's one-time costs (CUDA context, kernels)
+        size, length, pe = keys[0]
+        measure_in_process(pe, size, dict(kwargs, batch=batches[length], length=length), cache)
     for k in range(args.rounds):
         for size, length, pe in keys:
             print(f"[round {k + 1}/{args.rounds}] {size} L={length} B={batches[length]} {pe}", file=sys.stderr,
                   flush=True)
-            runs[size, length, pe].append(
-                measure_isolated(pe, size, dict(kwargs, batch=batches[length], length=length)))
+            one = dict(kwargs, batch=batches[length], length=length)
+            runs[size, length, pe].append(measure_in_process(pe, size, one, cache) if processes == "one"
+                                          else measure_isolated(pe, size, one))
     results = [summarise(runs[key]) for key in keys]
     add_ratios(results)
 
     any_run = runs[keys[0]][0]
     settings = dict(
         sizes=sizes, lengths=lengths, encodings=names, max_tokens=None if args.batch else args.max_tokens,
-        batches={str(length): b for length, b in batches.items()}, **kwargs, rounds=args.rounds,
+        batches={str(length): b for length, b in batches.items()}, **kwargs, rounds=args.rounds, processes=processes,
         device_name=any_run["device_name"], memory_kind=any_run["memory_kind"], torch=any_run["torch"],
         cuda=any_run["cuda"],
         python=platform.python_version(), platform=platform.platform(), cpu_count=os.cpu_count(),
@@ -114,7 +124,7 @@ def run(args) -> int:
         loadavg_start=list(load_start), loadavg_end=list(os.getloadavg()),
     )
     settings.update(threads=any_run["threads"], threads_requested=args.threads)  # threads: what torch used
-    if settings["memory_kind"] == "cpu-rss":
+    if settings["memory_kind"] == "cpu-rss" and processes == "fresh":
         settings["memory_env"] = CPU_MEMORY_ENV
     text = tables(settings, results)
     print("\n" + text)

@@ -17,12 +17,13 @@ RATIOS = {"forward_s": "forward_ratio", "forward_median_s": "forward_median_rati
 
 
 def measure(pe: str, size: str, batch: int, length: int, vocab: int, steps: int, warmup: int, forward_passes: int,
-            threads: int, device: str, recipe: str = "none", fp16: bool = False, memory_only: bool = False):
+            threads: int, device: str, recipe: str = "none", fp16: bool = False, memory_only: bool = False,
+            built=None):
     """One encoding (or build.STOCK) at one size on one padded batch of ``batch`` sentences of at most ``length``
     tokens, in this (fresh) process: parameter counts, step and forward times, memory; ``memory_only``: the warm-up
     and one step, then only the memory figures. ``fp16``: the model in half precision and fairseq's fp16 step
     (build.build_optimizer; a step whose gradients overflow is skipped as fairseq's trainer skips it, and counted
-    in ``fp16_overflows``)."""
+    in ``fp16_overflows``). ``built``: (model on ``device``, its args) to measure instead of building one."""
     import gc
 
     import torch
@@ -31,7 +32,7 @@ def measure(pe: str, size: str, batch: int, length: int, vocab: int, steps: int,
     if threads:
         torch.set_num_threads(threads)
     cuda = device == "cuda"
-    model, args = build_model(pe, size, vocab, recipe, device, fp16=fp16)
+    model, args = built or build_model(pe, size, vocab, recipe, device, fp16=fp16)
     opt = build_optimizer(model, args, fp16)
     src, lengths, prev, target = padded_batch(batch, length, vocab, device)
     ntokens = int(target.ne(PAD).sum())
@@ -127,6 +128,36 @@ def measure_isolated(pe: str, size: str, kwargs: dict) -> dict:
     return result
 
 
+def measure_in_process(pe: str, size: str, kwargs: dict, cache: dict) -> dict:
+    """``measure(pe, size, **kwargs)`` in this process (``--processes one``, the default on CUDA): the model is built
+    once per (pe, size) and kept on the CPU in ``cache``; each measurement moves a copy of it to the device (fresh
+    optimizer state, fp16 halving on the copy), so the device holds one model at a time. On CUDA the allocator's
+    cache is emptied around each measurement, and the peak counter is reset inside ``measure``;
+    ``leftover_bytes`` is what was still allocated before it (0 unless something of an earlier row survived)."""
+    import copy
+    import gc
+
+    import torch
+
+    device = kwargs["device"]
+    if (pe, size) not in cache:
+        model, args = build_model(pe, size, kwargs["vocab"], kwargs["recipe"], device, fp16=kwargs["fp16"])
+        cache[pe, size] = (model.to("cpu"), args)
+    model, args = cache[pe, size]
+    gc.collect()
+    cuda = device == "cuda"
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+    leftover = torch.cuda.memory_allocated() if cuda else 0
+    result = measure(pe, size, **kwargs, built=(copy.deepcopy(model).to(device), args))
+    gc.collect()
+    if cuda:
+        torch.cuda.empty_cache()
+    result["leftover_bytes"] = leftover
+    return result
+
+
 def summarise(runs):
     """One result from the per-round measurements of one (size, length, encoding): fastest and median times,
     median memory; the raw per-round figures are kept under ``rounds``."""
@@ -148,6 +179,8 @@ def summarise(runs):
     for key in ("malloc_default_peak_bytes", "malloc_default_step_bytes"):  # CPU only
         if key in first:
             r[key] = int(statistics.median(x[key] for x in runs))
+    if "leftover_bytes" in first:  # --processes one: allocated before the measurement began (0 expected)
+        r["leftover_bytes"] = max(x["leftover_bytes"] for x in runs)
     r["fp16_overflows"] = sum(x["fp16_overflows"] for x in runs)  # skipped fp16 steps, warm-up ones included
     r["rounds"] = {k: [x[k] for x in runs] for k in ("forward_s", "step_wall_s", "peak_bytes", "step_bytes")}
     return r

@@ -39,6 +39,9 @@ def tables(settings, results):
               f"training step (forward, cross-entropy, backward, {_optimizer(settings)}), fastest; cpu time = the "
               "step's process CPU time; peak = training peak memory; step mem = peak minus memory after building "
               "the model; every `x` column is the ratio to sape at the same size and length."
+              + (" Measured in one process on a CPU: its peak RSS only grows, so the memory columns are not "
+                 "comparable between rows." if settings.get("processes") == "one" and settings["memory_kind"] ==
+                 "cpu-rss" else "")
               + (f" {overflows} fp16 step(s) overflowed and were skipped (see fp16_overflows in the JSON)."
                  if overflows else ""))
     return "\n\n".join(blocks) + "\n\n" + legend + "\n"
@@ -53,10 +56,14 @@ def settings_line(s):
     """One line of the settings a table was measured under (the batch of each length is on its table's line)."""
     batch = f"max tokens {s['max_tokens']}" if s.get("max_tokens") else "fixed batch"
     return (f"{batch}, padded batches, vocab {s['vocab']}, {'fp16' if s.get('fp16') else 'fp32'}, "
-            f"device {s['device']} ({s['device_name']}), memory {s['memory_kind']}{_memory_env(s)}, "
+            f"device {s['device']} ({s['device_name']}), {_processes(s)}memory {s['memory_kind']}{_memory_env(s)}, "
             f"{s['threads']} threads, fastest of {s['steps']} steps and of {s['forward_passes']}-pass forward blocks "
             f"x {s['rounds']} round(s), warmup {s['warmup']}, torch {s['torch']}, CUDA {s.get('cuda') or 'none'}; "
             f"models as in recipe {s.get('recipe', 'none')}; ratios to sape on fairseq's stock fused attention")
+
+
+def _processes(s):
+    return {"one": "one process, ", "fresh": "a fresh interpreter per measurement, "}.get(s.get("processes"), "")
 
 
 def _memory_env(s):
