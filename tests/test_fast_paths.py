@@ -16,6 +16,7 @@ import pe_testing
 from pe_plugin.encodings import PE_REGISTRY
 from pe_plugin.encodings.base import Positions
 from pe_plugin.encodings.posnet_kernels import positional_matmul
+from pe_plugin.modules.pe_attention import PEAttention
 from test_posnet import loop_matmul
 from test_rope_alibi import make_attention, make_pe
 
@@ -212,3 +213,85 @@ def test_fp16_check_compares_half_with_the_fp32_reference():
     finally:
         cls.position_bias = original
     assert broken["max_abs_lprob_diff"] > 0.05
+
+
+@pytest.mark.parametrize("pe", ["rpe", "t5", "alibi", "kerple", "rope"])
+def test_fast_path_equals_reference_with_right_padded_sources(data_bin, pe):
+    """Padding on the other side of the sources (targets stay right-padded, as fairseq pads them)."""
+    task, (fast, ref) = _pair(data_bin, pe, [])
+    sample = pe_testing.batch(task, "train", n=8, left_pad_source=False)
+    torch.manual_seed(0)
+    weights = torch.randn(*sample["net_input"]["prev_output_tokens"].shape, len(task.target_dictionary),
+                          dtype=torch.float64)
+    out_fast, grads_fast = _loss_and_grads(fast, sample, weights)
+    out_ref, grads_ref = _loss_and_grads(ref, sample, weights)
+    torch.testing.assert_close(out_fast, out_ref, rtol=1e-10, atol=1e-10)
+    for name in grads_ref:
+        torch.testing.assert_close(grads_fast[name], grads_ref[name], rtol=1e-9, atol=1e-10, msg=name)
+
+
+# ---- what a training step dispatches and keeps ------------------------------------------------------------------
+class OpLog(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.ops = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops[func.overloadpacket.__name__] += 1
+        return func(*args, **(kwargs or {}))
+
+
+ATOMIC_OPS = {"scatter_add", "scatter_add_", "index_add", "index_add_", "scatter_reduce", "index_put", "index_put_",
+              "_index_put_impl_", "gather"}  # (the token embedding's backward is fairseq's own: not listed)
+
+
+@pytest.mark.parametrize("extra", [[], ["--rpe-shared-heads"], ["--rpe-no-values"]], ids=["per-head", "shared", "keys"])
+def test_rpe_training_step_scatters_nothing(data_bin, extra):
+    """Shaw's terms by strided views and matrix products: no scatter, gather or index add (atomic adds on a GPU)
+    in forward or backward. Negative control: the same step with a gather-based key term is caught."""
+    from pe_plugin.encodings import shaw
+
+    def step(model, sample):
+        net = sample["net_input"]
+        log = OpLog()
+        with log:
+            logits, _ = model(net["src_tokens"], net["src_lengths"], net["prev_output_tokens"])
+            logits.sum().backward()
+        return log.ops
+
+    task, model, _ = pe_testing.build_model(data_bin, "transformer_rpe_wmt_en_de", SMALL + extra)
+    model.train()
+    sample = pe_testing.batch(task, "train", n=6)
+    ops = step(model, sample)
+    assert ops["bmm"] + ops["mm"] > 0 and not set(ops) & ATOMIC_OPS, set(ops) & ATOMIC_OPS
+    original = shaw.buckets_to_pairs
+    try:  # the released formulation: gather (forward) and scatter_add (its backward)
+        shaw.buckets_to_pairs = lambda r, tk, k: r.gather(-1, (torch.arange(tk)[None] - torch.arange(
+            tk - r.size(-2), tk)[:, None]).clamp(-k, k).add(k).expand(*r.shape[:-1], tk))
+        assert {"gather", "scatter_add"} <= set(step(model, sample))
+    finally:
+        shaw.buckets_to_pairs = original
+
+
+def test_half_precision_rpe_step_keeps_one_copy_of_the_probabilities(data_bin):
+    """Under float16 the explicit path (Shaw's value term) keeps the probabilities for backward once, in float16:
+    no float32 (B,H,Tq,Tk) tensor and one (B,H,Tq,Tk) storage per layer at most."""
+    task, model, _ = pe_testing.build_model(data_bin, "transformer_rpe_wmt_en_de", SMALL + ["--attention-dropout", "0"])
+    model.half().train()
+    net = pe_testing.batch(task, "train", n=6)["net_input"]
+    src_t, tgt_t = net["src_tokens"].size(1), net["prev_output_tokens"].size(1)
+    kept = {}
+
+    def pack(t):
+        if t.dim() == 4 and t.shape[-2:] in ((src_t, src_t), (tgt_t, tgt_t)):
+            kept[t.untyped_storage().data_ptr()] = t.dtype
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        logits, _ = model(net["src_tokens"], net["src_lengths"], net["prev_output_tokens"])
+    layers = sum(isinstance(m, PEAttention) for m in model.modules())
+    assert float16_only(kept) and 0 < len(kept) <= layers + 2, kept  # + the two stacks' masks
+
+
+def float16_only(kept):
+    return set(kept.values()) == {torch.float16}

@@ -245,8 +245,15 @@ def test_bias_depends_only_on_distance(case, name, overrides, side):
     # value by O(1) (tables ~ N(0, 1)), far beyond this tolerance.
     for s in range(1, 12):
         torch.testing.assert_close(full[..., s:, s:], full[..., :-s, :-s], rtol=1e-6, atol=1e-6)
+    # positions given as values: rel is their difference, so a shift of every position must change nothing
     shifted = logit_bias(pe, q, Positions(torch.arange(5, 17)[None], torch.arange(5, 17)[None]), 1)
-    assert torch.equal(shifted.expand_as(full), full)
+    torch.testing.assert_close(shifted.expand_as(full), full, rtol=1e-6, atol=1e-6)
+    # a position bias computed pair by pair: queries 3..6 of the 12 keys are rows 3..6 of the full pass (AT5 runs
+    # its MLP on the distances of a self-attention call, whose queries are the last Tq keys: not this case)
+    if not pe.uses("score_bias") and name != "at5":
+        middle = pe.position_bias(Positions(torch.arange(3, 7)[None] + 20, torch.arange(12)[None] + 20))
+        torch.testing.assert_close(middle.expand(2, H, 4, 12), full[:, :, 3:7], rtol=1e-6, atol=1e-6)
+        assert not torch.allclose(middle.expand(2, H, 4, 12), full[:, :, 8:12])  # not the last rows
     step = logit_bias(pe, q[:, :, -1:], Positions(torch.arange(11, 12)[None], torch.arange(12)[None]), 1)
     assert torch.allclose(step.expand(2, H, 1, 12), full[:, :, -1:], atol=1e-6)
 
@@ -513,3 +520,25 @@ def test_at5_checkpoint_without_slope_scale_keeps_its_old_divisor(data_bin):
         assert fresh.encoder.pe.max_length == fresh.decoder.pe.max_length == old
         fresh.load_state_dict(model.state_dict())  # a new checkpoint carries its divisor
         assert fresh.encoder.pe.max_length == 256.0 and fresh.encoder.pe.signature().endswith("|slope_scale:256")
+
+
+@pytest.mark.parametrize("suffix", ["tiny", "wmt_en_de", "wmt_en_de_big"])
+def test_rpe_help_states_the_defaults_each_size_builds_with(data_bin, suffix):
+    """``python -m pe_plugin transformer_rpe_<size>`` prints the flags' values next to their help: the sizes the help
+    of --rpe-per-head names as on / off are the values each architecture sets, --rpe-shared-heads is off at every
+    size as its help says, and the tables built have one head or H accordingly."""
+    import dataclasses
+    import re
+
+    from pe_plugin.encodings.shaw import ShawConfig
+    from pe_plugin.naming import SIZES
+
+    helps = {f.name: f.metadata.get("help", "") for f in dataclasses.fields(ShawConfig)}
+    sizes = lambda state, text: set(re.search(rf"{state} at ((?:\w+(?: and )?)+) size", text).group(1).split(" and "))
+    on, off = sizes("on", helps["rpe_per_head"]), sizes("off", helps["rpe_per_head"])
+    assert on | off == set(SIZES.values()) and not on & off
+    assert "off at every size" in helps["rpe_shared_heads"]
+    _, model, args = pe_testing.build_model(data_bin, f"transformer_rpe_{suffix}")
+    cfg = model.encoder.pe.cfg  # the values the flags took (the printed ones)
+    assert cfg.rpe_per_head == (SIZES[suffix] in on) and cfg.rpe_shared_heads is False
+    assert model.encoder.pe.key_table.size(1) == (args.encoder_attention_heads if cfg.rpe_per_head else 1)

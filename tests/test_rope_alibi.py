@@ -284,6 +284,10 @@ def test_alibi_bias_depends_only_on_distance():
     shifted = logit_bias(pe, torch.zeros(1, H, 10, D), Positions(torch.arange(30, 40)[None], torch.arange(30, 40)[None]), 0)
     step = logit_bias(pe, torch.zeros(1, H, 1, D), Positions(torch.tensor([[9]]), torch.arange(10)[None]), 0)
     assert torch.equal(shifted, full) and torch.equal(step, full[:, :, -1:])
+    # a query in the middle (position 34 of keys 30..39): its own row, not the last one; the bias comes from the
+    # given positions' differences
+    middle = logit_bias(pe, torch.zeros(1, H, 1, D), Positions(torch.tensor([[34]]), torch.arange(30, 40)[None]), 0)
+    assert torch.equal(middle, full[:, :, 4:5]) and not torch.equal(middle, full[:, :, -1:])
 
 
 @pytest.mark.parametrize("side,variant", [("encoder", "symmetric"), ("encoder", "directional"), ("decoder", "symmetric")])

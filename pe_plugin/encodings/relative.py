@@ -9,6 +9,7 @@ import math
 from typing import Tuple
 
 import torch
+import torch.nn.functional as F
 
 
 def clipped_index(rel: torch.Tensor, k: int) -> torch.Tensor:
@@ -96,18 +97,21 @@ def buckets_to_pairs_raw(r: torch.Tensor, tk: int, k: int) -> torch.Tensor:
 def pairs_to_buckets_raw(a: torch.Tensor, k: int, dtype=None) -> torch.Tensor:
     """out[..., i, b] = sum_j a[..., i, j] [clip(j - i, -k, k) + k = b] for a (...,Tq,Tk): (...,Tq,2k+1) in
     ``dtype`` (default a's; the tail sums accumulate in it), without autograd."""
+    if k == 0:  # one bucket: every pair
+        return a.sum(-1, keepdim=True, dtype=dtype or a.dtype)
     tq, tk = a.shape[-2:]
-    dtype = dtype or a.dtype
     left, lo, hi, right = _bucket_split(tq, tk, k)
-    rel_layout = a.new_zeros(*a.shape[:-2], tq, tq + tk - 1, dtype=dtype)  # (...,Tq,W)
+    rel_layout = a.new_zeros(*a.shape[:-2], tq, tq + tk - 1, dtype=dtype or a.dtype)  # (...,Tq,W)
     _skew(rel_layout, tq, tk).copy_(a)
-    out = a.new_zeros(*a.shape[:-1], 2 * k + 1, dtype=dtype)  # (...,Tq,2k+1)
-    out[..., lo:hi] = rel_layout[..., left:left + hi - lo]
-    if left:
-        out[..., 0] += rel_layout[..., :left].sum(-1)
+    # the W distances in order: [left tail + r = -k] [one per bucket] [r = k + right tail]
+    inner = hi - lo - (left > 0) - (right > 0)  # buckets met by exactly one distance
+    parts = [rel_layout[..., :left + 1].sum(-1, keepdim=True)] if left else []
+    start = left + 1 if left else 0
+    parts.append(rel_layout[..., start:start + inner])
     if right:
-        out[..., 2 * k] += rel_layout[..., tq + tk - 1 - right:].sum(-1)
-    return out
+        parts.append(rel_layout[..., start + inner:].sum(-1, keepdim=True))
+    out = torch.cat(parts, dim=-1) if len(parts) > 1 else parts[0]  # (...,Tq,hi-lo): buckets lo..hi-1
+    return F.pad(out, (lo, 2 * k + 1 - hi)) if (lo, hi) != (0, 2 * k + 1) else out  # buckets no pair meets: 0
 
 
 class BucketsToPairs(torch.autograd.Function):

@@ -1,0 +1,77 @@
+"""KERPLE (log variant): the bias against its closed form, attention against a naive loop over heads and
+sentences, and the positivity clamp; the registry-driven tests (test_fast_paths, test_contract, test_end_to_end,
+test_standalone, ...) cover it like every other encoding."""
+import math
+
+import pytest
+import torch
+
+from pe_plugin.encodings import PE_REGISTRY
+from pe_plugin.encodings.base import Dims, Positions
+from test_relative import future_mask, padded_input
+from test_rope_alibi import make_attention
+
+C, H = 16, 2
+
+
+def make_pe(name, side):
+    """KERPLE (no flags) with r1, r2 drawn away from the clamp."""
+    pe = PE_REGISTRY[name].build(None, Dims(C, H, 2, 64, 1, side), {})
+    torch.manual_seed(0)
+    with torch.no_grad():
+        pe.r1.uniform_(0.5, 2.0)
+        pe.r2.uniform_(0.2, 1.5)
+    return pe.eval()
+
+
+@pytest.mark.parametrize("side", ["encoder", "decoder"])
+def test_kerple_bias_is_the_closed_form(side):
+    pe = make_pe("kerple", side)
+    with torch.no_grad():
+        pe.r1.copy_(torch.tensor([0.5, 1.5]).view(H, 1, 1))
+        pe.r2.copy_(torch.tensor([0.25, 2.0]).view(H, 1, 1))
+    t = 7
+    bias = pe.position_bias(Positions.from_mask(None, t, t, "cpu"))  # (H,Tq,Tk)
+    for h, (r1, r2) in enumerate([(0.5, 0.25), (1.5, 2.0)]):
+        for i in range(t):
+            for j in range(t):
+                assert bias[h, i, j].item() == pytest.approx(-r1 * math.log(1 + r2 * abs(i - j)), rel=1e-6)
+    # a decoding step's row (query 6 of 7 keys) is the full pass's last row
+    step = pe.position_bias(Positions.from_mask(None, 1, t, "cpu"))
+    torch.testing.assert_close(step, bias[:, -1:], rtol=0, atol=0)
+
+
+def test_kerple_parameters_stay_positive():
+    pe = make_pe("kerple", "encoder")
+    with torch.no_grad():
+        pe.r1.fill_(-3.0)
+        pe.r2.fill_(-1.0)
+    bias = pe.position_bias(Positions.from_mask(None, 4, 4, "cpu"))
+    torch.testing.assert_close(bias[0, 0, 3], torch.tensor(-1e-2 * math.log(1 + 1e-2 * 3)))
+
+
+@pytest.mark.parametrize("side", ["encoder", "decoder"])
+def test_kerple_attention_equals_naive_attention(side):
+    """Per head and sentence, softmax(q k^T - r1 log(1 + r2 |i - j|) + masks) v over the real tokens."""
+    attn = make_attention(make_pe("kerple", side))
+    x, pad = padded_input(side)
+    causal = side == "decoder"
+    out, _ = attn(x, x, x, key_padding_mask=pad, attn_mask=future_mask(x.size(0)) if causal else None,
+                  need_weights=False)
+    T, B, C = x.shape
+    d = C // H
+    q, k, v = attn.q_proj(x) * d ** -0.5, attn.k_proj(x), attn.v_proj(x)
+    r1, r2 = attn.pe.r1.flatten().tolist(), attn.pe.r2.flatten().tolist()
+    z = torch.zeros(T, B, C)
+    for b in range(B):
+        real = (~pad[b]).nonzero().flatten().tolist()
+        for h in range(H):
+            sl = slice(h * d, (h + 1) * d)
+            for n, i in enumerate(real):
+                keys = real[:n + 1] if causal else real
+                e = torch.stack([q[i, b, sl] @ k[j, b, sl] - r1[h] * math.log(1 + r2[h] * abs(real.index(j) - n))
+                                 for j in keys])
+                z[i, b, sl] = torch.softmax(e, 0) @ torch.stack([v[j, b, sl] for j in keys])
+    expected = attn.out_proj(z)
+    real_mask = ~pad.t()
+    torch.testing.assert_close(out[real_mask], expected[real_mask], rtol=1e-4, atol=1e-5)
