@@ -3,6 +3,8 @@
     python -m pe_plugin                                       # every encoding: level, paper, architectures
     python -m pe_plugin transformer_posnet_embed_wmt_en_de    # its flags: the encoding's, then the model's
 
+A name that is not registered (``transformer_posnet_tiny``) is answered with the closest registered names.
+
 ``fairseq-train --user-dir pe_plugin --arch ARCH --help`` cannot show these: fairseq prints its help before it
 adds the architecture's flags. Values are those ``--arch ARCH`` sets when no flag is given; every flag can be
 passed to fairseq-train, fairseq-generate and fairseq-interactive.
@@ -58,15 +60,38 @@ def _rows(rows) -> str:
     return "\n".join(f"  {f'{flag} {value}':{width}}  {text}" for flag, value, text in rows)
 
 
+def closest_architectures(name: str, n: int = 3) -> List[str]:
+    """The registered pe_plugin architectures nearest to ``name`` (difflib's ratio), best first."""
+    import difflib
+
+    from .models.architectures import architecture_names
+
+    return difflib.get_close_matches(name, architecture_names(), n=n, cutoff=0.6)
+
+
+def unknown_architecture(name: str) -> str:
+    """One line for an architecture name pe_plugin does not register: the closest names, or what it is instead."""
+    from .models.architectures import architecture_names
+
+    close = closest_architectures(name)
+    if close:
+        return (f"{name!r} is not a pe_plugin architecture; did you mean {', '.join(close)}? "
+                f"(`python -m pe_plugin` lists all {len(architecture_names())})")
+    return (f"{name!r} is not a pe_plugin architecture: the names are transformer_<pe>_<size> "
+            f"(`python -m pe_plugin` lists all {len(architecture_names())})")
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     from .encodings import PE_REGISTRY
     from .models.architectures import SIZES, arch_name, architecture_names
 
     parser = argparse.ArgumentParser(prog="python -m pe_plugin", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("arch", nargs="?", choices=architecture_names(), metavar="ARCH",
+    parser.add_argument("arch", nargs="?", metavar="ARCH",
                         help="an architecture, e.g. transformer_posnet_embed_wmt_en_de (default: list them all)")
     a = parser.parse_args(argv)
+    if a.arch is not None and a.arch not in architecture_names():
+        parser.error(unknown_architecture(a.arch))
     if a.arch is None:
         for name, cls in PE_REGISTRY.items():
             print(f"{name:13s} {cls.level:9s} {describe(cls)}")

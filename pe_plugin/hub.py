@@ -27,6 +27,7 @@ sentences. Loaded with ``pe_beyond_max='clamp'``, LAPE and PosNet decode such se
 import logging
 import os
 import pickle
+import re
 from typing import List, Optional
 
 import torch
@@ -109,8 +110,8 @@ def from_pretrained(run_dir: str, checkpoint_file: str = "checkpoint_best.pt", d
     """fairseq's hub interface (``.translate``, ``.sample``, ``.generate``) for a checkpoint of this plugin or of
     fairseq's own translation architectures.
 
-    run_dir: the folder of the checkpoints (``--save-dir``). checkpoint_file: a file name in it, or several
-    separated by ``os.pathsep`` (an ensemble). data_name_or_path: the fairseq-preprocess output (its dict.*.txt
+    run_dir: the folder of the checkpoints (``--save-dir``), or one checkpoint file (then its folder is the run
+    directory). checkpoint_file: a file name in it, or several separated by ``os.pathsep`` (an ensemble). data_name_or_path: the fairseq-preprocess output (its dict.*.txt
     files; default: run_dir). bpe_codes: the subword-nmt codes the data was made with (default: run_dir/code,
     run_dir/bpecodes or DATA/text/bpe.codes, whichever exists). source_lang / target_lang: default the
     checkpoint's, else the language pair of the data files; they also set the Moses tokenizer's languages.
@@ -122,7 +123,7 @@ def from_pretrained(run_dir: str, checkpoint_file: str = "checkpoint_best.pt", d
         if old in kwargs:
             raise TypeError(f"{old}= is not read by fairseq 0.12's Moses tokenizer; pass "
                             f"{old.replace('moses_', '')}= (the task's language codes, which the tokenizer uses)")
-    run_dir = os.path.abspath(run_dir)
+    run_dir, checkpoint_file = split_checkpoint_path(os.path.abspath(run_dir), checkpoint_file)
     paths = checkpoint_paths(run_dir, checkpoint_file)
     try:
         state = load_checkpoint(paths[0], mmap=True)  # its settings only: the tensors stay on disk
@@ -148,10 +149,26 @@ def from_pretrained(run_dir: str, checkpoint_file: str = "checkpoint_best.pt", d
     return PEHubInterface(loaded["args"], loaded["task"], loaded["models"])
 
 
+DEFAULT_CHECKPOINT = "checkpoint_best.pt"
+
+
+def split_checkpoint_path(run_dir: str, checkpoint_file: str):
+    """(run directory, checkpoint file name): a checkpoint file given as the first argument is taken as its folder
+    and its name, as long as checkpoint_file= is left at its default."""
+    if not os.path.isfile(run_dir):
+        return run_dir, checkpoint_file
+    folder, name = os.path.split(run_dir)
+    if checkpoint_file not in (DEFAULT_CHECKPOINT, name):
+        raise ValueError(f"{run_dir} is a checkpoint file, and checkpoint_file={checkpoint_file!r} names another: "
+                         f"pass the folder as the first argument and the file as checkpoint_file= "
+                         f"(from_pretrained({folder!r}, checkpoint_file={checkpoint_file!r})), or the file alone")
+    return folder, name
+
+
 def checkpoint_paths(run_dir: str, checkpoint_file: str) -> List[str]:
     if not os.path.isdir(run_dir):
         raise FileNotFoundError(f"run directory {run_dir} does not exist (the first argument: the folder "
-                                f"fairseq-train saved the checkpoints to, its --save-dir)")
+                                f"fairseq-train saved the checkpoints to, its --save-dir, or a checkpoint file in it)")
     paths = [os.path.join(run_dir, name) for name in checkpoint_file.split(os.pathsep)]
     for path in paths:
         if not os.path.isfile(path):
@@ -162,13 +179,20 @@ def checkpoint_paths(run_dir: str, checkpoint_file: str) -> List[str]:
     return paths
 
 
+def natural_key(name: str):
+    """Sort key putting numbers in numeric order: checkpoint2.pt before checkpoint10.pt, checkpoint_1_900.pt
+    before checkpoint_1_1000.pt."""
+    return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", name)]
+
+
 def checkpoints_in(run_dir: str) -> List[str]:
-    """The .pt files of ``run_dir`` and of its subfolders (pe-generate's gen/checkpoint.avgN.pt), relative to it."""
+    """The .pt files of ``run_dir`` and of its subfolders (pe-generate's gen/checkpoint.avgN.pt), relative to it,
+    numbers in numeric order."""
     found = []
     for folder, _, files in os.walk(run_dir):
         if os.path.relpath(folder, run_dir).count(os.sep) < 1:
             found += [os.path.relpath(os.path.join(folder, f), run_dir) for f in files if f.endswith(".pt")]
-    return sorted(found)
+    return sorted(found, key=natural_key)
 
 
 def training_config(state, path: str):
@@ -196,7 +220,11 @@ def check_architecture(model_cfg, path: str) -> None:
     if arch is None:
         return
     if arch not in ARCH_MODEL_REGISTRY:
-        raise ValueError(f"{path} was trained with --arch {arch}, which neither fairseq nor pe_plugin registers: "
+        from .__main__ import closest_architectures
+
+        close = closest_architectures(arch)
+        near = f" (the closest pe_plugin names: {', '.join(close)}; another version of pe_plugin?)" if close else ""
+        raise ValueError(f"{path} was trained with --arch {arch}, which neither fairseq nor pe_plugin registers{near}: "
                          f"load it with fairseq's TransformerModel.from_pretrained(..., user_dir=...) naming the "
                          f"plugin that defines it")
     if not ARCH_MODEL_REGISTRY[arch].__module__.startswith(__package__ + "."):

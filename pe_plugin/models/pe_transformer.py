@@ -175,6 +175,13 @@ class PETransformerModel(TransformerModel):
         validation.log_model_summary(model, args)
         return model
 
+    def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):
+        try:
+            return super().load_state_dict(state_dict, strict, model_cfg, args)
+        except RuntimeError as e:  # a size mismatch (--model-overrides of a sizing flag): named with its fix
+            cli_errors.size_mismatch(e)
+            raise
+
     @classmethod
     def _build_pe(cls, args, cfg, side, embed_tokens):
         pe_cls = get_pe_class(args.pe)
