@@ -17,8 +17,12 @@ import torch
 
 from pe_plugin.checkpoints import load_checkpoint
 
-from .checkpoint_files import last_checkpoints
+from .checkpoint_files import last_checkpoints, numbered_checkpoints
 from .common import atomic, int_at_least
+
+
+EXAMPLES = {"update": "checkpoint_E_U.pt, saved every --save-interval-updates",
+            "epoch": "checkpointE.pt, saved at the end of each epoch"}
 
 
 def newest_checkpoints(directory: Path, n: int, kind: str):
@@ -26,12 +30,33 @@ def newest_checkpoints(directory: Path, n: int, kind: str):
     first (so the state kept beside the averaged weights is the newest one's); exits if there are fewer."""
     found = last_checkpoints(directory, n, kind)
     if len(found) < n:
+        other = "epoch" if kind == "update" else "update"
+        there = numbered_checkpoints(directory, other)
+        if there:  # the other kind is there: the flag is the mistake, not the training
+            raise SystemExit(
+                f"error: {directory} holds {len(found)} {kind} checkpoints ({EXAMPLES[kind]}), {n} requested, and "
+                f"{len(there)} {other} checkpoints ({there[0].name} .. {there[-1].name}): pass "
+                f"--num-{other}-checkpoints {min(n, len(there))} instead of --num-{kind}-checkpoints {n}"
+            )
         flag = "--save-interval-updates N" if kind == "update" else "--save-interval 1"
+        keep = f" (and --keep-interval-updates >= {n})" if kind == "update" else ""
         raise SystemExit(
-            f"error: {directory} holds {len(found)} {kind} checkpoints, {n} requested; "
-            f"train with {flag} (and --keep-interval-updates >= {n}) or ask for fewer"
+            f"error: {directory} holds {len(found)} {kind} checkpoints ({EXAMPLES[kind]}), {n} requested; "
+            f"train with {flag}{keep} or ask for fewer"
         )
     return found
+
+
+def directory_without_count(directory: Path) -> str:
+    """The error for a run directory given without --num-*-checkpoints: what it holds and the flag to pass."""
+    counts = {kind: numbered_checkpoints(directory, kind) for kind in ("update", "epoch")}
+    held = [f"{len(found)} {kind} checkpoints ({found[0].name} .. {found[-1].name}): --num-{kind}-checkpoints N"
+            for kind, found in counts.items() if found]
+    if not held:
+        return (f"error: {directory} is a directory and holds no numbered checkpoints ({EXAMPLES['update']} or "
+                f"{EXAMPLES['epoch']}); pass checkpoint files as --inputs")
+    return (f"error: a directory as --inputs needs the number of its newest checkpoints to average; {directory} holds "
+            + "; ".join(held))
 
 
 def average(paths):
@@ -78,7 +103,7 @@ def main(argv=None) -> int:
         kind, n = ("update", args.num_update_checkpoints) if args.num_update_checkpoints else ("epoch", args.num_epoch_checkpoints)
         inputs = newest_checkpoints(inputs[0], n, kind)
     elif any(p.is_dir() for p in inputs):
-        raise SystemExit("error: a directory as --inputs needs --num-update-checkpoints or --num-epoch-checkpoints")
+        raise SystemExit(directory_without_count(next(p for p in inputs if p.is_dir())))
 
     state = average(inputs)
     out = Path(args.output)

@@ -13,7 +13,8 @@ Outputs in --out (default: probe/ beside the checkpoint), each written atomicall
   probe.json          indicators per side, variant (with / without EOS) and layer (+ mean), the settings and the
                       model's encoding signature; NaN is written as null, +inf as "inf"
   probe_maps.npz      the averaged maps: encoder (N, L+1, L+1) with EOS last, decoder (N, L, L) with EOS first
-  probe_encoder.png, probe_decoder.png   heatmaps without EOS, one panel per layer and the mean
+  probe_encoder.png, probe_decoder.png   heatmaps without EOS, one panel per layer and the mean, under a one-line
+                      title (encoding, side, L); the encoding signature is in the PNG's Description field
 
 Indicators (pe_plugin/analysis/indicators.py): Locality, Sym_code, Sym_abs (Chen); AIV, OPR (tie = 0 and tie
 = 0.5; all offsets and the first --first-k), SD, DB (Wang; DB = preceding / succeeding within --db-range).
@@ -22,7 +23,6 @@ Decoder maps are causal: AIV and OPR use j <= i, symmetry is undefined (null) an
 import argparse
 import io
 import sys
-import textwrap
 from typing import Dict, Tuple
 
 import numpy as np
@@ -33,23 +33,27 @@ from pe_plugin.models.validation import pe_signature
 from .common import dump_json, png_bytes, pyplot, write_atomic
 
 
-def heatmap_png(stacked: np.ndarray, names, title: str) -> bytes:
-    """One panel per layer map (N+1, T, T); colour scale from 0 to the panel maximum, so that a uniform map
-    shows as one flat colour rather than as its rounding noise."""
+# the heatmaps: inches per panel, figure height and resolution (3 panels: 1,305 x 480 pixels)
+PANEL_INCHES, HEIGHT_INCHES, DPI = 2.7, 3.2, 150
+
+
+def heatmap_png(stacked: np.ndarray, names, title: str, description: str = "") -> bytes:
+    """One panel per layer map (N+1, T, T) under a one-line ``title``; colour scale from 0 to the panel maximum, so
+    that a uniform map shows as one flat colour rather than as its rounding noise. ``description`` (the encoding
+    signature) goes into the PNG's Description field, not onto the figure."""
     plt = pyplot()
     n = len(stacked)
-    title_lines = title.count("\n") + 1
-    height = 2.4 + 0.17 * title_lines
-    fig, axes = plt.subplots(1, n, figsize=(2.3 * n + 0.4, height), squeeze=False, layout="constrained")
+    fig, axes = plt.subplots(1, n, figsize=(PANEL_INCHES * n + 0.6, HEIGHT_INCHES), squeeze=False,
+                             layout="constrained")
     for ax, m, name in zip(axes[0], stacked, names):
         im = ax.imshow(m, cmap="viridis", interpolation="nearest", vmin=0.0, vmax=max(float(m.max()), 1e-12))
-        ax.set_title(name, fontsize=9)
-        ax.set_xlabel("key", fontsize=8)
-        ax.tick_params(labelsize=7)
-        fig.colorbar(im, ax=ax, fraction=0.046, pad=0.02).ax.tick_params(labelsize=6)
-    axes[0][0].set_ylabel("query", fontsize=8)
-    fig.suptitle(title, fontsize=8)
-    return png_bytes(fig, dpi=80)
+        ax.set_title(name, fontsize=10)
+        ax.set_xlabel("key", fontsize=9)
+        ax.tick_params(labelsize=8)
+        fig.colorbar(im, ax=ax, fraction=0.046, pad=0.02).ax.tick_params(labelsize=7)
+    axes[0][0].set_ylabel("query", fontsize=9)
+    fig.suptitle(title, fontsize=11)
+    return png_bytes(fig, dpi=DPI, metadata={"Title": title, "Description": description})
 
 
 def npz_bytes(arrays: Dict[str, np.ndarray]) -> bytes:
@@ -113,11 +117,10 @@ def main(argv=None) -> int:
     report, maps = probe(model, task, args.data, args)
     for side, layer_maps in maps.items():
         stacked = probing.variants(side, layer_maps)["without_special"]
-        signature = textwrap.fill(getattr(model, side).pe.signature().replace("|", "| "), width=int(26 * len(stacked)),
-                                  break_long_words=False)
-        title = f"{side} self-attention, identical-word probe (L={args.length}, EOS dropped)\n{signature}"
-        write_atomic(out / f"probe_{side}.png",
-                              heatmap_png(stacked, probing.layer_names(len(layer_maps)), title))
+        pe = getattr(model, side).pe
+        title = f"{pe.name}, {side} self-attention: identical-word probe, L={args.length}"
+        write_atomic(out / f"probe_{side}.png", heatmap_png(stacked, probing.layer_names(len(layer_maps)), title,
+                                                             description=pe.signature()))
     write_atomic(out / "probe_maps.npz", npz_bytes(maps))
     dump_json(out / "probe.json", report)
     for side in probing.SIDES:

@@ -10,7 +10,8 @@ id (the H- line where the file has no D- lines, e.g. a grep for H- lines), the f
 
 fairseq-generate leaves sentences out in two ways, both silent in its output:
   * ``--required-batch-size-multiple`` (default 8): fairseq 0.12's batch_by_size drops a final batch whose size
-    is not a multiple of it (docs/fairseq.md §Generation drops the last batch); decode with ``--required-batch-size-multiple 1``.
+    is not a multiple of it (docs/fairseq.md §Generation drops the last batch); decode with
+    ``--required-batch-size-multiple 1``.
   * ``--skip-invalid-size-inputs-valid-test``: it skips sentences longer than the model's positions; decode
     without it, with ``--model-overrides "{'pe_beyond_max': 'clamp'}"`` for LAPE and PosNet (docs/design.md
     §Inputs longer than L_max).
