@@ -65,6 +65,21 @@ CONSOLE_SCRIPTS = {"pe-prepare": ["pe_tools.data.cli"], "pe-train": ["pe_tools.r
                    "pe-demo": ["pe_tools.demo"], "pe-length": ["pe_tools.length"]}
 
 
+def without_redirections(words):
+    """A command's words without the shell's redirections (``2>&1``, ``> FILE``, ``2>FILE``)."""
+    kept, skip = [], False
+    for w in words:
+        if skip:
+            skip = False
+        elif re.fullmatch(r"\d*>>?&\d+", w) or re.fullmatch(r"\d*>>?\S+", w):
+            continue
+        elif re.fullmatch(r"\d*>>?", w):
+            skip = True  # the file name follows
+        else:
+            kept.append(w)
+    return kept
+
+
 def readme_commands(blocks=None):
     """(program, flags, words) of every command in the bash blocks of the README, the recipes' READMEs and
     docs/: continuation lines joined, commands split at pipes, `;`, `&&` and `$(` outside quotes; a quoted
@@ -84,6 +99,7 @@ def readme_commands(blocks=None):
         text = re.sub(r"\$\(for \w+ in [^;]*; do echo ([^;]*); done\)", r"\1", text)
         for part in re.split(r"\||;|&&|\$\(|\)|\n", text):
             words = [re.sub(r"\0(\d+)\0", lambda m: quoted[int(m[1])], w) for w in part.split()]
+            words = without_redirections(words)
             while words and (words[0] in ("do", "done") or "=" in words[0]):
                 words = words[1:]
             if not words or words[0] in ("for", "echo"):  # `for NAME in WORDS`, `echo TEXT`: no command to check

@@ -436,7 +436,8 @@ FIGURE = re.compile(r"(?<![\w.])[+-]?\d+\.\d{2,3}(?=[xM]?(?![\w.]))")  # 1.09, +
 # the recorded files each page's prose may quote, beside those its table markers name
 PROSE_SOURCES = {
     "README.md": ["examples/multi30k/report/results_seeds.csv", "examples/multi30k/report/results.csv",
-                  "examples/benchmarks/cpu/models/benchmark.csv"],
+                  "examples/benchmarks/cpu/models/benchmark.csv", "examples/quickstart/toy_posnet.txt"],
+    "docs/recipes.md": ["examples/quickstart/toy_sape.txt", "examples/wmt14/paper_results.md"],
     "docs/results.md": ["examples/multi30k/report/results_seeds_runs.csv", "examples/multi30k/report/results_runs.csv",
                         "examples/multi30k/report/results_seeds.csv", "examples/multi30k/report/results.csv",
                         "examples/multi30k/report/results_seeds_ngram.csv", "examples/multi30k/report_cpu/results.csv",
@@ -453,6 +454,8 @@ PROSE_SOURCES = {
 NOT_RECORDED = {
     "README.md": {"2.13": "torch's version", "0.12": "fairseq's version", "3.11": "Python's", "3.12": "Python's"},
     "docs/results.md": {"0.42": "the difference of two means of the table (-0.34 - -0.76)"},
+    "docs/recipes.md": {"0.98": "Adam's beta 2, a setting", "29.29": "fairseq's authors' compound-split BLEU, quoted "
+                                                                    "(docs/evaluation.md)"},
     "docs/encodings.md": {"0.12": "fairseq's version", "0.088": "Xavier's std of one 128 x 128 kernel, a formula",
                           **dict.fromkeys(["+0.29", "+0.05", "+0.41", "+1.03", "1.03", "1.05", "3.41", "8.52"],
                                           "millions of parameters: closed forms (tests/test_posnet.py) or the "
