@@ -60,11 +60,14 @@ def _load(path: str, metric: str) -> dict:
     return report
 
 
-def rows(reports: List[dict], names: List[str], metric: str) -> List[Dict[str, object]]:
-    """The agreements to print: every pair of runs of one report, or the means of two reports."""
+def rows(reports: List[dict], names: List[str], metric: str,
+         rename: Optional[Dict[str, str]] = None) -> List[Dict[str, object]]:
+    """The agreements to print: every pair of runs of one report, or the means of two reports (the first's systems
+    renamed by ``rename``, old name -> new, so that one encoding under two names is compared with itself)."""
     if len(reports) == 2:
-        return [{"compared": f"{names[0]} vs {names[1]} (means)",
-                 **rank_agreement(mean_scores(reports[0], metric), mean_scores(reports[1], metric))}]
+        first = {(rename or {}).get(k, k): v for k, v in mean_scores(reports[0], metric).items()}
+        result = rank_agreement(first, mean_scores(reports[1], metric))
+        return [{"compared": f"{names[0]} vs {names[1]} (means)", **result}]
     by_run = run_scores(reports[0], metric)
     return [{"compared": f"run {i} vs run {j}", **rank_agreement(by_run[i], by_run[j])}
             for i, j in itertools.combinations(sorted(by_run), 2)]
@@ -82,20 +85,28 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pe_tools.scoring.agreement", description=__doc__.split("\n\n")[0])
     parser.add_argument("reports", nargs="+", metavar="REPORT.json", help="one report (its runs) or two (their means)")
     parser.add_argument("--metric", default="bleu", help="a metric key of the reports (bleu, chrf, bleu_cs)")
+    parser.add_argument("--rename", action="append", default=[], metavar="OLD=NEW",
+                        help="with two reports: the first report's system OLD is the second's NEW (e.g. "
+                             "posnet_embed_lmax256=posnet_embed); repeatable")
     parser.add_argument("--out", default=None, help="also write the markdown table (and OUT.json) here")
     args = parser.parse_args(argv)
     if len(args.reports) > 2:
         parser.error(f"give one report (its runs are compared) or two (their means), not {len(args.reports)}")
+    if args.rename and len(args.reports) != 2:
+        parser.error("--rename maps the first report's names onto the second's: give two reports")
+    if bad := [r for r in args.rename if r.count("=") != 1 or not all(r.split("="))]:
+        parser.error(f"--rename {bad[0]!r}: expected OLD=NEW")
     try:
         reports = [_load(p, args.metric) for p in args.reports]
-        results = rows(reports, args.reports, args.metric)
+        results = rows(reports, args.reports, args.metric, dict(r.split("=") for r in args.rename))
     except (ValueError, KeyError) as e:
         return fail(str(e))
     text = markdown(results, args.metric, reports[0]["metrics"][args.metric]["label"])
     print(text, end="")
     if args.out:
         write_atomic(args.out, text)
-        dump_json(args.out + ".json", {"metric": args.metric, "reports": args.reports, "rows": results})
+        dump_json(args.out + ".json", {"metric": args.metric, "reports": args.reports, "rename": args.rename,
+                                       "rows": results})
     return 0
 
 

@@ -1,0 +1,152 @@
+"""pe-queue (pe_tools/recipes/queue.py): a queue file checked before anything starts, and a queue killed with
+SIGKILL in the middle of a training and restarted with the same command that records exactly what an uninterrupted
+queue records."""
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pe_testing import REPO, SAFE_ENV
+
+from pe_tools.recipes import queue
+
+RUNS = ("sape", "rope", "t5")
+MAX_UPDATE = 12
+
+
+def recipe(tmp_path: Path, data: Path) -> Path:
+    """A methods table of a tiny size: 12 updates, a checkpoint every 2 (the last 5 kept)."""
+    path = tmp_path / "tiny_methods.toml"
+    methods = "\n".join(f"[method.{m}]\nflags = []" for m in RUNS)
+    path.write_text(f"""data = "{data}"
+[common]
+flags = ["--cpu", "--num-workers", "0", "--share-all-embeddings", "--optimizer", "adam", "--lr", "1e-3",
+         "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--max-tokens", "200",
+         "--save-interval-updates", "2", "--keep-interval-updates", "5", "--no-epoch-checkpoints",
+         "--log-format", "simple", "--log-interval", "1", "--no-progress-bar"]
+[size.mini]
+arch = {{ en-de = "tiny" }}
+flags = ["--encoder-layers", "1", "--decoder-layers", "1", "--encoder-embed-dim", "16", "--decoder-embed-dim", "16",
+         "--encoder-ffn-embed-dim", "32", "--decoder-ffn-embed-dim", "32", "--encoder-attention-heads", "2",
+         "--decoder-attention-heads", "2", "--dropout", "0.1", "--max-update", "{MAX_UPDATE}",
+         "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "4"]
+{methods}
+""")
+    return path
+
+
+def queue_file(tmp_path: Path, table: Path, name: str) -> Path:
+    q = tmp_path / name / "queue.txt"
+    q.parent.mkdir(parents=True)
+    q.write_text("# a test queue\n" + "".join(
+        f"{table} {m} en-de mini 1 runs-dir={q.parent / 'runs'} into={q.parent / 'rec'}\n" for m in RUNS))
+    return q
+
+
+def start(q: Path, code_root: Path) -> subprocess.Popen:
+    env = dict(SAFE_ENV, PE_QUEUE_CODE_ROOT=str(code_root), OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    return subprocess.Popen([sys.executable, "-m", "pe_tools.recipes.queue", "run", str(q), "-j", "2"],
+                            cwd=q.parent, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def recorded(q: Path) -> dict:
+    return {str(p.relative_to(q.parent / "rec")): p.read_bytes() for p in sorted((q.parent / "rec").rglob("hyp.detok.de"))}
+
+
+def updates(log: Path) -> int:
+    found = re.findall(r"num_updates=(\d+)", log.read_text()) if log.is_file() else []
+    return max(map(int, found), default=0)
+
+
+@pytest.mark.slow
+def test_killed_queue_records_what_an_uninterrupted_one_records(data_bin, tmp_path):
+    table, code_root = recipe(tmp_path, data_bin), tmp_path / "code"
+    whole = queue_file(tmp_path, table, "whole")
+    proc = start(whole, code_root)
+    out = proc.communicate(timeout=900)[0]
+    assert proc.returncode == 0, out[-4000:]
+    reference = recorded(whole)
+    assert sorted(reference) == sorted(f"{m}.en-de.mini.seed1/{d}hyp.detok.de" for m in RUNS for d in ("", "last/"))
+    (pinned,) = [p for p in code_root.iterdir() if not p.name.startswith(".")]  # HEAD, exported once
+    commit = (pinned / "COMMIT").read_text().strip()
+    assert pinned.name == commit and subprocess.run(["git", "-C", str(REPO), "cat-file", "-e", f"{commit}^{{commit}}"]).returncode == 0
+    for m in RUNS:  # the pinned code's commit, in the command of the run and of its record
+        assert json.loads((whole.parent / "rec" / f"{m}.en-de.mini.seed1" / "command.json").read_text())["commit"] == commit
+
+    # killed (SIGKILL, the queue alone: its trainings run on) while the first run is between two checkpoints
+    cut = queue_file(tmp_path, table, "cut")
+    first_log = cut.parent / "runs" / f"{RUNS[0]}.en-de.mini.seed1" / "train.log"
+    proc = start(cut, code_root)
+    deadline = time.monotonic() + 600
+    while updates(first_log) < 5 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate()
+    killed_at = updates(first_log)
+    assert 5 <= killed_at < MAX_UPDATE, f"the kill came at update {killed_at}"
+    assert not list((cut.parent / "rec").glob("*/hyp.detok.de")) if (cut.parent / "rec").exists() else True
+    # a kill during fairseq's plain copy of checkpoint_last.pt leaves it cut short
+    last = cut.parent / "runs" / f"{RUNS[0]}.en-de.mini.seed1" / "checkpoint_last.pt"
+    time.sleep(0.5)
+    last.write_bytes(last.read_bytes()[: last.stat().st_size // 2])
+
+    proc = start(cut, code_root)  # the same command
+    out = proc.communicate(timeout=900)[0]
+    assert proc.returncode == 0, out[-4000:]
+    assert "left by an earlier queue" in out  # the orphaned trainings were ended, not trained beside
+    assert recorded(cut) == reference
+    assert not list(cut.parent.rglob("*.tmp*"))
+    status = subprocess.run([sys.executable, "-m", "pe_tools.recipes.queue", "status", str(cut)], env=SAFE_ENV,
+                            capture_output=True, text=True, cwd=cut.parent)
+    assert status.returncode == 0
+    rows = status.stdout.splitlines()
+    assert rows[0].split()[:3] == ["run", "updates", "valid"]
+    assert all(f"{MAX_UPDATE}/{MAX_UPDATE}" in r and " yes " in r for r in rows[1:]), status.stdout
+
+
+def test_repair_resumes_from_the_newest_whole_checkpoint(tmp_path):
+    """checkpoint_last.pt cut short by a kill during fairseq's copy is replaced by the newest numbered checkpoint
+    that reads whole (here a zip archive written by torch.save)."""
+    import torch
+
+    for u in (2, 4):
+        torch.save({"u": torch.tensor(u)}, tmp_path / f"checkpoint_1_{u}.pt")
+    newest = (tmp_path / "checkpoint_1_4.pt").read_bytes()
+    (tmp_path / "checkpoint_1_6.pt").write_bytes(newest[:100])  # cut short too
+    (tmp_path / "checkpoint_last.pt").write_bytes(newest[: len(newest) // 2])
+    (tmp_path / "checkpoint_1_8.pt.tmp").write_bytes(b"half")
+    said = []
+    queue.repair(tmp_path, said.append)
+    assert (tmp_path / "checkpoint_last.pt").read_bytes() == newest
+    assert not (tmp_path / "checkpoint_1_8.pt.tmp").exists()
+    assert "does not read whole" in said[0] and "checkpoint_1_4.pt" in said[0]
+    # a whole checkpoint_last.pt newer than every numbered one is kept
+    torch.save({"u": torch.tensor(9)}, tmp_path / "checkpoint_last.pt")
+    kept = (tmp_path / "checkpoint_last.pt").read_bytes()
+    queue.repair(tmp_path, said.append)
+    assert (tmp_path / "checkpoint_last.pt").read_bytes() == kept
+
+
+@pytest.mark.parametrize("line, words", [
+    ("multi30k sape en-de annealed", ["4 fields", "RECIPE METHOD PAIR SIZE SEED"]),
+    ("multi30k sapee en-de annealed 1", ["unknown method 'sapee'", "methods: ", "sape"]),
+    ("multi30k sape en-de annealed 1 data={missing}", ["has no dict.en.txt", "pe-prepare en-de --recipe multi30k"]),
+    ("multi30k sape en-xx annealed 1", ["unknown pair 'en-xx'", "en-de"]),
+    ("multi30k sape en-de huge 1", ["no size 'huge'", "annealed"]),
+    ("multi30k sape en-de annealed one", ["seed 'one'"]),
+    ("multi30k sape en-de annealed 1 dta=x", ["unknown option dta", "data=DIR"]),
+])
+def test_bad_lines_are_refused_before_anything_starts(line, words, data_bin, tmp_path, capsys):
+    q = tmp_path / "q.txt"
+    good = f"multi30k sape en-de annealed 1 data={data_bin} runs-dir={tmp_path / 'runs'}"
+    q.write_text(f"{good}\n\n# comment\n{line.format(missing=tmp_path / 'missing')}\n")
+    assert queue.main(["run", str(q), "--code", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {q}:4: ") and all(w in err for w in words), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["q.txt"]  # nothing written, nothing started
