@@ -18,6 +18,7 @@ The outputs the documents show are checked the same way, with ``<!-- output: PAT
 (``<!-- output: command -->``: the command of the bash block above, which tests/test_readme.py runs).
 """
 import csv
+import json
 import os
 import re
 import shutil
@@ -132,9 +133,43 @@ def test_every_marker_names_something_that_exists():
 
 
 def test_a_document_shows_whole_tables_of_runs():
-    """A recorded table shown without some of its rows says which (the README's Multi30k table shows them all)."""
-    header, rows = [t for t in tables((REPO / "README.md").read_text()) if t[1] and "results_seeds" in t[1]][0][2:]
-    assert [r[0] for r in rows] == [r[0] for r in recorded_table("examples/multi30k/report/results_seeds.md")[1]]
+    """The results pages show every row of the recorded seed tables they quote (a table of runs is not cut)."""
+    for doc in ("README.md", "docs/results.md"):
+        shown = [t for t in tables((REPO / doc).read_text()) if t[1] and "results_seeds" in t[1]]
+        assert shown, doc
+        for _, marker, _, rows in shown:
+            assert [r[0] for r in rows] == [r[0] for r in recorded_table(marker)[1]], (doc, marker)
+
+
+def test_computed_annealed_side_by_side():
+    """The README's trained table: each encoding's seed-1 sacreBLEU and chrF++ (with their marks) of the average
+    (report_annealed/results.md) and the last checkpoint (results_last.md), every recorded encoding."""
+    doc, line, header, rows = marked("annealed_side_by_side")
+    avg, last = ({r[0]: dict(zip(h, r)) for r in body} for h, body in (
+        recorded_table(f"examples/multi30k/report_annealed/{name}.md") for name in ("results", "results_last")))
+    assert sorted(r[0] for r in rows) == sorted(avg) == sorted(last)
+    for row in rows:
+        cells = dict(zip(header, row))
+        a, b = avg[row[0]], last[row[0]]
+        assert cells["BLEU, average"] == a["sacreBLEU"].split(" (")[0] and cells["BLEU, last"] == b["sacreBLEU"].split(" (")[0]
+        assert cells["chrF++, average"] == a["chrF++"].split(" (")[0] and cells["chrF++, last"] == b["chrF++"].split(" (")[0]
+        assert cells["Params"] == a["Params"] == b["Params"], row
+
+
+def test_the_trained_multi30k_findings_in_the_text():
+    """The README's statements about the trained table, read from the recorded reports."""
+    rd = lambda name: {r["system"]: r for r in read_csv(REPO / "examples" / "multi30k" / "report_annealed" / f"{name}.csv")}
+    avg, last, budget = rd("results"), rd("results_last"), rd("budget")
+    text = re.sub(r"\s+", " ", (REPO / "README.md").read_text().split("## Results on real language")[1].split("\n## ")[0])
+    assert all(float(last[m]["bleu"]) > float(avg[m]["bleu"]) for m in avg)  # "the last checkpoint beats the average"
+    assert float(budget["annealed6k"]["bleu_delta"]) > 1 and "**The budget is not converged yet.**" in text
+    held = {m for m in ("nope", "lape", "posnet_attn", "at5") if avg[m]["bleu_mark"] == last[m]["bleu_mark"] == "--"}
+    assert held == {"nope", "lape", "posnet_attn", "at5"} and "No-PE, LAPE, PosNet-Attn and Adaptive-T5 stay" in text
+    assert not avg["rpe"]["bleu_mark"] and avg["alibi"]["bleu_mark"] == "--"
+    assert not avg["t5"]["bleu_mark"] and not avg["posnet_embed"]["bleu_mark"]
+    assert last["t5"]["bleu_mark"] == last["posnet_embed"]["bleu_mark"] == "--"
+    agreement = json.loads((REPO / "examples" / "multi30k" / "agreement" / "small_vs_annealed_bleu.md.json").read_text())
+    assert f"Kendall tau-b {agreement['rows'][0]['kendall_tau']:.2f}, p = {agreement['rows'][0]['kendall_p']:.2g}" in text
 
 
 # ------------------------------------------------------------------------------------------------
@@ -323,7 +358,7 @@ def test_the_multi30k_ranking_in_the_text():
     seed1 = {r["system"]: float(r["bleu_delta"] or 0) for r in read_csv(M30K / "results.csv")}
     names = {"RoPE": "rope", "Shaw RPE": "rpe", "ALiBi": "alibi", "PosNet-Embed": "posnet_embed_lmax256",
              "T5": "t5", "Adaptive-T5": "at5", "LAPE": "lape"}
-    for doc in ("README.md", "docs/results.md"):
+    for doc in ("docs/results.md",):
         text = (REPO / doc).read_text()
         bullet = re.sub(r"\s+", " ", re.search(r"\*\*The ranking\.\*\*(.*?)\n- ", text, re.S)[1])
         shown = dict(re.findall(r"((?:Shaw |Adaptive-)?[A-Za-z0-9-]+) \(([+-]\d+\.\d\d)", bullet))
@@ -436,6 +471,10 @@ FIGURE = re.compile(r"(?<![\w.])[+-]?\d+\.\d{2,3}(?=[xM]?(?![\w.]))")  # 1.09, +
 # the recorded files each page's prose may quote, beside those its table markers name
 PROSE_SOURCES = {
     "README.md": ["examples/multi30k/report/results_seeds.csv", "examples/multi30k/report/results.csv",
+                  *[f"examples/multi30k/report_annealed/{f}" for f in (
+                      "results.csv", "results_last.csv", "results_seeds.csv", "results_seeds_last.csv", "budget.csv",
+                      "budget_last.csv", "budget_curves.csv")],
+                  "examples/multi30k/agreement/small_vs_annealed_bleu.md.json",
                   "examples/benchmarks/cpu/models/benchmark.csv", "examples/quickstart/toy_posnet.txt"],
     "docs/recipes.md": ["examples/quickstart/toy_sape.txt", "examples/wmt14/paper_results.md"],
     "docs/results.md": ["examples/multi30k/report/results_seeds_runs.csv", "examples/multi30k/report/results_runs.csv",
