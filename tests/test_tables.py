@@ -529,3 +529,17 @@ def test_figures_in_the_prose_are_recorded(doc):
     prose = re.sub(r"p < 0\.05 / (p < )?0\.10", "", prose)  # the significance levels
     unknown = [f for f in FIGURE.findall(prose) if f not in known and f not in NOT_RECORDED.get(doc, {})]
     assert not unknown, f"{doc}: {unknown} are in no recorded file of {sources}"
+
+
+def test_the_gpu_fp16_check_in_its_readme():
+    """examples/benchmarks/gpu/README.md: its summary of the recorded GPU fp16 check, read from the JSON."""
+    gpu = REPO / "examples" / "benchmarks" / "gpu"
+    rows = json.loads((gpu / "fp16_check.json").read_text())["rows"]
+    text = re.sub(r"\s+", " ", (gpu / "README.md").read_text())
+    from pe_plugin.encodings import PE_REGISTRY
+
+    assert sorted(r["pe"] for r in rows) == sorted(PE_REGISTRY) and all(r["ok"] for r in rows)
+    assert f"all {['ten', 'eleven', 'twelve'][len(rows) - 10]} encodings within tolerance" in text
+    assert f"largest log-probability difference {max(r['max_abs_lprob_diff'] for r in rows):.4f}" in text
+    assert f"argmax agreement at least {min(r['argmax_agreement'] for r in rows):.4f}" in text
+    assert f"gradients within {max(r['grad_rel_diff'] for r in rows):.4f} relative" in text
