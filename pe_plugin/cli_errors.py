@@ -138,10 +138,10 @@ def install_length_hint() -> None:
     sys.excepthook = hook
 
 
-# --model-overrides keys that change no parameter's size: never the cause of a size mismatch
+# --model-overrides keys that change no parameter's size: never the cause of a size mismatch (--max-source/target-
+# positions can be: they set LAPE's and PosNet's L_max)
 DECODE_TIME_SETTINGS = {"pe_beyond_max", "pe_attention_impl", "data", "user_dir", "source_lang", "target_lang",
-                        "tokenizer", "dropout", "attention_dropout", "activation_dropout", "batch_size", "beam",
-                        "max_source_positions", "max_target_positions"}
+                        "tokenizer", "dropout", "attention_dropout", "activation_dropout", "batch_size", "beam"}
 DECODE_TIME_PREFIXES = ("bpe", "moses_", "sentencepiece", "generation")
 SIZE_MISMATCH = re.compile(r"size mismatch for ([\w.]+): copying a param with shape torch\.Size\(\[([\d, ]*)\]\) from "
                            r"checkpoint, the shape in current model is torch\.Size\(\[([\d, ]*)\]\)")

@@ -306,3 +306,41 @@ def test_the_hub_takes_a_checkpoint_file(tiny_posnet, data_bin):
                                     tokenizer=None)
     sentence = "w3 w1 w7"  # words of the tiny corpus
     assert by_file.translate(sentence, beam=2) == by_dir.translate(sentence, beam=2)
+
+
+# ------------------------------------------------------------------------------------------------
+# the messages themselves, on fairseq's and torch's texts as they print them (no model needed)
+
+@pytest.mark.parametrize("text, sample, side, n, limit", [
+    # numpy 2 (what fairseq 0.12 prints with it), and plain integers (numpy 1)
+    ("Size of sample #14 is invalid (=(np.int32(7), np.int32(7))) since max_positions=(6, 256), skip this example "
+     "with --skip-invalid-size-inputs-valid-test", 14, "source", 7, 6),
+    ("Size of sample #3 is invalid (=(5, 12)) since max_positions=(1024, 10), skip this example with "
+     "--skip-invalid-size-inputs-valid-test", 3, "target", 12, 10),
+])
+def test_the_length_hint_reads_fairseqs_message(text, sample, side, n, limit):
+    from pe_plugin.cli_errors import length_hint
+
+    hint = length_hint(Exception(text))
+    assert hint.startswith(f"pe_plugin: test sentence #{sample} has {n} {side} tokens (end of sentence included), "
+                           f"more than the {limit} {side} positions")
+    assert "--model-overrides \"{'pe_beyond_max': 'clamp'}\"" in hint and "do not pass --skip-invalid" in hint
+    assert length_hint(Exception("Size of sample is fine")) is None
+    assert text.split(" (=")[0].replace("#14", "#ID").replace("#3", "#ID") in TROUBLESHOOTING.replace("\n  ", " ")
+
+
+def test_the_size_mismatch_message_names_the_sizing_override_only():
+    from pe_plugin.cli_errors import size_mismatch_message
+
+    torch_text = ("Error(s) in loading state_dict for PETransformerModel:\n\tsize mismatch for encoder.pe.kernels.phi: "
+                  "copying a param with shape torch.Size([256, 16, 16]) from checkpoint, the shape in current model is "
+                  "torch.Size([5, 16, 16]).\n\tsize mismatch for decoder.pe.kernels.phi: copying a param with shape "
+                  "torch.Size([256, 16, 16]) from checkpoint, the shape in current model is torch.Size([5, 16, 16]).")
+    message = size_mismatch_message(RuntimeError(torch_text), {"posnet_max_positions": 5, "data": "DATA",
+                                                               "bpe": None, "user_dir": "pe_plugin", "beam": 4})
+    assert message.startswith("the checkpoint does not fit the model built from its settings: encoder.pe.kernels.phi "
+                              "is [256, 16, 16] in the checkpoint and [5, 16, 16] in the model and 1 more parameter.")
+    assert "The overrides ('posnet_max_positions': 5)" in message and "leave posnet_max_positions out" in message
+    assert "'data'" not in message and "user_dir" not in message
+    assert "trained with other model settings" in size_mismatch_message(RuntimeError(torch_text), None)
+    assert size_mismatch_message(RuntimeError("Missing key(s) in state_dict: x"), {}) is None
