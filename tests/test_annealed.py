@@ -1,0 +1,175 @@
+"""The trained Multi30k setting (issue: results on trained models): the `annealed` sizes of the recipe and how
+sizes resolve (pe_tools/recipes/train.py: merge_flags, size_entry), named decodes through pe-generate's output
+folder, pe-record and pe-report --decode, a finished run that pe-train does not train again, and the validation
+curves of recorded runs (pe_tools/recipes/curves.py)."""
+import json
+import shlex
+
+import pytest
+
+from pe_testing import REPO
+from pe_tools.recipes import launch, load_table
+from pe_tools.recipes.curves import valid_curve
+from pe_tools.recipes.train import finished, merge_flags, size_entry, train_argv
+
+from test_results import BAD, GOOD, REF, write_run
+
+METHODS = load_table("multi30k")
+
+
+def flag_values(argv):
+    """{flag: [values]} of an argv, each flag once (fails if a flag repeats)."""
+    out, flag = {}, None
+    for x in argv:
+        if x.startswith("--"):
+            assert x not in out, f"{x} twice"
+            out[x], flag = [], x
+        elif flag:
+            out[flag].append(x)
+    return out
+
+
+def test_small_resolves_to_the_command_its_recorded_runs_trained_with(tmp_path):
+    """Moving the schedule flags from [common] into the sizes keeps `small`'s command: the same flags with the same
+    values as the recorded SAPE run's command.json (paths and the device's --fp16 aside), none repeated."""
+    recorded = json.loads((REPO / "examples/multi30k/results/sape.en-de.small.seed1/command.json").read_text())["argv"]
+    ours = train_argv(METHODS, "sape", "en-de", "small", 1, "DATA", "RUN", extra=["--cpu"])
+    skip = {"--user-dir", "--save-dir", "--fp16", "--cpu"}
+    want = {k: v for k, v in flag_values(recorded[4:]).items() if k not in skip}
+    got = {k: v for k, v in flag_values(ours[1:]).items() if k not in skip}
+    assert got == want
+    assert recorded[3] == "data-bin/multi30k_en_de" and recorded[2] == "fairseq_cli.train"
+
+
+@pytest.mark.parametrize("size, updates", [("annealed", 3000), ("annealed6k", 6000)])
+def test_annealed_sizes_parse_as_a_linear_decay_to_zero(size, updates, tmp_path):
+    from fairseq import options
+
+    argv = train_argv(METHODS, "rope", "en-de", size, 1, tmp_path, tmp_path / "run", extra=["--cpu"])
+    flag_values(argv)  # no flag twice
+    args = options.parse_args_and_arch(options.get_training_parser(), argv)
+    assert (args.lr_scheduler, args.warmup_updates, args.end_learning_rate, args.power) == ("polynomial_decay", 1000, 0.0, 1.0)
+    assert (args.max_update, int(args.total_num_update), args.save_interval_updates, args.keep_interval_updates) == (updates, updates, 250, 5)
+    assert (args.lr, args.max_tokens, args.encoder_layers, args.encoder_embed_dim, args.dropout) == ([1e-3], 4096, 3, 256, 0.3)
+    assert not hasattr(args, "warmup_init_lr")  # polynomial_decay refuses it: dropped from `small`
+    assert args.arch == "transformer_rope_wmt_en_de"
+
+
+def test_size_resolution():
+    table = {"common": {"flags": ["--a", "1", "--b", "x", "y", "--c"]},
+             "size": {"s": {"arch": {"en-de": "tiny"}, "flags": ["--b", "z", "--d", "4"]},
+                      "t": {"like": "s", "drop": ["--d"], "flags": ["--e"]},
+                      "u": {"like": "v", "flags": []}, "v": {"like": "u", "flags": []}}}
+    assert merge_flags(table["common"]["flags"], ["--b", "z", "--e", "5"]) == ["--a", "1", "--b", "z", "--c", "--e", "5"]
+    assert size_entry(table, "t") == {"arch": {"en-de": "tiny"}, "flags": ["--b", "z", "--e"]}
+    with pytest.raises(ValueError, match="cycle"):
+        size_entry(table, "u")
+    with pytest.raises(ValueError, match="unknown size 'w'; sizes: s, t, u, v"):
+        size_entry(table, "w")
+
+
+def test_one_update_freq_in_a_multi_gpu_dry_run(capsys):
+    assert launch.main(["train", "sape", "--recipe", "wmt14", "--gpus", "8", "--dry-run"]) == 0
+    argv = shlex.split(capsys.readouterr().out.strip().splitlines()[-1])
+    assert flag_values(argv)["--update-freq"] == ["1"] and flag_values(argv)["--distributed-world-size"] == ["8"]
+
+
+def write_named(run, name, lines):
+    d = run / "gen" / name
+    d.mkdir(parents=True)
+    (d / "hyp.detok.de").write_text("".join(x + "\n" for x in lines))
+    (d / "hyp.detok.de.meta.json").write_text(json.dumps({"pe_signature": "pe:x", "checkpoints": ["last"]}))
+
+
+def test_named_decodes_are_recorded_and_reported(tmp_path, capsys):
+    into = tmp_path / "rec"
+    for method, avg, last in (("sape", GOOD, GOOD[1:] + GOOD[:1]), ("nope", BAD, BAD[::-1])):
+        run = write_run(tmp_path, method, 1, avg, 60)
+        write_named(run, "last", last)
+        assert launch.main(["record", str(run), "--into", str(into)]) == 0
+        rec = into / run.name
+        assert (rec / "last" / "hyp.detok.de").read_text() == "".join(x + "\n" for x in last)
+        meta = json.loads((rec / "last" / "hyp.detok.de.meta.json").read_text())
+        assert meta["checkpoints"] == ["last"] and meta["training"]["updates"] == 6
+    (tmp_path / "ref.de").write_text("".join(x + "\n" for x in REF))
+    capsys.readouterr()
+    assert launch.main(["report", "--recipe", "multi30k", "--results", str(into), "--ref", str(tmp_path / "ref.de"),
+                        "--decode", "last", "--out-dir", str(tmp_path / "out"), "--", "--n-samples", "50"]) == 0
+    printed = capsys.readouterr().out
+    assert f"--prefix results_last --baseline sape={into / 'sape.en-de.small.seed1' / 'last' / 'hyp.detok.de'}" in printed
+    assert (tmp_path / "out" / "results_last.md").is_file()
+    # a run recorded without the decode is named, with the fix
+    run = write_run(tmp_path, "rope", 1, GOOD, 60)
+    assert launch.main(["record", str(run), "--into", str(into)]) == 0
+    assert launch.main(["report", "--recipe", "multi30k", "--results", str(into), "--ref", str(tmp_path / "ref.de"),
+                        "--decode", "last", "--out-dir", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "rope.en-de.small.seed1: no decode 'last'" in err and "pe-generate RUN --name last" in err
+
+
+def test_a_named_decode_older_than_the_last_checkpoint_is_refused(tmp_path, capsys):
+    import os
+
+    run = write_run(tmp_path, "sape", 1, GOOD, 60)
+    write_named(run, "last", GOOD)
+    (run / "checkpoint_last.pt").write_bytes(b"x")
+    t = (run / "checkpoint_last.pt").stat().st_mtime
+    os.utime(run / "gen" / "hyp.detok.de", (t + 10, t + 10))  # the default decode came after the last update
+    os.utime(run / "gen" / "last" / "hyp.detok.de", (t - 10, t - 10))  # the named one before it
+    assert launch.main(["record", str(run), "--into", str(tmp_path / "rec")]) == 2
+    assert f"decode it again with pe-generate {run} --name last" in capsys.readouterr().err
+    assert not (tmp_path / "rec").exists()
+
+
+@pytest.mark.parametrize("name", ["Last", "1st", "a/b", "", "x" * 40])
+def test_decode_names_are_checked(name, tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        launch.main(["generate", str(tmp_path), "--name", name])
+    assert "a decode name is lowercase letters" in capsys.readouterr().err
+
+
+def test_a_finished_run_is_not_trained_again(tmp_path):
+    """fairseq-train resumed at its --max-update trains one more update; pe-train must not start it then."""
+    run = tmp_path / "run"
+    run.mkdir()
+    seg = "2026-01-01 10:00:00 | INFO | fairseq_cli.train | {'_name': None}\n"
+    done = "2026-01-01 10:00:09 | INFO | fairseq_cli.train | done training in 9.0 seconds\n"
+    step = "2026-01-01 10:00:05 | INFO | train_inner | epoch 001: loss=5.0, num_updates={u}, wall=0\n"
+    argv = ["d", "--max-update", "6"]
+    (run / "train.log").write_text(seg + step.format(u=6) + done)
+    assert not finished(run, argv)  # no checkpoint_last.pt
+    (run / "checkpoint_last.pt").write_bytes(b"x")
+    assert finished(run, argv)
+    assert not finished(run, ["d", "--max-update", "8"])  # a longer budget resumes
+    (run / "train.log").write_text(seg + step.format(u=6) + done + seg + step.format(u=7))  # resumed, not done
+    assert not finished(run, ["d", "--max-update", "7"])
+
+
+def test_valid_curve_reads_each_validation_once():
+    log = "\n".join(f"2026-01-01 10:00:0{i} | INFO | valid | epoch 001 | valid on 'valid' subset | loss {l} | "
+                    f"nll_loss {n} | ppl 9 | wps 1 | wpb 2 | bsz 3 | num_updates {u}" + (" | best_loss 1" if i else "")
+                    for i, (l, n, u) in enumerate([(9.5, 9.1, 100), (8.25, 8.0, 200), (8.5, 8.2, 200)]))
+    assert valid_curve(log) == [{"updates": 100, "loss": 9.5, "nll_loss": 9.1},
+                                {"updates": 200, "loss": 8.5, "nll_loss": 8.2}]  # a resumed run's repeat: the last
+
+
+def test_agreement_maps_a_renamed_system(tmp_path):
+    from pe_tools.scoring import agreement
+
+    def report(scores):
+        return {"metrics": {"bleu": {"label": "BLEU"}},
+                "systems": [{"name": k, "summary": {"bleu": {"mean": v}}} for k, v in scores.items()]}
+
+    old = {"a": 1.0, "b_old": 2.0, "c": 3.0, "d": 4.0}
+    new = {"a": 10.0, "b": 20.0, "c": 40.0, "d": 30.0}
+    for name, r in (("old.json", report(old)), ("new.json", report(new))):
+        (tmp_path / name).write_text(json.dumps(r))
+    argv = [str(tmp_path / "old.json"), str(tmp_path / "new.json"), "--out", str(tmp_path / "out.md")]
+    assert agreement.main(argv) == 0
+    assert json.loads((tmp_path / "out.md.json").read_text())["rows"][0]["n"] == 3  # b_old and b are not matched
+    assert agreement.main(argv + ["--rename", "b_old=b"]) == 0
+    row = json.loads((tmp_path / "out.md.json").read_text())["rows"][0]
+    # a < b < c < d against a < b < d < c: one discordant pair of six, tau = (5 - 1) / 6
+    assert row["n"] == 4 and row["kendall_tau"] == pytest.approx(4 / 6) and row["systems"] == ["a", "b", "c", "d"]
+    with pytest.raises(SystemExit):
+        agreement.main(argv + ["--rename", "b_old"])
