@@ -33,6 +33,7 @@ def main(argv=None) -> int:
     for name, mod in benches.items():
         mod.add_args(sub.add_parser(name, help=mod.HELP, description=mod.HELP))
     args = parser.parse_args(argv)
+    args.argv = [str(a) for a in (sys.argv[1:] if argv is None else argv)]  # what --resume hints repeat (pe_tools/bench/_progress.py)
     if args.list or args.name is None:
         for name, mod in benches.items():
             print(f"{name:24s} {mod.HELP}")

@@ -5,13 +5,15 @@ import os
 import platform
 import sys
 import time
+from pathlib import Path
 
-from ...common import fail, int_at_least
+from ...common import cpu_name, fail, int_at_least
 from ...naming import BASELINE, SUFFIX_OF_CLASS as SIZES
 from ...recipes import recipe_names
 from .build import STOCK, batch_size
+from .._progress import Progress, ResumeError, add_args as add_progress_args
 from .measure import CPU_MEMORY_ENV, add_ratios, measure_in_process, measure_isolated, summarise
-from .report import OUT_NAME, tables, write_outputs
+from .report import OUT_NAME, output_paths, tables, write_outputs
 
 NAME = "models"
 HELP = "forward time, training-step time and peak memory of every registered encoding, as ratios to SAPE"
@@ -67,6 +69,7 @@ def add_args(parser):
     parser.add_argument("--out-dir", help=f"write {OUT_NAME}.json, .csv, .md and .png into this folder")
     parser.add_argument("--json", help="also write the JSON results to this file")
     parser.add_argument("--csv", help="also write the CSV results to this file")
+    add_progress_args(parser)
 
 
 def run(args) -> int:
@@ -96,37 +99,68 @@ def run(args) -> int:
     kwargs = dict(vocab=args.vocab, steps=args.steps, warmup=args.warmup, forward_passes=args.forward_passes,
                   threads=args.threads, device=device, recipe=args.recipe, fp16=args.fp16)
     load_start, started = os.getloadavg(), time.time()
-
+    # what a resumed run must share with the stored one (docs/benchmarks.md §Partial runs)
+    fixed = dict(sizes=sizes, lengths=lengths, encodings=names, max_tokens=None if args.batch else args.max_tokens,
+                 batches={str(length): b for length, b in batches.items()}, **kwargs, rounds=args.rounds,
+                 processes=processes, threads_requested=args.threads,
+                 device_name=torch.cuda.get_device_name() if device == "cuda" else cpu_name(),
+                 torch=torch.__version__, cuda=torch.version.cuda)
+    del fixed["threads"]  # requested: threads_requested; used (what torch ran with): threads, from a measurement
     keys = [(size, length, pe) for size in sizes for length in lengths for pe in names]
-    runs = {key: [] for key in keys}
-    cache = {}  # --processes one: (pe, size) -> (model on the CPU, args)
-    if processes == "one":  # one discarded measurement first: the process's one-time costs (CUDA context, kernels)
-        size, length, pe = keys[0]
-        measure_in_process(pe, size, dict(kwargs, batch=batches[length], length=length), cache)
-    for k in range(args.rounds):
-        for size, length, pe in keys:
-            print(f"[round {k + 1}/{args.rounds}] {size} L={length} B={batches[length]} {pe}", file=sys.stderr,
-                  flush=True)
-            one = dict(kwargs, batch=batches[length], length=length)
-            runs[size, length, pe].append(measure_in_process(pe, size, one, cache) if processes == "one"
-                                          else measure_isolated(pe, size, one))
-    results = [summarise(runs[key]) for key in keys]
-    add_ratios(results)
+    order = [(*key, k + 1) for k in range(args.rounds) for key in keys]  # round-robin: round 1 of all, then 2, ...
+    out_json = Path(args.out_dir) / f"{OUT_NAME}.json" if args.out_dir else Path(args.json) if args.json else None
+    try:
+        progress = Progress("pe-bench models", order, fixed, out_json, resume=args.resume,
+                            time_budget=args.time_budget, argv=getattr(args, "argv", None))
+    except ResumeError as e:
+        return fail(str(e))
+    stored = progress.stored.get("settings", {})
+    history = stored.get("resumed", []) + ([stored["started"]] if stored.get("started") else [])
 
-    any_run = runs[keys[0]][0]
-    settings = dict(
-        sizes=sizes, lengths=lengths, encodings=names, max_tokens=None if args.batch else args.max_tokens,
-        batches={str(length): b for length, b in batches.items()}, **kwargs, rounds=args.rounds, processes=processes,
-        device_name=any_run["device_name"], memory_kind=any_run["memory_kind"], torch=any_run["torch"],
-        cuda=any_run["cuda"],
-        python=platform.python_version(), platform=platform.platform(), cpu_count=os.cpu_count(),
-        started=time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)), seconds=round(time.time() - started, 1),
-        loadavg_start=list(load_start), loadavg_end=list(os.getloadavg()),
-    )
-    settings.update(threads=any_run["threads"], threads_requested=args.threads)  # threads: what torch used
-    if settings["memory_kind"] == "cpu-rss" and processes == "fresh":
-        settings["memory_env"] = CPU_MEMORY_ENV
-    text = tables(settings, results)
-    print("\n" + text)
-    write_outputs(settings, results, text, args.out_dir, args.json, args.csv)
+    def settings_now():
+        first = progress.measurements()[0] if progress.records else {}
+        s = dict(fixed, threads=first.get("threads", args.threads), memory_kind="cuda-allocated" if device == "cuda"
+                 else "cpu-rss", python=platform.python_version(), platform=platform.platform(),
+                 cpu_count=os.cpu_count(), started=time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
+                 seconds=round(stored.get("seconds", 0) + time.time() - started, 1), loadavg_start=list(load_start),
+                 loadavg_end=list(os.getloadavg()))
+        if history:
+            s["resumed"] = history  # when the earlier parts of a resumed run started, oldest first
+        if s["memory_kind"] == "cpu-rss" and processes == "fresh":
+            s["memory_env"] = CPU_MEMORY_ENV
+        return s
+
+    def results_now():
+        """One summary per (size, length, pe) with at least one round; ratios where SAPE is there too."""
+        runs = {}
+        for m in progress.measurements():
+            runs.setdefault(tuple(m["key"][:3]), []).append(m)
+        results = [summarise(runs[key]) for key in keys if key in runs]
+        add_ratios(results)
+        return results
+
+    def write(complete):
+        if out_json:
+            s, results = settings_now(), results_now()
+            write_outputs(s, results, tables(s, results, progress.partial_note()), args.out_dir, args.json,
+                          args.csv, progress=progress.json_fields(), chart_too=complete, quiet=True)
+
+    progress.write = write
+    cache = {}  # --processes one: (pe, size) -> (model on the CPU, args)
+    todo = progress.missing()
+    if processes == "one" and todo:  # one discarded measurement first: the one-time costs (CUDA context, kernels)
+        size, length, pe, _ = todo[0]
+        measure_in_process(pe, size, dict(kwargs, batch=batches[length], length=length), cache)
+    for size, length, pe, k in todo:
+        print(f"[round {k}/{args.rounds}] {size} L={length} B={batches[length]} {pe}", file=sys.stderr, flush=True)
+        one = dict(kwargs, batch=batches[length], length=length)
+        progress.add((size, length, pe, k), measure_in_process(pe, size, one, cache) if processes == "one"
+                     else measure_isolated(pe, size, one))
+        if progress.stop_now():
+            break
+    s, results = settings_now(), results_now()
+    print("\n" + tables(s, results, progress.partial_note()))
+    progress.finish()
+    for path in output_paths(args.out_dir, args.json, args.csv, chart_too=progress.complete):
+        print(f"wrote {path}", file=sys.stderr)
     return 0

@@ -187,14 +187,14 @@ def summarise(runs):
 
 
 def add_ratios(results):
-    """ratio = figure / sape's figure, within each size and length (None where sape's figure is 0); a result
-    without ``length`` (older JSON) counts as one length."""
+    """ratio = figure / sape's figure, within each size and length (None where sape's figure is 0, or where sape is
+    not measured yet in a partial run); a result without ``length`` (older JSON) counts as one length."""
     def group(r):
         return r["size"], r.get("length")
 
     for g in {group(r) for r in results}:
-        ref = next(r for r in results if group(r) == g and r["pe"] == BASELINE)
+        ref = next((r for r in results if group(r) == g and r["pe"] == BASELINE), None)  # None: partial run
         for r in results:
             if group(r) == g:
                 for key, ratio in RATIOS.items():
-                    r[ratio] = r[key] / ref[key] if ref[key] else None
+                    r[ratio] = r[key] / ref[key] if ref and ref[key] else None

@@ -1,10 +1,10 @@
 """The benchmark's outputs: a markdown table per size and length, a chart of the ratios, and the files of ``--out-dir``
-(benchmark.json, .csv, .md, .png), ``--json`` and ``--csv``, all written at once (common.write_all_atomic)."""
-import json
+(benchmark.json, .csv, .md, .png), ``--json`` and ``--csv``, all written at once (common.write_all_atomic), after
+every measurement while a run goes (docs/benchmarks.md §Partial runs)."""
 import sys
 from pathlib import Path
 
-from ...common import csv_text, png_bytes, pyplot, write_all_atomic
+from ...common import csv_text, dumps_json, png_bytes, pyplot, write_all_atomic
 from ...naming import SUFFIX_OF_CLASS as SIZES
 from .._timing import markdown_table
 from .build import STOCK
@@ -17,8 +17,9 @@ def _x(v):
     return "n/a" if v is None else f"{v:.2f}x"
 
 
-def tables(settings, results):
-    """(markdown text with one table per size and length, each under a line giving its settings)."""
+def tables(settings, results, partial: str = ""):
+    """(markdown text with one table per size and length, each under a line giving its settings); ``partial``: the
+    line that says a run is incomplete (_progress.Progress.partial_note), put first and in the legend."""
     n = settings["forward_passes"]
     headers = ["pe", "params", "pe params", f"forward ms ({n} passes)", "forward", "step ms", "step", "cpu time",
                "peak MiB", "peak", "step mem"]
@@ -26,6 +27,8 @@ def tables(settings, results):
     for size in settings["sizes"]:
         for length in settings["lengths"]:
             group = [r for r in results if r["size"] == size and r["length"] == length]
+            if not group:  # a partial run: nothing measured here yet
+                continue
             rows = [[r["pe"], f"{r['params'] / 1e6:.2f}M", f"{r['pe_params']:,}", f"{r['forward_s'] * 1e3:.1f}",
                      _x(r["forward_ratio"]), f"{r['step_s'] * 1e3:.1f}", _x(r["step_ratio"]), _x(r["cpu_ratio"]),
                      f"{r['peak_bytes'] / MIB:.0f}", _x(r["peak_ratio"]), _x(r["step_mem_ratio"])] for r in group]
@@ -44,6 +47,10 @@ def tables(settings, results):
                  "cpu-rss" else "")
               + (f" {overflows} fp16 step(s) overflowed and were skipped (see fp16_overflows in the JSON)."
                  if overflows else ""))
+    if partial:
+        legend += (" A partial run: tables hold the rounds measured so far (fewer rounds than the settings say "
+                   "where a round is missing), and a ratio is n/a until sape is measured at its size and length.")
+        blocks.insert(0, f"**{partial}**")
     return "\n\n".join(blocks) + "\n\n" + legend + "\n"
 
 
@@ -110,23 +117,42 @@ def chart(settings, results) -> bytes:
     return png_bytes(fig, dpi=130)
 
 
-def write_outputs(settings, results, text: str, out_dir=None, json_path=None, csv_path=None) -> None:
+def output_paths(out_dir=None, json_path=None, csv_path=None, chart_too: bool = True):
+    """The files ``write_outputs`` writes."""
+    out = Path(out_dir) if out_dir else None
+    paths = [out / f"{OUT_NAME}.{ext}" for ext in ("json", "csv", "md") + (("png",) if chart_too else ())] if out else []
+    return paths + [Path(p) for p in (json_path, csv_path) if p]
+
+
+def write_outputs(settings, results, text: str, out_dir=None, json_path=None, csv_path=None, progress=None,
+                  chart_too: bool = True, quiet: bool = False) -> None:
     """``text`` (the tables) and the results as files: with ``out_dir`` OUT_NAME.json, .csv, .md (the tables under
-    a settings line) and .png; ``json_path``, ``csv_path``: one more JSON or CSV file each."""
-    payload = json.dumps({"settings": settings, "results": results}, indent=2) + "\n"
-    table = csv_text(results, skip={"rounds"})
+    a settings line) and .png; ``json_path``, ``csv_path``: one more JSON or CSV file each. ``progress``: the JSON
+    fields of a run written as it goes (``complete``, ``measurements``, ...: _progress.Progress.json_fields);
+    ``chart_too`` False (a partial run) leaves the chart out and removes an older one, which would not match."""
+    data = {"settings": settings, **({"complete": progress["complete"]} if progress else {}), "results": results}
+    if progress:
+        data.update({k: v for k, v in progress.items() if k != "complete"})
+    payload = dumps_json(data, indent=2)
+    table = csv_text(results, skip={"rounds"}) if results else ""
     files = {}
     if out_dir:
         out, s = Path(out_dir), settings
-        header = (f"# Model benchmark: ratios to SAPE\n\n{settings_line(s)}; sizes {' '.join(s['sizes'])}; "
+        partial = "" if not progress or progress["complete"] else " (PARTIAL)"
+        header = (f"# Model benchmark: ratios to SAPE{partial}\n\n{settings_line(s)}; sizes {' '.join(s['sizes'])}; "
                   f"lengths {' '.join(map(str, s['lengths']))}; "
                   f"load average {s['loadavg_start'][0]:.2f} at start, {s['loadavg_end'][0]:.2f} at end\n\n")
         files.update({out / f"{OUT_NAME}.json": payload, out / f"{OUT_NAME}.csv": table,
-                      out / f"{OUT_NAME}.md": header + text, out / f"{OUT_NAME}.png": chart(settings, results)})
+                      out / f"{OUT_NAME}.md": header + text})
+        if chart_too:
+            files[out / f"{OUT_NAME}.png"] = chart(settings, results)
+        else:
+            (out / f"{OUT_NAME}.png").unlink(missing_ok=True)
     if json_path:
         files[Path(json_path)] = payload
     if csv_path:
         files[Path(csv_path)] = table
     write_all_atomic(files)
-    for path in files:
-        print(f"wrote {path}", file=sys.stderr)
+    if not quiet:
+        for path in files:
+            print(f"wrote {path}", file=sys.stderr)
