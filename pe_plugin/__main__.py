@@ -10,6 +10,7 @@ adds the architecture's flags. Values are those ``--arch ARCH`` sets when no fla
 passed to fairseq-train, fairseq-generate and fairseq-interactive.
 """
 import argparse
+import os
 import re
 import sys
 import tempfile
@@ -104,4 +105,8 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except BrokenPipeError:  # `python -m pe_plugin ARCH | head` (docs/design.md): the reader stopped, not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes
+        sys.exit(0)

@@ -344,3 +344,11 @@ def test_the_size_mismatch_message_names_the_sizing_override_only():
     assert "'data'" not in message and "user_dir" not in message
     assert "trained with other model settings" in size_mismatch_message(RuntimeError(torch_text), None)
     assert size_mismatch_message(RuntimeError("Missing key(s) in state_dict: x"), {}) is None
+
+
+def test_piping_the_architecture_listing_into_head_prints_no_traceback():
+    """docs/design.md pipes `python -m pe_plugin ARCH` into head: head stops reading, which is no error."""
+    proc = subprocess.run(["bash", "-c", f"{sys.executable} -m pe_plugin transformer_posnet_embed_wmt_en_de | head -1; "
+                                         "exit ${PIPESTATUS[0]}"], capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 0 and proc.stdout.startswith("transformer_posnet_embed_wmt_en_de: ")
+    assert "Traceback" not in proc.stderr and "BrokenPipeError" not in proc.stderr, proc.stderr
