@@ -20,17 +20,19 @@ import torch
 _RESULT = "@@bench-result@@"
 
 
-def time_calls(fn, repeats: int = 10, warmup: int = 2) -> List[float]:
-    """Seconds of each of ``repeats`` runs of ``fn()`` after ``warmup`` runs."""
+def time_calls(fn, repeats: int = 10, warmup: int = 2, cuda: bool = None) -> List[float]:
+    """Seconds of each of ``repeats`` runs of ``fn()`` after ``warmup`` runs; ``cuda``: synchronise CUDA around
+    each (default: when CUDA is available)."""
+    cuda = torch.cuda.is_available() if cuda is None else cuda
     for _ in range(warmup):
         fn()
     times = []
     for _ in range(repeats):
-        if torch.cuda.is_available():
+        if cuda:
             torch.cuda.synchronize()
         t0 = time.perf_counter()
         fn()
-        if torch.cuda.is_available():
+        if cuda:
             torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
     return times
@@ -68,11 +70,12 @@ def reset_peak_rss() -> bool:
         return False
 
 
-def peak_memory_bytes(fn) -> int:
-    """Peak memory of one ``fn()``: CUDA peak allocation when CUDA is used, else the growth of the peak
-    resident set of this process (a lower bound unless this process is fresh: see ``run_isolated``)."""
+def peak_memory_bytes(fn, cuda: bool = None) -> int:
+    """Peak memory of one ``fn()``: with ``cuda`` (default: when CUDA is available) CUDA's peak allocation above
+    what was allocated before, else the growth of the peak resident set of this process (a lower bound unless this
+    process is fresh: see ``run_isolated``)."""
     gc.collect()
-    if torch.cuda.is_available():
+    if torch.cuda.is_available() if cuda is None else cuda:
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
         fn()
