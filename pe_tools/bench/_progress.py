@@ -48,8 +48,9 @@ class Progress:
     benchmark's writer, called after every new measurement and by ``finish``."""
 
     def __init__(self, command: str, keys: Sequence, settings: Dict, path: Optional[Path], resume: bool = False,
-                 time_budget: Optional[float] = None, argv: Optional[List[str]] = None, what: str = "measurements"):
-        self.started = time.monotonic()
+                 time_budget: Optional[float] = None, argv: Optional[List[str]] = None, what: str = "measurements",
+                 started: Optional[float] = None):
+        self.started = time.monotonic() if started is None else started  # time.monotonic() of the run's start
         self.command, self.what = command, what
         self.keys = [key_of(k) for k in keys]
         self.settings = to_jsonable(settings)

@@ -2,6 +2,7 @@
 
     pe-bench flex --device cuda                          # L = 20 50 100 200, B = 4096 // L, H = 8, d = 64, fp16
     pe-bench flex --device cpu --lengths 12              # CPU: forward only, float32 correctness check
+    pe-bench flex --device cuda --quick --json flex.json --time-budget 90     # L = 50 200, 10 repeats
 
 Both sides get the same attention: queries, keys and values (B,H,T,d) of a left-padded batch (row b has pad[b]
 leading pads, lengths drawn from [0.7 T, T], the first row full), and a per-head bias of the relative distance
@@ -14,12 +15,16 @@ j - i: T5's bidirectional buckets (32 buckets, max distance 128) over a learned 
 On CUDA: forward + backward of a fixed gradient, median time over ``--repeats`` after warm-up and the peak memory
 above the inputs, as ratios flex / sdpa, and the largest difference of outputs and gradients. On a CPU
 FlexAttention has no backward (torch 2.13): the forward of each is compared in float32 and no time is reported.
+Time on CUDA goes mostly to compiling: every (bias, length) compiles its own forward and backward kernels, so the
+default 8 rows take minutes; ``--quick`` measures 4. Each row is written to ``--json`` as it is measured;
+``--resume`` and ``--time-budget``: docs/benchmarks.md §Partial runs.
 """
 import json
 import math
 import statistics
 import sys
 
+from ._progress import Progress, ResumeError, add_args as add_progress_args
 from ._timing import markdown_table
 
 NAME = "flex"
@@ -135,20 +140,34 @@ def compare(bias: str, B: int, H: int, T: int, d: int, device: str, repeats: int
     return row
 
 
+QUICK = dict(lengths=[50, 200], repeats=10)  # --quick: two lengths, so four compilations instead of eight
+
+
 def add_args(parser):
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
-    parser.add_argument("--lengths", nargs="+", type=int, default=[20, 50, 100, 200])
+    parser.add_argument("--lengths", nargs="+", type=int, default=None,
+                        help="batch lengths T (default: 20 50 100 200; --quick: 50 200)")
     parser.add_argument("--max-tokens", type=int, default=4096, help="B = max_tokens // L (default: 4096)")
     parser.add_argument("--heads", type=int, default=8)
     parser.add_argument("--head-dim", type=int, default=64)
     parser.add_argument("--biases", nargs="+", choices=BIASES, default=list(BIASES))
-    parser.add_argument("--repeats", type=int, default=20, help="timed forward+backward steps (CUDA)")
-    parser.add_argument("--json", help="write the settings and rows here")
+    parser.add_argument("--repeats", type=int, default=None,
+                        help="timed forward+backward steps (CUDA; default: 20, --quick: 10)")
+    parser.add_argument("--quick", action="store_true",
+                        help="lengths 50 200 and 10 repeats: on CUDA each (bias, length) compiles its own "
+                             "FlexAttention kernels (forward and backward, some 10-20 s each), which is most of the "
+                             "run's time")
+    parser.add_argument("--json", help="write the settings and rows here (rewritten after every row)")
+    add_progress_args(parser)
 
 
 def run(args) -> int:
     import torch
 
+    from ..common import cpu_name, dump_json, fail
+
+    lengths = args.lengths or (QUICK["lengths"] if args.quick else [20, 50, 100, 200])
+    repeats = args.repeats or (QUICK["repeats"] if args.quick else 20)
     device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
     if device == "cuda" and not torch.cuda.is_available():
         print("pe-bench flex: --device cuda but CUDA is not available to torch here; nothing measured",
@@ -157,8 +176,30 @@ def run(args) -> int:
     if device == "cpu":
         print("pe-bench flex: no CUDA here, so no times: FlexAttention has no backward on a CPU; checking the "
               "forward against SDPA in float32 only", file=sys.stderr)
-    rows = [compare(bias, max(1, args.max_tokens // T), args.heads, T, args.head_dim, device, args.repeats)
-            for T in args.lengths for bias in args.biases]
+    settings = dict(device=device, device_name=torch.cuda.get_device_name() if device == "cuda" else cpu_name(),
+                    torch=torch.__version__, cuda=torch.version.cuda, heads=args.heads, head_dim=args.head_dim,
+                    max_tokens=args.max_tokens, repeats=repeats, lengths=lengths, biases=args.biases)
+    keys = [(bias, T) for T in lengths for bias in args.biases]
+    out = args.json
+    try:
+        progress = Progress("pe-bench flex", keys, settings, out, resume=args.resume, time_budget=args.time_budget,
+                            argv=getattr(args, "argv", None), started=getattr(args, "started", None), what="rows")
+    except ResumeError as e:
+        return fail(str(e))
+
+    def write(complete):
+        if out:
+            rows = [{k: v for k, v in m.items() if k != "key"} for m in progress.measurements()]
+            dump_json(out, {"settings": settings, "complete": complete, "results": rows, **progress.json_fields()})
+
+    progress.write = write
+    for bias, T in progress.missing():
+        print(f"[flex] {bias} T={T}", file=sys.stderr, flush=True)
+        progress.add((bias, T), compare(bias, max(1, args.max_tokens // T), args.heads, T, args.head_dim, device,
+                                        repeats))
+        if progress.stop_now():
+            break
+    rows = progress.measurements()
     if device == "cuda":
         headers = ["bias", "T", "B", "sdpa ms", "flex ms", "flex/sdpa time", "sdpa MiB", "flex MiB", "flex/sdpa mem",
                    "max |d out|", "max |d grad|"]
@@ -170,14 +211,10 @@ def run(args) -> int:
     else:
         headers = ["bias", "T", "B", "max |d out| (float32 forward)"]
         table = [[r["bias"], str(r["T"]), str(r["B"]), f"{r['max_abs_diff_out']:.2e}"] for r in rows]
-    settings = dict(device=device, device_name=torch.cuda.get_device_name() if device == "cuda" else "cpu",
-                    torch=torch.__version__, cuda=torch.version.cuda, heads=args.heads, head_dim=args.head_dim,
-                    max_tokens=args.max_tokens, repeats=args.repeats)
-    print(f"FlexAttention vs SDPA, {settings['device_name']}, torch {torch.__version__}, H={args.heads}, "
+    note = progress.partial_note()
+    print((note + "\n\n" if note else "")
+          + f"FlexAttention vs SDPA, {settings['device_name']}, torch {torch.__version__}, H={args.heads}, "
           f"d={args.head_dim}, B = {args.max_tokens} // T, left-padded keys; forward + backward, median of "
-          f"{args.repeats}\n\n" + markdown_table(headers, table))
-    if args.json:
-        from ..common import dump_json
-
-        dump_json(args.json, {"settings": settings, "results": rows})
+          f"{repeats}\n\n" + markdown_table(headers, table))
+    progress.finish()
     return 0

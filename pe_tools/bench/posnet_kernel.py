@@ -135,7 +135,8 @@ def run(args) -> int:
     out = Path(args.json) if args.json else None
     try:
         progress = Progress("pe-bench posnet_kernel", keys, fixed, out, resume=args.resume,
-                            time_budget=args.time_budget, argv=getattr(args, "argv", None), what="blocks")
+                            time_budget=args.time_budget, argv=getattr(args, "argv", None),
+                            started=getattr(args, "started", None), what="blocks")
     except ResumeError as e:
         return fail(str(e))
     steps = {c: setup(c, **shape, device=device) for c in CANDIDATES}

@@ -108,10 +108,12 @@ def run(args) -> int:
     del fixed["threads"]  # requested: threads_requested; used (what torch ran with): threads, from a measurement
     keys = [(size, length, pe) for size in sizes for length in lengths for pe in names]
     order = [(*key, k + 1) for k in range(args.rounds) for key in keys]  # round-robin: round 1 of all, then 2, ...
-    out_json = Path(args.out_dir) / f"{OUT_NAME}.json" if args.out_dir else Path(args.json) if args.json else None
+    # the JSON --resume reads: --json when given (scripts/gpu_benchmarks.sh keeps it, its --out-dir is temporary)
+    out_json = Path(args.json) if args.json else Path(args.out_dir) / f"{OUT_NAME}.json" if args.out_dir else None
     try:
         progress = Progress("pe-bench models", order, fixed, out_json, resume=args.resume,
-                            time_budget=args.time_budget, argv=getattr(args, "argv", None))
+                            time_budget=args.time_budget, argv=getattr(args, "argv", None),
+                            started=getattr(args, "started", None))
     except ResumeError as e:
         return fail(str(e))
     stored = progress.stored.get("settings", {})
