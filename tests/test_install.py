@@ -23,7 +23,7 @@ import pytest
 import pe_testing
 
 REPO = Path(__file__).resolve().parents[1]
-CONSOLE_SCRIPTS = ["pe-prepare", "pe-train", "pe-generate", "pe-record", "pe-report", "pe-evaluate", "pe-average",
+CONSOLE_SCRIPTS = ["pe-prepare", "pe-train", "pe-generate", "pe-record", "pe-report", "pe-queue", "pe-evaluate", "pe-average",
                    "pe-probe", "pe-swap-probe", "pe-bench", "pe-demo", "pe-length"]  # setup.py's entry points
 TORCH_FREE = ("pe_tools.scoring.cli", "pe_tools.data.cli", "pe_tools.naming", "pe_tools.log_noise")
 
