@@ -152,8 +152,8 @@ class Progress:
                 skip = True
             else:
                 argv.append(word)
-        if "--resume" not in argv:
-            argv.append("--resume")
+        if "--resume" not in argv:  # right after the benchmark's name: a trailing REMAINDER flag (--extra) would eat it
+            argv.insert(1 if argv and not argv[0].startswith("-") else 0, "--resume")
         return shlex.join([PROGRAM, *argv])
 
     def finish(self) -> None:

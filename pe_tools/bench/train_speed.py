@@ -11,7 +11,8 @@ square-root schedule, label-smoothed cross-entropy, ``--max-tokens``, no checkpo
 with ``--cpu`` in fp32 (``--fp16`` there adds ``--fp16-no-flatten-grads``). The speed of a row is the median of
 fairseq's own ``wps`` over its ``train_inner`` log records, the first record (warm-up: CUDA context, kernel
 selection, allocator growth) left out; ``ups`` likewise. Rows run in registry order, round-robin over ``--rounds``;
-the fastest round is kept.
+the fastest round is kept. The outputs are rewritten after every run; ``--resume`` and ``--time-budget``:
+docs/benchmarks.md §Partial runs.
 """
 import argparse
 import json
@@ -24,9 +25,10 @@ import sys
 import time
 from pathlib import Path
 
-from ..common import csv_text, fail, int_at_least, write_all_atomic
+from ..common import csv_text, dumps_json, fail, int_at_least, write_all_atomic
 from ..naming import BASELINE, SUFFIX_OF_CLASS as SIZES
 from ..recipes import recipe_names
+from ._progress import Progress, ResumeError, add_args as add_progress_args
 from ._timing import markdown_table
 
 NAME = "train-speed"
@@ -109,7 +111,9 @@ def add_args(parser):
                         help="the data has separate dictionaries: do not pass --share-all-embeddings")
     parser.add_argument("--extra", nargs=argparse.REMAINDER, default=[],
                         help="more fairseq-train arguments, after everything else (give it last)")
-    parser.add_argument("--out-dir", help="write train_speed.json, .csv and .md here")
+    parser.add_argument("--out-dir", help="write train_speed.json, .csv and .md here (rewritten after every run)")
+    parser.add_argument("--json", help="also write the JSON here (what --resume reads when given)")
+    add_progress_args(parser)
 
 
 def run(args) -> int:
@@ -132,38 +136,73 @@ def run(args) -> int:
     names = [pe for pe in [*PE_REGISTRY, STOCK] if pe in wanted]
     keys = [(size, pe) for size in dict.fromkeys(args.sizes) for pe in names]
     started = time.time()
-    runs = {key: [] for key in keys}
-    for k in range(args.rounds):
-        for size, pe in keys:
-            print(f"[train-speed round {k + 1}/{args.rounds}] {size} {pe}", file=sys.stderr, flush=True)
-            runs[size, pe].append(run_one(pe, size, args, device, fp16))
-    results = []
-    for (size, pe), rs in runs.items():
-        best = max(rs, key=lambda r: r["wps"])
-        results.append(dict(pe=pe, size=size, **{k: v for k, v in best.items() if k != "argv"},
-                            wps_rounds=[r["wps"] for r in rs], command="fairseq-train " + " ".join(best["argv"])))
-    for r in results:
-        for ref in (STOCK, BASELINE):
-            base = next(x for x in results if x["size"] == r["size"] and x["pe"] == ref)
-            r[f"wps_to_{ref}"] = r["wps"] / base["wps"]
     settings = dict(data=str(args.data), sizes=list(dict.fromkeys(args.sizes)), encodings=names, device=device,
                     device_name=torch.cuda.get_device_name() if device == "cuda" else platform.processor() or "cpu",
                     fp16=fp16, max_update=args.max_update, max_tokens=args.max_tokens, log_interval=args.log_interval,
                     rounds=args.rounds, recipe=args.recipe, extra=args.extra, torch=torch.__version__,
-                    cuda=torch.version.cuda, python=platform.python_version(),
-                    started=time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
-                    seconds=round(time.time() - started, 1))
-    headers = ["pe", "size", "wps", "to stock", "to sape", "ups", "records", "last loss", "wall s"]
-    rows = [[r["pe"], r["size"], f"{r['wps']:,.0f}", f"{r['wps_to_stock']:.3f}x", f"{r['wps_to_sape']:.3f}x",
-             f"{r['ups']:.2f}", str(r["records"]), f"{r['last_loss']:.3f}", f"{r['wall_s']:.1f}"] for r in results]
-    text = (f"fairseq-train, {args.max_update} updates, --max-tokens {args.max_tokens}, "
-            f"{'fp16' if fp16 else 'fp32'}, {device} ({settings['device_name']}), torch {torch.__version__}; "
-            f"wps = median of fairseq's train_inner wps (first record left out), fastest of {args.rounds} round(s)"
-            f"\n\n" + markdown_table(headers, rows) + "\n")
-    print("\n" + text)
-    if args.out_dir:
-        out = Path(args.out_dir)
-        write_all_atomic({out / "train_speed.json": json.dumps({"settings": settings, "results": results}, indent=1),
-                          out / "train_speed.csv": csv_text(results, skip={"wps_rounds"}),
-                          out / "train_speed.md": "# Training speed: fairseq-train words per second\n\n" + text})
+                    cuda=torch.version.cuda)
+    order = [(size, pe, k + 1) for k in range(args.rounds) for size, pe in keys]
+    out_json = Path(args.json) if args.json else Path(args.out_dir) / "train_speed.json" if args.out_dir else None
+    try:
+        progress = Progress("pe-bench train-speed", order, settings, out_json, resume=args.resume,
+                            time_budget=args.time_budget, argv=getattr(args, "argv", None),
+                            started=getattr(args, "started", None), what="runs")
+    except ResumeError as e:
+        return fail(str(e))
+    first = progress.stored.get("settings", {}).get("started")
+    settings.update(python=platform.python_version(),
+                    started=first or time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)))
+
+    def report():
+        runs = {}
+        for m in progress.measurements():
+            runs.setdefault(tuple(m["key"][:2]), []).append(m)
+        results = []
+        for (size, pe) in keys:
+            if (size, pe) not in runs:
+                continue
+            rs = runs[size, pe]
+            best = max(rs, key=lambda r: r["wps"])
+            results.append(dict(pe=pe, size=size, **{k: v for k, v in best.items() if k not in ("argv", "key")},
+                                wps_rounds=[r["wps"] for r in rs], command="fairseq-train " + " ".join(best["argv"])))
+        for r in results:
+            for ref in (STOCK, BASELINE):
+                base = next((x for x in results if x["size"] == r["size"] and x["pe"] == ref), None)
+                r[f"wps_to_{ref}"] = r["wps"] / base["wps"] if base else None  # None: a partial run
+        headers = ["pe", "size", "wps", "to stock", "to sape", "ups", "records", "last loss", "wall s"]
+        ratio = lambda v: "n/a" if v is None else f"{v:.3f}x"  # noqa: E731
+        rows = [[r["pe"], r["size"], f"{r['wps']:,.0f}", ratio(r["wps_to_stock"]), ratio(r["wps_to_sape"]),
+                 f"{r['ups']:.2f}", str(r["records"]), f"{r['last_loss']:.3f}", f"{r['wall_s']:.1f}"] for r in results]
+        note = progress.partial_note()
+        text = ((f"**{note}**\n\n" if note else "")
+                + f"fairseq-train, {args.max_update} updates, --max-tokens {args.max_tokens}, "
+                f"{'fp16' if fp16 else 'fp32'}, {device} ({settings['device_name']}), torch {torch.__version__}; "
+                f"wps = median of fairseq's train_inner wps (first record left out), fastest of {args.rounds} round(s)"
+                f"\n\n" + markdown_table(headers, rows) + "\n")
+        return results, text
+
+    def write(complete):
+        results, text = report()
+        s = dict(settings, seconds=round(time.time() - started, 1))
+        payload = dumps_json({"settings": s, "complete": complete, "results": results, **progress.json_fields()})
+        files = {}
+        if args.out_dir:
+            out = Path(args.out_dir)
+            files.update({out / "train_speed.json": payload,
+                          out / "train_speed.csv": csv_text(results, skip={"wps_rounds"}) if results else "",
+                          out / "train_speed.md": "# Training speed: fairseq-train words per second"
+                                                  + ("" if complete else " (PARTIAL)") + "\n\n" + text})
+        if args.json:
+            files[Path(args.json)] = payload
+        if files:
+            write_all_atomic(files)
+
+    progress.write = write
+    for size, pe, k in progress.missing():
+        print(f"[train-speed round {k}/{args.rounds}] {size} {pe}", file=sys.stderr, flush=True)
+        progress.add((size, pe, k), run_one(pe, size, args, device, fp16))
+        if progress.stop_now():
+            break
+    print("\n" + report()[1])
+    progress.finish()
     return 0

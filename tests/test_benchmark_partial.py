@@ -1,0 +1,182 @@
+"""pe-bench writes its results as it goes (docs/benchmarks.md §Partial runs): a `pe-bench models` run killed
+(SIGKILL) after some measurements leaves a JSON that loads, says complete: false and holds them; --resume completes
+it to the same (size, length, pe, round) keys as an uninterrupted run, keeping the killed run's measurements as they
+were; --resume with another setting is refused naming it; --time-budget 0 writes one measurement and the command
+that completes the run. The same for posnet_kernel, flex and train-speed at tiny sizes on the CPU."""
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from pe_testing import REPO
+
+MODELS = ["models", "--sizes", "tiny", "--pe", "sape", "nope", "--rounds", "2", "--steps", "1", "--warmup", "0",
+          "--forward-passes", "1", "--vocab", "100", "--lengths", "6", "10", "--max-tokens", "40", "--threads", "1",
+          "--device", "cpu", "--processes", "one"]
+KEYS = {("tiny", n, pe, k) for n in (6, 10) for pe in ("sape", "nope") for k in (1, 2)}
+ENV = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
+# runs pe-bench in this interpreter, and SIGKILLs it when measure_in_process is called for the (N+1)th time: after
+# the discarded warm-up measurement and N - 1 kept ones, each written before the next begins
+KILLER = """
+import os, signal, sys
+from pe_tools.bench.models import cli
+real, calls = cli.measure_in_process, [0]
+def measure(*args, **kwargs):
+    calls[0] += 1
+    if calls[0] > int(os.environ["KILL_AFTER"]):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real(*args, **kwargs)
+cli.measure_in_process = measure
+from pe_tools.bench.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def bench(*args, killer=None):
+    code = ["-c", KILLER] if killer else [str(REPO / "scripts" / "benchmark.py")]
+    env = dict(ENV, KILL_AFTER=str(killer)) if killer else ENV
+    return subprocess.run([sys.executable, *code, *map(str, args)], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+
+
+def keys(data):
+    return {tuple(m["key"]) for m in data["measurements"]}
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    out = tmp_path_factory.mktemp("whole")
+    proc = bench(*MODELS, "--out-dir", out)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads((out / "benchmark.json").read_text())
+
+
+def test_an_uninterrupted_run_is_complete(uninterrupted):
+    assert uninterrupted["complete"] is True and keys(uninterrupted) == KEYS and uninterrupted["missing"] == []
+    assert [(r["pe"], r["length"], len(r["rounds"]["step_wall_s"])) for r in uninterrupted["results"]] == [
+        (pe, n, 2) for n in (6, 10) for pe in ("nope", "sape")]
+
+
+def test_a_killed_run_leaves_its_measurements_and_resume_completes_it(tmp_path, uninterrupted):
+    proc = bench(*MODELS, "--out-dir", tmp_path, killer=4)  # warm-up + 3 measurements, killed in the 4th
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
+    killed = json.loads((tmp_path / "benchmark.json").read_text())
+    assert killed["complete"] is False and (killed["measured"], killed["total"]) == (3, 8)
+    assert keys(killed) == {("tiny", 6, "nope", 1), ("tiny", 6, "sape", 1), ("tiny", 10, "nope", 1)}
+    assert {tuple(k) for k in killed["missing"]} == KEYS - keys(killed)
+    assert not (tmp_path / "benchmark.png").exists()  # the chart waits for a whole run
+    md = (tmp_path / "benchmark.md").read_text()
+    assert "(PARTIAL)" in md and "PARTIAL RESULT: 3 of 8 measurements" in md and "--resume" in md
+    assert [(r["pe"], r["length"]) for r in killed["results"]] == [("nope", 6), ("sape", 6), ("nope", 10)]
+    nope10 = killed["results"][2]
+    assert nope10["forward_ratio"] is None  # sape not measured at L=10 yet
+    assert killed["results"][0]["forward_ratio"] == pytest.approx(
+        killed["results"][0]["forward_s"] / killed["results"][1]["forward_s"])
+
+    proc = bench(*MODELS, "--out-dir", tmp_path, "--resume")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "3 of 8 measurements kept" in proc.stderr and proc.stderr.count("[round ") == 5
+    whole = json.loads((tmp_path / "benchmark.json").read_text())
+    assert whole["complete"] is True and keys(whole) == keys(uninterrupted) == KEYS
+    assert [(r["pe"], r["length"], len(r["rounds"]["step_wall_s"])) for r in whole["results"]] == [
+        (r["pe"], r["length"], 2) for r in uninterrupted["results"]]
+    before = {tuple(m["key"]): m for m in killed["measurements"]}
+    assert all(m == before[tuple(m["key"])] for m in whole["measurements"] if tuple(m["key"]) in before)  # kept
+    assert (tmp_path / "benchmark.png").read_bytes()[:4] == b"\x89PNG" and "PARTIAL" not in (
+        tmp_path / "benchmark.md").read_text()
+    assert len(whole["settings"]["resumed"]) == 1  # the killed part's start
+
+
+@pytest.mark.parametrize("flag, value, name", [("--vocab", 200, "vocab"), ("--lengths", 6, "lengths"),
+                                               ("--rounds", 3, "rounds")])
+def test_resume_with_another_setting_is_refused_naming_it(uninterrupted, tmp_path, flag, value, name):
+    (tmp_path / "benchmark.json").write_text(json.dumps(uninterrupted))
+    args = list(MODELS)
+    i = args.index(flag)
+    args[i + 1:i + 1 + (2 if flag == "--lengths" else 1)] = [str(value)]
+    proc = bench(*args, "--out-dir", tmp_path, "--resume")
+    assert proc.returncode == 2 and f"measured with {name} = " in proc.stderr, proc.stderr[-2000:]
+    assert json.loads((tmp_path / "benchmark.json").read_text()) == uninterrupted  # left as it was
+
+
+def test_time_budget_zero_writes_one_measurement_and_the_resume_command(tmp_path):
+    out = tmp_path / "b.json"
+    proc = bench(*MODELS, "--json", out, "--time-budget", 0)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads(out.read_text())
+    assert data["complete"] is False and keys(data) == {("tiny", 6, "nope", 1)}
+    line = next(line for line in proc.stdout.splitlines() if line.startswith("pe-bench models: incomplete"))
+    assert "1 of 8 measurements done, 7 missing" in line
+    hint = line.split("Complete it with: ")[1]
+    assert hint.startswith("pe-bench models --resume ") and f"--json {out}" in hint and "--time-budget" not in hint
+    proc = bench(*hint.split()[1:])  # the hint, as printed, completes the run
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert keys(json.loads(out.read_text())) == KEYS and json.loads(out.read_text())["complete"] is True
+
+
+def test_resume_needs_an_output(tmp_path):
+    proc = bench(*MODELS, "--resume")
+    assert proc.returncode == 2 and "--resume needs the output" in proc.stderr
+
+
+def test_posnet_kernel_time_budget_then_resume(tmp_path):
+    out = tmp_path / "pk.json"
+    args = ["posnet_kernel", "--device", "cpu", "--batch", 3, "--length", 5, "--dim", 16, "--posnet-dim", 4,
+            "--lmax", 8, "--repeats", 2, "--warmup", 1, "--rounds", 2, "--threads", 1, "--json", out]
+    proc = bench(*args, "--time-budget", 0)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads(out.read_text())
+    assert data["complete"] is False and keys(data) == {("time", "released", 1)}
+    assert list(data["median_wall_s"]) == ["released"] and "PARTIAL RESULT" in proc.stdout
+    proc = bench(*args, "--resume")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads(out.read_text())
+    assert data["complete"] is True and len(data["measurements"]) == 3 * 2 + 3
+    assert set(data["median_wall_s"]) == set(data["peak_bytes"]) == {"released", "bmm", "bmm-leftpad"}
+    proc = bench(*[("7" if a == 5 else a) for a in args], "--resume")  # another --length
+    assert proc.returncode == 2 and "measured with length = 5" in proc.stderr
+
+
+def test_flex_time_budget_then_resume(tmp_path):
+    out = tmp_path / "flex.json"
+    args = ["flex", "--device", "cpu", "--lengths", 9, 12, "--max-tokens", 27, "--json", out]
+    proc = bench(*args, "--time-budget", 0)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads(out.read_text())
+    assert data["complete"] is False and [(r["bias"], r["T"]) for r in data["results"]] == [("t5", 9)]
+    assert "pe-bench flex --resume --device cpu" in proc.stdout
+    proc = bench(*args, "--resume")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads(out.read_text())
+    assert data["complete"] is True and [(r["bias"], r["T"]) for r in data["results"]] == [
+        ("t5", 9), ("alibi", 9), ("t5", 12), ("alibi", 12)]
+
+
+def test_train_speed_writes_each_run_and_resumes(tmp_path, monkeypatch):
+    """train-speed's loop with fairseq-train replaced by a stand-in (its real runs: test_benchmark_train_speed)."""
+    from pe_tools.bench import train_speed
+    from pe_tools.bench.cli import main
+
+    (tmp_path / "dict.en.txt").write_text("a 1\n")
+    ran = []
+
+    def fake(pe, size, args, device, fp16):
+        ran.append(pe)
+        return dict(wps=100.0 * len(ran), ups=1.0, records=2, last_loss=5.0, last_update=6, wall_s=1.0,
+                    argv=["DATA", "--arch", pe])
+
+    monkeypatch.setattr(train_speed, "run_one", fake)
+    args = ["train-speed", "--data", str(tmp_path), "--sizes", "tiny", "--pe", "t5", "--device", "cpu",
+            "--out-dir", str(tmp_path / "out")]
+    assert main([*args, "--time-budget", "0"]) == 0
+    data = json.loads((tmp_path / "out" / "train_speed.json").read_text())
+    assert data["complete"] is False and keys(data) == {("tiny", "sape", 1)} and ran == ["sape"]
+    assert data["results"][0]["wps_to_stock"] is None  # stock not run yet
+    assert "(PARTIAL)" in (tmp_path / "out" / "train_speed.md").read_text()
+    assert main([*args, "--resume"]) == 0
+    data = json.loads((tmp_path / "out" / "train_speed.json").read_text())
+    assert data["complete"] is True and ran == ["sape", "t5", "stock"]
+    assert [(r["pe"], r["wps_to_stock"]) for r in data["results"]] == [("sape", 1 / 3), ("t5", 2 / 3), ("stock", 1)]
