@@ -173,3 +173,17 @@ def test_agreement_maps_a_renamed_system(tmp_path):
     assert row["n"] == 4 and row["kendall_tau"] == pytest.approx(4 / 6) and row["systems"] == ["a", "b", "c", "d"]
     with pytest.raises(SystemExit):
         agreement.main(argv + ["--rename", "b_old"])
+
+
+def test_a_misspelt_method_gets_the_closest_names(capsys):
+    assert launch.main(["train", "posnet_embd", "--recipe", "multi30k", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown method 'posnet_embd'; did you mean posnet_embed," in err and "Valid methods: " in err
+
+
+def test_train_help_lists_the_methods(capsys):
+    with pytest.raises(SystemExit):
+        launch.main(["train", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    for recipe in ("multi30k", "wmt14"):
+        assert f"{recipe}: " + ", ".join(load_table(recipe)["method"]) in out

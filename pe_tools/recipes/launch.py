@@ -53,7 +53,8 @@ def main(argv=None, progs=None) -> int:
     named = {cmd: {"prog": prog} for cmd, prog in progs.items()}
     recipes, pairs = recipe_names(), all_pairs()
     t = sub.add_parser("train", help="train one method (flags after -- go to fairseq-train)", **named.get("train", {}))
-    t.add_argument("method")
+    t.add_argument("method", help="a method of the recipe's table; " + "; ".join(
+        f"{r}: {', '.join(load_table(r)['method'])}" for r in recipes))
     t.add_argument("--recipe", default="wmt14", help="pe_tools/recipes/RECIPE/methods.toml: " + ", ".join(recipes))
     t.add_argument("--pair", choices=pairs, default="en-de", help="a language pair of the recipe's table")
     t.add_argument("--size", help=f"a size of the recipe ({size_help()}); default: the recipe's default_size, "

@@ -1,6 +1,7 @@
 """pe-train: one method of a recipe's methods table as one fairseq-train command, run in its run directory
 RUNS/METHOD.PAIR.SIZE.seedN (checkpoints, train.log with all output, the resolved command as command.txt and
 command.json); re-running the same command resumes from its checkpoint_last.pt."""
+import difflib
 import json
 import os
 import shlex
@@ -80,7 +81,9 @@ def train_argv(table, method, pair, size, seed, data, run_dir, gpus=1, extra=())
     """The fairseq-train argv of one run; raises ValueError naming the valid choices."""
     methods, sizes = table["method"], table["size"]
     if method not in methods:
-        raise ValueError(f"unknown method {method!r}; valid methods: {', '.join(methods)}")
+        close = difflib.get_close_matches(method, list(methods), n=3, cutoff=0.6)
+        raise ValueError(f"unknown method {method!r}" + (f"; did you mean {', '.join(close)}?" if close else "")
+                         + f" Valid methods: {', '.join(methods)}")
     check_pair(table, pair)
     resolved = size_entry(table, size) if size in sizes else {"arch": {}}
     if pair not in resolved["arch"]:
