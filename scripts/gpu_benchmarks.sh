@@ -3,15 +3,20 @@
 # installed (the offline wheels: docs/benchmarks.md §Offline install); it installs nothing.
 #   scripts/gpu_benchmarks.sh OUTDIR [DATA]
 # OUTDIR receives at most 8 files:
-#   models.md, models.json   pe-bench models: base, L = 20 50 100 200, --max-tokens 4096, fp16, one process, 3 rounds
+#   models.md, models.json   pe-bench models: base, L = 20 50 100 200, --max-tokens 4096, fp16, one process, 2 rounds
 #   fp16.json                pe-bench fp16: every encoding's fp16 fast path against its fp32 reference
-#   posnet_kernel.json       pe-bench posnet_kernel
-#   flex.json                pe-bench flex: FlexAttention vs SDPA for T5 and ALiBi
+#   posnet_kernel.json       pe-bench posnet_kernel --device cuda --quick
+#   flex.json                pe-bench flex --quick: FlexAttention vs SDPA for T5 and ALiBi at L = 50 200
 #   train_speed.json         pe-bench train-speed on DATA (a fairseq-preprocess'd folder with a joined dictionary),
 #                            tiny models, 300 updates each, fp16 (skipped without DATA)
 #   log.txt                  everything printed, with the time each step took
 #   other.tar.gz             every further file (charts, CSVs, the markdown of each benchmark)
-# About 8 minutes on one H100. PYTHON=python3 by default; steps that fail are reported and the others still run.
+# Each step has its own --time-budget (seconds, the variables below; BUDGET_SCALE=2 doubles them all) and writes
+# its JSON after every measurement, so a step never eats the next one's time and a killed script keeps what it
+# measured. Run the same command again with the same OUTDIR and every JSON that says complete: false is resumed
+# (--resume), complete ones are left alone: a run too long for one device call finishes over several. Budgets sum
+# to 320 s; with the interpreters' start-up about 6 minutes on one H100 (estimated from the step times seen there,
+# not measured as a whole). PYTHON=python3 by default; steps that fail are reported and the others still run.
 set -uo pipefail
 if [ $# -lt 1 ] || [ $# -gt 2 ]; then
   echo "usage: $0 OUTDIR [DATA]" >&2
@@ -25,7 +30,7 @@ out=$(cd "$out" && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 log=$out/log.txt
-: > "$log"
+[ -f "$log" ] && echo "=== resumed $(date)" >> "$log" || : > "$log"
 failed=()
 export PYTHONWARNINGS=ignore
 
@@ -48,22 +53,47 @@ print("python", platform.python_version(), "torch", torch.__version__, "CUDA", t
       "fairseq", fairseq.__version__, "device", torch.cuda.get_device_name())
 EOF
 bench=("$PY" "$repo/scripts/benchmark.py")
+scale=${BUDGET_SCALE:-1}
+budget() { echo $(( $1 * scale )); }
 
-step models "${bench[@]}" models --device cuda --fp16 --sizes base --lengths 20 50 100 200 --max-tokens 4096 \
-  --rounds 3 --processes one --out-dir "$work/models"
-step fp16 "${bench[@]}" fp16 --device cuda --size base --json "$out/fp16.json"
-step posnet_kernel "${bench[@]}" posnet_kernel --json "$out/posnet_kernel.json"
-step flex "${bench[@]}" flex --device cuda --json "$out/flex.json"
+# resumable STEP JSON: "skip" when JSON is complete, "--resume" when it holds a partial run, "" when absent
+resumable() {
+  [ -f "$1" ] || { echo ""; return; }
+  "$PY" -c 'import json, sys; print("skip" if json.load(open(sys.argv[1])).get("complete", True) else "--resume")' "$1" \
+    2>/dev/null || echo ""
+}
+bstep() {  # bstep NAME JSON COMMAND...: step, resumed or skipped after resumable JSON
+  local name=$1 json=$2; shift 2
+  local how; how=$(resumable "$json")
+  if [ "$how" = skip ]; then
+    echo "=== $name: $json is complete; skipped" | tee -a "$log"
+    return
+  fi
+  step "$name" "$@" $how
+}
+
+bstep models "$out/models.json" "${bench[@]}" models --device cuda --fp16 --sizes base --lengths 20 50 100 200 \
+  --max-tokens 4096 --rounds 2 --processes one --out-dir "$work/models" --json "$out/models.json" \
+  --time-budget "$(budget 170)"
+bstep fp16 "$out/fp16.json" "${bench[@]}" fp16 --device cuda --size base --json "$out/fp16.json" \
+  --time-budget "$(budget 45)"
+bstep posnet_kernel "$out/posnet_kernel.json" "${bench[@]}" posnet_kernel --device cuda --quick \
+  --json "$out/posnet_kernel.json" --time-budget "$(budget 20)"
+bstep flex "$out/flex.json" "${bench[@]}" flex --device cuda --quick --json "$out/flex.json" \
+  --time-budget "$(budget 45)"
 if [ -n "$data" ]; then
-  step train_speed "${bench[@]}" train-speed --data "$data" --device cuda --fp16 --sizes tiny --max-update 300 \
-    --max-tokens 4096 --log-interval 50 --out-dir "$work/train_speed"
+  bstep train_speed "$out/train_speed.json" "${bench[@]}" train-speed --data "$data" --device cuda --fp16 \
+    --sizes tiny --max-update 300 --max-tokens 4096 --log-interval 50 --out-dir "$work/train_speed" \
+    --json "$out/train_speed.json" --time-budget "$(budget 40)"
 else
   echo "=== train_speed: skipped (no DATA argument)" | tee -a "$log"
 fi
+incomplete=$(cd "$out" && for f in *.json; do [ "$(resumable "$f")" = --resume ] && echo "${f%.json}"; done)
+if [ -n "$incomplete" ]; then
+  echo "incomplete (time budget): $(echo $incomplete); run $0 $* again to resume them" | tee -a "$log"
+fi
 
 [ -f "$work/models/benchmark.md" ] && cp "$work/models/benchmark.md" "$out/models.md"
-[ -f "$work/models/benchmark.json" ] && cp "$work/models/benchmark.json" "$out/models.json"
-[ -f "$work/train_speed/train_speed.json" ] && cp "$work/train_speed/train_speed.json" "$out/train_speed.json"
 rm -f "$work/models/benchmark.md" "$work/models/benchmark.json" "$work/train_speed/train_speed.json"
 (cd "$work" && find . -type f | grep -q . && tar -czf "$out/other.tar.gz" .)
 echo "wrote $(ls "$out" | wc -l) files to $out; failed: ${failed[*]:-none}" | tee -a "$log"

@@ -10,12 +10,15 @@ the share of argmax tokens that agree, and the relative difference of the gradie
 summed log-likelihood of the targets) over all parameters. fp16 has a 2^-11 unit roundoff; a 6-layer model
 accumulates it, so the check passes when log-probabilities agree within ``--tolerance`` (default 0.05) and the
 gradients within 5 %. On a CPU, half-precision kernels may be missing or slow: the check is meant for a GPU.
+Each encoding's row is written to ``--json`` as it is checked; ``--resume`` and ``--time-budget``:
+docs/benchmarks.md §Partial runs.
 """
 import argparse
 import sys
 
-from ..common import dump_json
+from ..common import dump_json, fail
 from ..naming import SUFFIX_OF_CLASS as SIZES
+from ._progress import Progress, ResumeError, add_args as add_progress_args
 
 NAME = "fp16"
 HELP = "fp16 against the fp32 reference: every encoding's fast attention path in half precision"
@@ -64,7 +67,8 @@ def add_args(parser):
     parser.add_argument("--vocab", type=int, default=1000)
     parser.add_argument("--tolerance", type=float, default=0.05, help="largest log-probability difference allowed")
     parser.add_argument("--methods", nargs="+", default=None, choices=list(PE_REGISTRY), metavar="PE")
-    parser.add_argument("--json", default=None, help="also write the rows to this JSON file")
+    parser.add_argument("--json", default=None, help="also write the rows to this JSON file (after every encoding)")
+    add_progress_args(parser)
 
 
 def run(args) -> int:
@@ -78,21 +82,41 @@ def run(args) -> int:
 
     logging.getLogger("fairseq").setLevel(logging.WARNING)  # one model summary per build is noise here
     logging.getLogger("pe_plugin").setLevel(logging.WARNING)
-    rows, failed = [], []
+    settings = {k: v for k, v in vars(args).items() if k in SETTINGS}
+    fixed = dict(settings, methods=list(args.methods or PE_REGISTRY), torch=torch.__version__,
+                 device_name=torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu")
+    fixed.pop("json", None)
+    try:
+        progress = Progress("pe-bench fp16", [(pe,) for pe in fixed["methods"]], fixed, args.json,
+                            resume=args.resume, time_budget=args.time_budget, argv=getattr(args, "argv", None),
+                            started=getattr(args, "started", None), what="encodings")
+    except ResumeError as e:
+        return fail(str(e))
+
+    def write(complete):
+        if args.json:
+            rows = [{k: v for k, v in m.items() if k != "key"} for m in progress.measurements()]
+            dump_json(args.json, {"settings": dict(fixed, json=args.json), "complete": complete, "rows": rows,
+                                  **progress.json_fields()})
+
+    progress.write = write
     print(f"fp16 (auto) vs fp32 (reference): device {args.device} "
-          f"({torch.cuda.get_device_name() if args.device.startswith('cuda') else 'cpu'}), torch {torch.__version__}, "
+          f"({fixed['device_name']}), torch {torch.__version__}, "
           f"size {args.size}, batch {args.batch}, lengths {shortest_length(args.length)}-{args.length}, vocab {args.vocab}")
     print("| pe | max abs log-prob diff | argmax agreement | gradient rel. diff | ok |\n|---|---|---|---|---|")
-    for pe in args.methods or PE_REGISTRY:
-        row = compare(pe, args.size, args.batch, args.length, args.vocab, args.device)
-        row["ok"] = row["max_abs_lprob_diff"] <= args.tolerance and row["grad_rel_diff"] <= 0.05
-        rows.append(row)
-        failed += [] if row["ok"] else [pe]
+    for pe in fixed["methods"]:
+        if progress.has((pe,)):
+            row = progress.get((pe,))
+        else:
+            row = compare(pe, args.size, args.batch, args.length, args.vocab, args.device)
+            row["ok"] = row["max_abs_lprob_diff"] <= args.tolerance and row["grad_rel_diff"] <= 0.05
+            progress.add((pe,), row)
         print(f"| {pe} | {row['max_abs_lprob_diff']:.4f} | {row['argmax_agreement']:.4f} | "
               f"{row['grad_rel_diff']:.4f} | {'yes' if row['ok'] else 'NO'} |", flush=True)
-    if args.json:
-        settings = {k: v for k, v in vars(args).items() if k in SETTINGS}
-        dump_json(args.json, {"settings": settings, "rows": rows})
+        if progress.stop_now():
+            break
+    failed = [m["pe"] for m in progress.measurements() if not m["ok"]]
+    progress.finish()
     if failed:
         print(f"fp16 differs from fp32 beyond the tolerance for: {', '.join(failed)}", file=sys.stderr)
     return 1 if failed else 0
