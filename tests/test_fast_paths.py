@@ -273,6 +273,31 @@ def test_rpe_training_step_scatters_nothing(data_bin, extra):
         shaw.buckets_to_pairs = original
 
 
+@pytest.mark.parametrize("pe,extra", [("t5", []), ("at5", []), ("at5", ["--at5-all-layers"])],
+                         ids=["t5", "at5", "at5-all-layers"])
+def test_distance_bias_training_step_scatters_nothing(data_bin, monkeypatch, pe, extra):
+    """T5's table and AT5's per-distance MLP reach the (Tq,Tk) bias by strided views and a one-hot product: no
+    index_put (accumulating in backward), gather or scatter in forward or backward. Negative control: the indexed
+    equation (positions given as values take it) is caught."""
+    from pe_plugin.encodings.base import Positions
+
+    def step(model, sample):
+        net = sample["net_input"]
+        log = OpLog()
+        with log:
+            logits, _ = model(net["src_tokens"], net["src_lengths"], net["prev_output_tokens"])
+            logits.sum().backward()
+        return log.ops
+
+    task, model, _ = pe_testing.build_model(data_bin, f"transformer_{pe}_wmt_en_de", SMALL + extra)
+    model.train()
+    sample = pe_testing.batch(task, "train", n=6)
+    ops = step(model, sample)
+    assert ops["as_strided"] > 0 and not set(ops) & ATOMIC_OPS, set(ops) & ATOMIC_OPS
+    monkeypatch.setattr(Positions, "columns", property(lambda self: False))  # the indexed path
+    assert "index_put" in step(model, sample)
+
+
 def test_half_precision_rpe_step_keeps_one_copy_of_the_probabilities(data_bin):
     """Under float16 the explicit path (Shaw's value term) keeps the probabilities for backward once, in float16:
     no float32 (B,H,Tq,Tk) tensor and one (B,H,Tq,Tk) storage per layer at most."""

@@ -20,7 +20,8 @@ import pe_testing
 from pe_testing import logit_bias
 from pe_plugin.encodings import PE_REGISTRY
 from pe_plugin.encodings.base import Dims, Positions
-from pe_plugin.encodings.relative import clipped_index, distinct_offsets, t5_bucket
+from pe_plugin.encodings.relative import (call_offsets, clip_to_offsets, clipped_index, distinct_offsets,
+                                          offsets_to_pairs, t5_bucket)
 from pe_plugin.modules import pe_attention
 from pe_plugin.modules.pe_attention import PEAttention
 
@@ -185,6 +186,57 @@ def test_clipping_and_distinct_offsets():
     assert torch.equal(clipped_index(torch.arange(-6, 7), 2), torch.tensor([0] * 5 + [1, 2, 3] + [4] * 5))
     offsets, index = distinct_offsets(rel)
     assert torch.equal(offsets[index], rel) and offsets.tolist() == list(range(-8, 6))
+
+
+# (Tq, Tk): full passes, decoding steps (one query, the last key), and Tk > Tq
+CALL_SHAPES = [(12, 12), (5, 5), (1, 9), (1, 1), (3, 8), (15, 15)]
+
+
+@pytest.mark.parametrize("tq,tk", CALL_SHAPES)
+def test_offsets_to_pairs_is_the_gather_by_distance_and_its_adjoint(tq, tk):
+    """The strided view of a per-distance vector against indexing it with j - i, in float64, values and gradients
+    (the view's backward sums the diagonals); the clipping of Shaw / T5 against ``clipped_index``."""
+    torch.manual_seed(0)
+    pos = Positions.from_mask(None, tq, tk, "cpu")
+    offsets, index = distinct_offsets(pos.rel)  # (W,), (Tq,Tk)
+    assert pos.columns and torch.equal(call_offsets(tq, tk, "cpu"), offsets)
+    v = torch.randn(2, 3, tq + tk - 1, dtype=torch.double, requires_grad=True)  # (..., W)
+    w = torch.randn(2, 3, tq, tk, dtype=torch.double)
+    out, ref = offsets_to_pairs(v, tq), v[..., index]
+    torch.testing.assert_close(out, ref, rtol=0, atol=0)
+    torch.testing.assert_close(torch.autograd.grad((out * w).sum(), v)[0], torch.autograd.grad((ref * w).sum(), v)[0],
+                               rtol=1e-12, atol=1e-12)
+    for k in (0, 1, 3, 20):  # clip(r, -k, k): tails on both sides, one side, none
+        r = torch.randn(2, 2 * k + 1, dtype=torch.double, requires_grad=True)
+        out, ref = clip_to_offsets(r, tq, tk, k), r[..., clipped_index(offsets, k)]
+        torch.testing.assert_close(out, ref, rtol=0, atol=0)
+        g = torch.randn_like(ref)
+        torch.testing.assert_close(torch.autograd.grad((out * g).sum(), r)[0],
+                                   torch.autograd.grad((ref * g).sum(), r)[0], rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("side", ["encoder", "decoder"])
+@pytest.mark.parametrize("name,overrides", [("t5", dict(t5_num_buckets=8, t5_max_distance=6)), ("t5", {}),
+                                            ("at5", {})], ids=["t5_small", "t5", "at5"])
+@pytest.mark.parametrize("tq,tk", CALL_SHAPES)
+def test_strided_position_bias_equals_the_indexed_equation(name, overrides, side, tq, tk):
+    """T5 and AT5 on positions made from a mask (strided views, a one-hot product: no index, so no index_put in
+    backward) against the same positions given as values (``E[bucket(rel)]``, the MLP gathered per pair), in
+    float64: the bias and the gradients of every parameter. Lengths beyond T5's max distance reach its tails."""
+    pe = make_pe(name, side, **overrides).double()
+    columns = Positions.from_mask(None, tq, tk, "cpu")
+    values = Positions(torch.arange(tk - tq, tk)[None], torch.arange(tk)[None])
+    assert columns.columns and not values.columns and torch.equal(columns.rel, values.rel)
+    torch.manual_seed(1)
+    w = torch.randn(1, H, tq, tk, dtype=torch.double)
+    biases, grads = [], []
+    for pos in (columns, values):
+        bias = pe.position_bias(pos)
+        biases.append(bias)
+        grads.append(torch.autograd.grad((bias * w).sum(), list(pe.parameters())))
+    torch.testing.assert_close(biases[0], biases[1], rtol=1e-12, atol=1e-12)
+    for g, ref in zip(*grads):
+        torch.testing.assert_close(g, ref, rtol=1e-10, atol=1e-12)
 
 
 # ---- module level -------------------------------------------------------------------------------------

@@ -11,11 +11,12 @@ loads with that old divisor, so that it computes what it was trained to. With r 
     r <= 0 (left, or self):     f = 1 - exp(b_h r),    bias = g-_h(f)
     g(f) = W3 sigmoid(W2 drop(sigmoid(W1 f + c1)) + c2) + c3,  1 -> l1 (32) -> l2 (4) -> 1, dropout 0.5
 f runs from 0 (r = 0) to 1 (far keys), so the bias saturates at g(1). The MLPs run once on the distinct
-offsets of the call (2T-1 of them in a full pass, t+1 at decoding step t) and are gathered to (1,H,Tq,Tk),
-so the bias is also right at every beam-search step (the official code broadcasts the distance-0 value
-there, docs/encodings.md §D8). Dropout masks are per offset rather than per (i, j). The decoder is causal and
-builds only g- (its g+ would never be used). Init as the official code: kernels truncated N(0, 0.1), biases
-0.1. Layer 0 only as the official code, or every layer with --at5-all-layers (recomputed per layer).
+offsets of the call (2T-1 of them in a full pass, t+1 at decoding step t) and are laid out as (1,H,Tq,Tk) by a
+strided view (``relative.offsets_to_pairs``; its backward sums the diagonals: no index_put, no atomic adds), and
+each offset takes its side's MLP by ``where`` (no gather), so the bias is also right at every beam-search step
+(the official code broadcasts the distance-0 value there, docs/encodings.md §D8). Dropout masks are per offset
+rather than per (i, j). The decoder is causal and builds only g- (its g+ would never be used). Init as the
+official code: kernels truncated N(0, 0.1), biases 0.1. Layer 0 only as the official code, or every layer with --at5-all-layers (recomputed per layer).
 """
 import logging
 from dataclasses import dataclass, field
@@ -27,7 +28,7 @@ from torch import nn
 
 from . import register_pe
 from .base import PositionalEncoding
-from .relative import distinct_offsets
+from .relative import call_offsets, distinct_offsets, offsets_to_pairs
 
 logger = logging.getLogger(__name__)
 OFFICIAL_MAX_LENGTH = 256  # the official trainer's default max_length, by which it divides the slopes
@@ -101,21 +102,26 @@ class AdaptiveT5Bias(PositionalEncoding):
 
     def offset_bias(self, r: torch.Tensor) -> torch.Tensor:
         """The bias of each distance r: (R,) long -> (H, R)."""
-        right = r > 0  # (R,)
-        side = right.long() if self.slope.size(0) == 2 else torch.zeros_like(r)
-        slope = torch.relu(self.slope) / self.slope_scale.to(self.slope.dtype)  # (S,H,1)
-        f = 1 - torch.exp(-slope * r.abs().to(slope.dtype))  # (S,H,R); f of every side at every offset
-        x = f.unsqueeze(-1)  # (S,H,R,1)
-        x = self.dropout(torch.sigmoid(x @ self.w1 + self.c1))  # (S,H,R,l1)
-        x = torch.sigmoid(x @ self.w2 + self.c2)  # (S,H,R,l2)
-        g = (x @ self.w3 + self.c3).squeeze(-1)  # (S,H,R)
-        g = g.gather(0, side.view(1, 1, -1).expand(1, g.size(1), -1))[0]  # (H,R): g+ for r > 0, else g-
-        return g.masked_fill(right, 0) if self.slope.size(0) == 1 else g  # causal: future keys are masked
+        s, h = self.slope.shape[:2]
+        scaled = r.abs().to(self.slope.dtype).div(self.slope_scale).neg()  # -|r| / L_max, a constant (R,)
+        f = 1 - torch.exp(torch.relu(self.slope) * scaled)  # (S,H,R); f of every side at every offset
+        # the MLP, its matrix products batched over (side, head): (S*H, R, width)
+        x = torch.addcmul(self.c1, f.unsqueeze(-1), self.w1)  # W1 f + c1: an outer product, (S,H,R,1)(S,H,1,l1)
+        x = self.dropout(torch.sigmoid(x)).view(s * h, -1, self.w1.size(-1))  # (S,H,R,l1) -> (S*H,R,l1)
+        x = torch.sigmoid(torch.baddbmm(self.c2.view(s * h, 1, -1), x, self.w2.view(s * h, *self.w2.shape[2:])))
+        g = torch.baddbmm(self.c3.view(s * h, 1, 1), x, self.w3.view(s * h, -1, 1)).view(s, h, -1)  # (S,H,R)
+        # each offset's side, a constant (S,1,R): g- for r <= 0, g+ for r > 0; causal (S = 1): future keys get 0
+        # (they are masked). A product and a sum rather than a gather (whose backward scatters)
+        side = torch.stack([r <= 0, r > 0])[:s].unsqueeze(1).to(g.dtype)
+        return (g * side).sum(0)  # (H,R)
 
     def position_bias_is_shared(self):
         # with --at5-all-layers each layer draws its own MLP dropout in training, as the reference path does
         return not (self.training and self.dropout.p > 0)
 
     def position_bias(self, pos):
-        r, index = distinct_offsets(pos.rel)  # (R,), (Tq,Tk)
-        return self.offset_bias(r)[:, index].unsqueeze(0)  # (H,R) -> (1,H,Tq,Tk)
+        if not pos.columns:  # positions given as values (tests, direct calls): gathered
+            r, index = distinct_offsets(pos.rel)  # (R,), (Tq,Tk)
+            return self.offset_bias(r)[:, index].unsqueeze(0)  # (H,R) -> (1,H,Tq,Tk)
+        r = call_offsets(pos.tq, pos.tk, pos.device)  # (W,) -(Tk-1)..Tq-1
+        return offsets_to_pairs(self.offset_bias(r), pos.tq).unsqueeze(0)  # (H,W) -> (H,Tq,Tk) view -> (1,H,Tq,Tk)

@@ -78,6 +78,9 @@ class Positions:
     Host facts, known without reading the device:
     bound:  every position is below it (the padded key length for positions made from a mask)
     start:  when q is one range start..start+Tq-1 shared by every row (no padding), its start; else None
+    columns: True for positions made from a padding mask: the queries are then the last Tq of the Tk keys and
+            ``rel`` is their column difference, so its W = Tq + Tk - 1 distances are -(Tk-1)..Tq-1 in order (a
+            function of the distance is a strided view, ``relative.offsets_to_pairs``); False for given values
 
     Positions made from a padding mask (``from_mask``, ``for_tokens``) compute q and k lazily, so encodings
     that read only ``rel`` (T5, ALiBi, RPE) never pay for them.
@@ -150,6 +153,10 @@ class Positions:
         if self._bound is None:
             self._bound = int(self.q.max()) + 1 if self.q.numel() else 0
         return self._bound
+
+    @property
+    def columns(self) -> bool:
+        return self._shape is not None
 
     @property
     def rel(self) -> torch.Tensor:

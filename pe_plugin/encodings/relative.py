@@ -42,6 +42,11 @@ def t5_bucket(rel: torch.Tensor, bidirectional: bool, num_buckets: int = 32, max
     return offset + torch.where(n < exact, n, log_bucket)
 
 
+def call_offsets(tq: int, tk: int, device) -> torch.Tensor:
+    """(W,) the distances -(Tk-1)..Tq-1 of a self-attention call (queries the last Tq of Tk keys), in order."""
+    return torch.arange(1 - tk, tq, device=device)
+
+
 def distinct_offsets(rel: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     """The distinct distances of ``rel`` (a ``Positions.rel``) as a contiguous range, and each pair's index.
 
@@ -86,12 +91,18 @@ def _skew(rel_layout: torch.Tensor, tq: int, tk: int) -> torch.Tensor:
                                  rel_layout.storage_offset() + tq - 1)
 
 
+def clip_to_offsets(r: torch.Tensor, tq: int, tk: int, k: int) -> torch.Tensor:
+    """out[..., m] = r[..., clip(m - (Tk-1), -k, k) + k] for r (...,2k+1): (...,W), the W = Tq + Tk - 1 distances
+    of a (Tq,Tk) call in order (the rel layout's columns); an expand and a cat, so its backward sums the tails."""
+    left, lo, hi, right = _bucket_split(tq, tk, k)
+    parts = [r[..., :1].expand(*r.shape[:-1], left), r[..., lo:hi], r[..., 2 * k:].expand(*r.shape[:-1], right)]
+    return torch.cat(parts, dim=-1)  # [r_0 repeated, r_lo..r_hi-1, r_2k repeated]  (...,W)
+
+
 def buckets_to_pairs_raw(r: torch.Tensor, tk: int, k: int) -> torch.Tensor:
     """out[..., i, j] = r[..., i, clip(j - i, -k, k) + k] for r (...,Tq,2k+1): (...,Tq,Tk), without autograd."""
     tq = r.size(-2)
-    left, lo, hi, right = _bucket_split(tq, tk, k)
-    parts = [r[..., :1].expand(*r.shape[:-1], left), r[..., lo:hi], r[..., 2 * k:].expand(*r.shape[:-1], right)]
-    return _skew(torch.cat(parts, dim=-1), tq, tk)  # (...,Tq,W) -> (...,Tq,Tk), a strided view
+    return _skew(clip_to_offsets(r, tq, tk, k), tq, tk)  # (...,Tq,W) -> (...,Tq,Tk), a strided view
 
 
 def pairs_to_buckets_raw(a: torch.Tensor, k: int, dtype=None) -> torch.Tensor:
@@ -149,3 +160,32 @@ def buckets_to_pairs(r: torch.Tensor, tk: int, k: int) -> torch.Tensor:
 def pairs_to_buckets(a: torch.Tensor, k: int, dtype=None) -> torch.Tensor:
     """(...,Tq,Tk) per-pair weights -> (...,Tq,2k+1) their sums per bucket, in ``dtype`` (default a's)."""
     return PairsToBuckets.apply(a, k, dtype or a.dtype)
+
+
+# ---- a function of the distance alone (T5, AT5): one value per distance, the same in every row --------------
+# With v (...,W) indexed by m = r + Tk - 1 (the rel layout's column), every row of the (Tq,W) layout is v, so
+#     pairs[i, j] = v[j - i + Tq - 1]:  v expanded to (...,Tq,W), made contiguous, seen through ``_skew``
+# (a Toeplitz matrix; a strided view of v alone would need a negative stride). Its adjoint sums each diagonal of
+# a (...,Tq,Tk) tensor: written into the rel layout through the same view and summed over the rows.
+class OffsetsToPairs(torch.autograd.Function):
+    """A per-distance vector as its (Tq,Tk) pair matrix: backward sums the diagonals (no index_put)."""
+
+    @staticmethod
+    def forward(ctx, v, tq: int):
+        w = v.size(-1)
+        ctx.tq = tq
+        layout = v.unsqueeze(-2).expand(*v.shape[:-1], tq, w).contiguous()  # (...,Tq,W): every row v
+        return _skew(layout, tq, w - tq + 1)  # (...,Tq,Tk), a strided view
+
+    @staticmethod
+    def backward(ctx, grad):
+        tq, tk = grad.shape[-2:]
+        layout = grad.new_zeros(*grad.shape[:-2], tq, tq + tk - 1)  # (...,Tq,W)
+        _skew(layout, tq, tk).copy_(grad)
+        return layout.sum(-2), None  # (...,W): the sum of each diagonal
+
+
+def offsets_to_pairs(v: torch.Tensor, tq: int) -> torch.Tensor:
+    """(...,W) values of the distances -(Tk-1)..Tq-1 in order -> (...,Tq,Tk), pair (i, j) taking the value of
+    its distance j - i (queries the last Tq of Tk positions, W = Tq + Tk - 1)."""
+    return OffsetsToPairs.apply(v, tq)

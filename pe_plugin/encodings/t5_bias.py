@@ -7,6 +7,15 @@ buckets, every future key in bucket 0); none in cross-attention. With q already 
 The bias does not depend on q (``position_bias``): it is one (1,H,Tq,Tk) tensor, which the fast attention path
 computes once per stack pass and folds, with the causal and padding masks, into the float mask of the fused
 kernel that every layer shares. Init as HF T5: E ~ N(0, C^-1/2).
+
+Without an index into E (whose backward accumulates with index_put: atomic adds on a GPU): every distance with
+|r| >= max_distance D falls in the bucket of r = +-D, so the bias is Shaw's clipping of a per-distance vector,
+    O[n, r + D] = [bucket(r) = n],  r in -D..D              (N, 2D+1): one-hot, a buffer
+    v_h[r] = sum_n E[n, h] O[n, clip(r, -D, D) + D]        (H, W) for the call's W distances: E^T O_W, where O_W
+                                                           takes O's columns by ``relative.clip_to_offsets``
+    bias[h, i, j] = v_h[j - i]                             ``relative.offsets_to_pairs``, a strided view
+one matrix product and strided views; backward sums the diagonals and multiplies by O_W^T. For positions given as
+values (tests, direct calls) it is ``E[bucket(rel)]`` as the equation reads.
 """
 from dataclasses import dataclass, field
 
@@ -16,7 +25,7 @@ from torch import nn
 
 from . import register_pe
 from .base import PositionalEncoding
-from .relative import t5_bucket
+from .relative import clip_to_offsets, offsets_to_pairs, t5_bucket
 
 
 @dataclass
@@ -45,7 +54,15 @@ class T5RelativeBias(PositionalEncoding):
                 f"and a maximum distance above the {exact} exact buckets"
             )
         self.table = nn.Parameter(torch.randn(n, dims.num_heads) * dims.embed_dim ** -0.5)  # (N, H)
+        # O[n, r + D] = [bucket(r) = n] for r in -D..D: a constant of the settings, not saved with the model
+        bucket = t5_bucket(torch.arange(-dist, dist + 1), not dims.causal, n, dist)  # (2D+1,)
+        self.register_buffer("onehot", (bucket == torch.arange(n).unsqueeze(1)).float(), persistent=False)  # (N,2D+1)
 
     def position_bias(self, pos):
-        bucket = t5_bucket(pos.rel, not self.dims.causal, self.cfg.t5_num_buckets, self.cfg.t5_max_distance)  # (Tq,Tk)
-        return self.table[bucket].permute(2, 0, 1).unsqueeze(0)  # (Tq,Tk,H) -> (1,H,Tq,Tk)
+        if not pos.columns:  # positions given as values: the equation as it reads
+            bucket = t5_bucket(pos.rel, not self.dims.causal, self.cfg.t5_num_buckets, self.cfg.t5_max_distance)
+            return self.table[bucket].permute(2, 0, 1).unsqueeze(0)  # (Tq,Tk,H) -> (1,H,Tq,Tk)
+        # the one-hot columns of the call's distances, a constant (no backward): (N,2D+1) -> (N,W)
+        onehot = clip_to_offsets(self.onehot.to(self.table.dtype), pos.tq, pos.tk, self.cfg.t5_max_distance)
+        v = self.table.t() @ onehot  # (H,N) @ (N,W) -> (H,W): v_h at the distances -(Tk-1)..Tq-1
+        return offsets_to_pairs(v, pos.tq).unsqueeze(0)  # (H,Tq,Tk) strided view -> (1,H,Tq,Tk)
