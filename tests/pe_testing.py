@@ -128,6 +128,7 @@ def assert_micro_batches_add_up(model, criterion, sample_of, n: int = 12) -> dic
 def logit_bias(pe, q, pos, layer: int = 0):
     """The term an encoding adds to the attention logits, as PEAttention sums it: its position bias (T5, ALiBi,
     AT5) plus its q-dependent score bias (Shaw's key term); None when it adds nothing."""
-    terms = [pe.position_bias(pos), pe.score_bias(q, pos, layer) if pe.uses("score_bias") else None]
+    score = pe.score_bias(q, pe.prepare(pos, q.dtype), layer) if pe.uses("score_bias") else None
+    terms = [pe.position_bias(pos), score]
     terms = [t for t in terms if t is not None]
     return None if not terms else terms[0] if len(terms) == 1 else terms[0] + terms[1]

@@ -318,7 +318,7 @@ def test_rpe_clips_beyond_k():
     assert (bias[:, :7] == bias[:, :1]).all() and (bias[:, 13:] == bias[:, 19:]).all()  # |j - i| >= 3
     assert len({round(v, 5) for v in bias[0, 7:13].tolist()}) == 6  # the 2k+1 = 7 rows between are distinct
     probs = torch.full((1, H, 20, 20), 1 / 20)  # uniform attention
-    out = pe.value_bias(probs, pos, 0)[:, :, 10:]  # query 10
+    out = pe.value_bias(probs, pe.prepare(pos, probs.dtype), 0)[:, :, 10:]  # query 10
     table = pe.value_table[0, 0]  # (2k+1, d)
     expected = (8 * table[0] + table[1] + table[2] + table[3] + table[4] + table[5] + 7 * table[6]) / 20
     assert torch.allclose(out[0, 0, 0], expected, atol=1e-6)

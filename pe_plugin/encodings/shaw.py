@@ -7,10 +7,13 @@ idx(i,j) = clip(j - i, -k, k) + k. With q already scaled by d^-1/2 (as fairseq d
 Neither term builds a (Tq,Tk,d) tensor, and neither scatters or gathers (docs/encodings.md §RPE):
     key term:   R = q W^K^T (B,H,Tq,2k+1), then e_ij += R[i, idx(i,j)]: ``relative.buckets_to_pairs``, an expand,
                 a cat and a strided view (the 2k-1 inner diagonals and the two clipped tails)   O(B H Tq (2k+1) d)
+                R is one bmm per head over q's own memory, (H, Tq*B, d) @ (H|1, d, 2k+1): q is a view of the
+                (Tq,B,H,d) projection, so no copy of q is made (nor kept for backward)
     value term: P[i, b] = sum_j a_ij [idx(i,j) = b] (B,H,Tq,2k+1): ``relative.pairs_to_buckets``, the same view
                 written and the two tails summed, accumulated in float32 under fp16; then P W^V
 The two maps are adjoint, so each one's backward is the other: no atomic adds in forward or backward, and the
-result does not depend on the order of a GPU's threads.
+result does not depend on the order of a GPU's threads. The tables are cast and split into layers once per pass
+(``prepare``: one unbind, whose backward is one stack), not selected in every layer.
 Tables are initialised N(0, d^-1/2) (the paper does not say; our choice, docs/encodings.md §RPE). No absolute
 encoding is added (the paper found no gain from adding sinusoids). Clipping makes every distance beyond k share row k.
 
@@ -24,13 +27,14 @@ and over the base default).
 """
 import dataclasses
 from dataclasses import dataclass, field
+from typing import NamedTuple, Optional, Tuple
 
 import torch
 from fairseq.dataclass import FairseqDataclass
 from torch import nn
 
 from . import register_pe
-from .base import PositionalEncoding
+from .base import PositionalEncoding, Positions
 from .relative import buckets_to_pairs, pairs_to_buckets
 
 
@@ -51,6 +55,14 @@ class ShawConfig(FairseqDataclass):
     )
     rpe_no_keys: bool = field(default=False, metadata={"help": "drop the key term q . a^K (ablation)"})
     rpe_no_values: bool = field(default=False, metadata={"help": "drop the value term sum_j a_ij a^V_ij (ablation)"})
+
+
+class ShawContext(NamedTuple):
+    """What the layers of one pass share: the positions and each layer's tables in the compute dtype."""
+
+    pos: Positions
+    keys: Optional[Tuple[torch.Tensor, ...]]  # per layer W^K^T (H|1, d, 2k+1)
+    values: Optional[Tuple[torch.Tensor, ...]]  # per layer W^V (2k+1, d) shared by the heads, or (H, 2k+1, d)
 
 
 @register_pe
@@ -92,21 +104,29 @@ class ShawRelativePositionalEncoding(PositionalEncoding):
             return self.value_table is not None
         return super().uses(hook)
 
-    @staticmethod
-    def _table(table: torch.Tensor, dtype) -> torch.Tensor:
-        # a table shared by heads drops its head axis, so the product below is one matrix product
-        return (table[0] if table.size(0) == 1 else table).to(dtype)  # (2k+1, d) or (H, 2k+1, d)
+    def prepare(self, pos, dtype):
+        keys = values = None
+        if self.key_table is not None:  # (L,H|1,2k+1,d) -> L x (H|1,d,2k+1), views
+            keys = self.key_table.to(dtype).transpose(-1, -2).unbind(0)
+        if self.value_table is not None:  # a table shared by heads drops its head axis: one matrix product below
+            table = self.value_table.to(dtype)  # (L,H|1,2k+1,d)
+            values = (table.squeeze(1) if table.size(1) == 1 else table).unbind(0)  # L x (2k+1,d) or (H,2k+1,d)
+        return ShawContext(pos, keys, values)
 
-    def score_bias(self, q, pos, layer):
+    def score_bias(self, q, ctx, layer):
         if self.key_table is None:
             return None
-        table = self._table(self.key_table[layer], q.dtype)
-        r = q @ table.transpose(-1, -2)  # (B,H,Tq,d) @ ([H,]d,2k+1) -> (B,H,Tq,2k+1)
-        return buckets_to_pairs(r, pos.tk, self.k)  # (B,H,Tq,Tk), a strided view
+        b, h, tq, d = q.shape
+        # q (B,H,Tq,d) is a view of (Tq,B,H,d) memory: as (H, Tq*B, d) it stays one (no copy)
+        table = ctx.keys[layer].expand(h, -1, -1)  # (H,d,2k+1)
+        r = torch.bmm(q.permute(1, 2, 0, 3).reshape(h, tq * b, d), table)  # (H,Tq*B,2k+1)
+        r = r.view(h, tq, b, -1).permute(2, 0, 1, 3)  # (H,Tq,B,2k+1) -> (B,H,Tq,2k+1)
+        return buckets_to_pairs(r, ctx.pos.tk, self.k)  # (B,H,Tq,Tk), a strided view
 
-    def value_bias(self, probs, pos, layer):
+    def value_bias(self, probs, ctx, layer):
         if self.value_table is None:
             return None
-        dtype = torch.promote_types(probs.dtype, torch.float32)  # float32 sums under fp16
+        # float32 sums under fp16 and bf16 (a host choice: no dtype promotion op)
+        dtype = torch.float32 if probs.dtype in (torch.float16, torch.bfloat16) else probs.dtype
         mass = pairs_to_buckets(probs, self.k, dtype)  # (B,H,Tq,Tk) -> (B,H,Tq,2k+1): weight per bucket
-        return mass @ self._table(self.value_table[layer], dtype)  # (B,H,Tq,2k+1) @ ([H,]2k+1,d) -> (B,H,Tq,d)
+        return mass @ ctx.values[layer].to(dtype)  # (B,H,Tq,2k+1) @ ([H,]2k+1,d) -> (B,H,Tq,d)
