@@ -125,3 +125,22 @@ def test_the_guard_trips_on_one_more_saved_tensor():
     assert set(worse) <= set(GUARDED)
     # a row the record lacks (a newly registered encoding) trips it too
     assert over_recorded([dict(plain, pe="new")], [plain])[0][-1] is None
+
+
+def test_merged_runs_are_the_table_of_one_run(tmp_path):
+    """pe-bench cost --merge of two runs of one length each gives the rows and ratios of one run of both lengths."""
+    from pe_tools.bench import cli
+
+    common = ["cost", "--sizes", "tiny", "--pe", "rope", "--max-tokens", "60", "--vocab", "100", "--out-dir", str(tmp_path)]
+    for stem, length in (("a", "5"), ("b", "12")):
+        assert cli.main([*common, "--lengths", length, "--stem", stem]) == 0
+    assert cli.main([*common, "--lengths", "5", "12", "--stem", "whole"]) == 0
+    assert cli.main(["cost", "--merge", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--out-dir", str(tmp_path),
+                     "--stem", "m"]) == 0
+    rows = {s: {(r["pe"], r["length"]): r for r in json.loads((tmp_path / f"{s}.json").read_text())["results"]}
+            for s in ("m", "whole")}
+    assert rows["m"].keys() == rows["whole"].keys() and len(rows["m"]) == 6  # rope, sape, stock at 2 lengths
+    for k, r in rows["m"].items():
+        for f in ("saved_bytes", "ops", "flops", "attn_bytes", "ops_to_sape", "saved_bytes_to_stock"):
+            assert r[f] == rows["whole"][k][f], (k, f)
+    assert cli.main(["cost", "--merge", str(tmp_path / "a.json"), str(tmp_path / "a.json"), "--out-dir", str(tmp_path)]) == 2

@@ -23,6 +23,7 @@ The counts are deterministic: tests/test_benchmark_cost.py holds every encoding 
 recorded in examples/benchmarks/cost/tiny.json.
 """
 import argparse
+import gc
 import json
 import os
 import platform
@@ -143,7 +144,10 @@ def count_step(model, src, lengths, prev, target, heads: int) -> dict:
                                reduction="sum") / ntokens
         counter.backward_started()
         loss.backward()
-    return counter.counts()
+    try:
+        return counter.counts()
+    finally:  # the held storages (and the mode's reference cycle) would keep each row's ~GBs alive into the next
+        counter.saved.clear()
 
 
 def measure(pe: str, size: str, length: int, batch: int, vocab: int, recipe: str, change=None) -> dict:
@@ -270,16 +274,25 @@ def add_args(parser):
     parser.add_argument("--stem", default="cost", help="file name stem in --out-dir (default: cost)")
     parser.add_argument("--check", metavar="JSON",
                         help="a recorded STEM.json: exit 1 when any count exceeds its recorded one (a regression guard)")
+    parser.add_argument("--merge", nargs="+", metavar="JSON",
+                        help="measure nothing: write one table of these runs' rows (e.g. lengths measured in separate "
+                             "processes, `--lengths 20 200 --stem a` and `--lengths 50 100 --stem b`); they must share "
+                             "their settings and pe_plugin sources")
 
 
 def run(args) -> int:
-    import fairseq
     import torch
 
     from pe_plugin.encodings import PE_REGISTRY
 
     from .models.build import STOCK, batch_size
 
+    if args.merge:
+        try:
+            merged, results = merge(args.merge)
+        except (OSError, ValueError, KeyError) as e:
+            return fail(str(e))
+        return write_results(args, results, time.time(), merged)
     if args.threads:
         torch.set_num_threads(args.threads)
     short = [n for n in args.lengths if n > args.max_tokens]
@@ -295,7 +308,41 @@ def run(args) -> int:
             for pe in names:
                 print(f"[cost] {size} L={length} {pe}", file=sys.stderr, flush=True)
                 results.append(measure(pe, size, length, batch_size(args.max_tokens, length), args.vocab, args.recipe))
+                gc.collect()  # one row's model, batch and saved tensors are gone before the next is built
+    return write_results(args, results, started)
+
+
+# what runs merged into one table must share (pe-bench cost --merge)
+SAME_IN_MERGE = ("max_tokens", "vocab", "recipe", "dtype", "device", "torch", "fairseq", "pe_plugin_sources")
+
+
+def merge(paths) -> tuple:
+    """(settings of each run, every row) of several ``pe-bench cost`` JSON outputs, e.g. the lengths of one table
+    measured in separate processes; raises ValueError naming a setting they do not share or a row twice."""
+    loaded = [json.loads(Path(p).read_text()) for p in paths]
+    for key in SAME_IN_MERGE:
+        values = {json.dumps(d["settings"].get(key)) for d in loaded}
+        if len(values) > 1:
+            raise ValueError(f"--merge: the runs differ in {key} ({', '.join(sorted(values))}); merge only runs of "
+                             f"the same settings and pe_plugin sources")
+    rows = [r for d in loaded for r in d["results"]]
+    keys = [(r["pe"], r["size"], r["length"]) for r in rows]
+    if len(set(keys)) < len(keys):
+        raise ValueError(f"--merge: a row is in two runs: {sorted(k for k in set(keys) if keys.count(k) > 1)[0]}")
+    return [d["settings"] for d in loaded], rows
+
+
+def write_results(args, results, started: float, merged=None) -> int:
+    """Ratios, tables and files of ``results`` (every row of one run, or of the ``merged`` runs' settings)."""
+    import fairseq
+    import torch
+
+    sizes = list(dict.fromkeys(r["size"] for r in results))
+    lengths = sorted({r["length"] for r in results})
+    names = list(dict.fromkeys(r["pe"] for r in results))
     add_ratios(results)
+    from .models.build import batch_size
+
     settings = dict(sizes=sizes, lengths=lengths, encodings=names, max_tokens=args.max_tokens, vocab=args.vocab,
                     recipe=args.recipe, dtype="float32", device="cpu", threads=torch.get_num_threads(),
                     batches={str(n): batch_size(args.max_tokens, n) for n in lengths}, torch=torch.__version__,
@@ -303,6 +350,10 @@ def run(args) -> int:
                     command="pe-bench cost " + shlex.join(sys.argv[2:] if sys.argv[1:2] == [NAME] else sys.argv[1:]),
                     started=time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
                     seconds=round(time.time() - started, 1))
+    if merged:  # the measuring runs' own settings and commands
+        settings.update({k: merged[0][k] for k in SAME_IN_MERGE}, threads=merged[0]["threads"],
+                        parts=[m["command"] for m in merged], seconds=sum(m["seconds"] for m in merged),
+                        started=merged[0]["started"])
     text = tables(settings, results)
     print("\n" + text)
     if args.out_dir:
