@@ -50,9 +50,10 @@ def queue_file(tmp_path: Path, table: Path, name: str) -> Path:
 
 
 def start(q: Path, code_root: Path) -> subprocess.Popen:
+    """pe-queue run, started from the checkout (whose working tree must not be what the runs import)."""
     env = dict(SAFE_ENV, PE_QUEUE_CODE_ROOT=str(code_root), OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
     return subprocess.Popen([sys.executable, "-m", "pe_tools.recipes.queue", "run", str(q), "-j", "2"],
-                            cwd=q.parent, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
 def recorded(q: Path) -> dict:
@@ -76,8 +77,12 @@ def test_killed_queue_records_what_an_uninterrupted_one_records(data_bin, tmp_pa
     (pinned,) = [p for p in code_root.iterdir() if not p.name.startswith(".")]  # HEAD, exported once
     commit = (pinned / "COMMIT").read_text().strip()
     assert pinned.name == commit and subprocess.run(["git", "-C", str(REPO), "cat-file", "-e", f"{commit}^{{commit}}"]).returncode == 0
-    for m in RUNS:  # the pinned code's commit, in the command of the run and of its record
-        assert json.loads((whole.parent / "rec" / f"{m}.en-de.mini.seed1" / "command.json").read_text())["commit"] == commit
+    for m in RUNS:  # the pinned code's commit, in the command of the run and of its record, and its plugin trained it
+        command = json.loads((whole.parent / "rec" / f"{m}.en-de.mini.seed1" / "command.json").read_text())
+        assert command["commit"] == commit
+        assert command["argv"][command["argv"].index("--user-dir") + 1] == str(pinned / "pe_plugin")
+        log = (whole.parent / "runs" / f"{m}.en-de.mini.seed1" / "train.log").read_text()
+        assert f"'user_dir': '{pinned / 'pe_plugin'}'" in log
 
     # killed (SIGKILL, the queue alone: its trainings run on) while the first run is between two checkpoints
     cut = queue_file(tmp_path, table, "cut")

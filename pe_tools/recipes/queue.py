@@ -264,6 +264,9 @@ class Queue:
         env = dict(os.environ, PYTHONPATH=path, OMP_NUM_THREADS=str(self.threads),
                    MKL_NUM_THREADS=str(self.threads), PYTHONUNBUFFERED="1")
         env[COMMIT_ENV] = self.commit
+        # no current folder first on sys.path (Python >= 3.11): run from a checkout, `python -m` would import the
+        # working tree's pe_tools and pe_plugin instead of the pinned copy, and so would fairseq-train beneath it
+        env["PYTHONSAFEPATH"] = "1"
         env.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)
         return env
 
