@@ -106,11 +106,12 @@ def test_attn_transform_values_equals_per_token_loop():
     pos, nonpad = padded_positions([6, 4, 1], 6, left=True)
     for layer in (0, 1):
         phi = pe.kernels["phi"][layer]
-        got = pe.transform_values(v, pos, layer)
+        got = pe.transform_values(v, pe.prepare(pos, v.dtype), layer)
         for b, t in nonpad.nonzero().tolist():
             for h in (0, 1):
                 torch.testing.assert_close(got[b, h, t], v[b, h, t] + F.relu(v[b, h, t] @ phi[pos[b, t]]))
-    assert not torch.allclose(pe.transform_values(v, pos, 0), pe.transform_values(v, pos, 1))  # per-layer kernels
+    ctx = pe.prepare(pos, v.dtype)
+    assert not torch.allclose(pe.transform_values(v, ctx, 0), pe.transform_values(v, ctx, 1))  # per-layer kernels
 
 
 def test_benchmark_candidates_compute_the_same_thing():
@@ -322,7 +323,9 @@ def test_half_precision_matches_float32(cls, cfg_cls, left):
     x = torch.randn(3, 40, 16) if cls is PosNetEmbedding else torch.randn(3, 2, 40, 8)
 
     def run_(m, t):
-        return m.embed(t, Positions(pos, pos, nonpad)) if cls is PosNetEmbedding else m.transform_values(t, pos, 0)
+        if cls is PosNetEmbedding:
+            return m.embed(t, Positions(pos, pos, nonpad))
+        return m.transform_values(t, m.prepare(pos, t.dtype), 0)
 
     full = run_(pe, x)
     half = run_(pe.half(), x.half())

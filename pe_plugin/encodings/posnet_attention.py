@@ -9,7 +9,8 @@ self-attention layers (Table 1's +1.03M over SAPE fits L_max * 64^2 with L_max ~
 module); --posnet-attn-per-layer gives each layer its own (layer i of the decoder then shares layer i of the
 encoder's unless --posnet-share none). Cross-attention is unchanged. Parameters: (1 | layers) * L_max * d^2.
 
-The product is one bmm over positions on values in (T, B*H, d) layout (``positional_matmul``). Only new
+The product is one bmm over positions on values in (T, B*H, d) layout (``positional_matmul``; the rotation of
+left-padded rows is computed once per pass, ``prepare``). Only new
 values are transformed: in incremental decoding v'_t is computed once, with phi_t, and the cache
 (prev_value) holds the transformed values (pe_attention.PEAttention).
 Flags --posnet-sides/-share/-init/-dropout, L_max and the length check: see posnet_kernels; "released" init
@@ -27,7 +28,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import register_pe
-from .posnet_kernels import PosNetBase, PosNetConfig, init_kernels, positional_matmul
+from .base import as_positions
+from .posnet_kernels import (PosNetBase, PosNetConfig, RotatedPositions, init_kernels, positional_matmul,
+                             rotation_index)
 
 
 @dataclass
@@ -62,10 +65,15 @@ class PosNetAttention(PosNetBase):
                 f"of head dim {dims.head_dim}; pass --posnet-share none"
             )
 
-    def transform_values(self, v, pos, layer):
-        self.check_length(pos)
+    def prepare(self, pos, dtype):
+        # the rotation of positions made from a padding mask, once per pass for every layer
+        pos = as_positions(pos)
+        return RotatedPositions(pos, rotation_index(pos))
+
+    def transform_values(self, v, ctx, layer):
+        self.check_length(ctx.pos)
         phi = self.kernels["phi"]
         phi = phi[layer if phi.size(0) > 1 else 0]  # (L_max, d, d)
         u = v.permute(2, 0, 1, 3)  # (B,H,T,d) -> (T,B,H,d)
-        y = positional_matmul(u, phi, pos).permute(1, 2, 0, 3)  # (T,B,H,d) -> (B,H,T,d)
+        y = positional_matmul(u, phi, ctx.pos, ctx.rotation).permute(1, 2, 0, 3)  # (T,B,H,d) -> (B,H,T,d)
         return v + self.dropout(F.relu(y))  # (B,H,T,d)

@@ -21,12 +21,13 @@ and on Multi30k PosNet-Embed at L_max 1024 trails SAPE where 256 does not (docs/
 rows beyond the longest sentence are never trained; L_max changes the released initialisation's scale).
 """
 from dataclasses import dataclass, field
+from typing import NamedTuple, Optional, Tuple
 
 import torch
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from torch import Tensor, nn
 
-from .base import PositionalEncoding, as_positions
+from .base import PositionalEncoding, Positions, as_positions
 from .limits import BoundedPositions
 
 
@@ -41,7 +42,7 @@ def kernel_rows(phi: Tensor, start: int, count: int) -> Tensor:
     return torch.cat([inside, last]) if inside.size(0) else last
 
 
-def positional_matmul(u: Tensor, phi: Tensor, pos) -> Tensor:
+def positional_matmul(u: Tensor, phi: Tensor, pos, rotation: Optional[Tuple[Tensor, Tensor]] = None) -> Tensor:
     """y[t,b,n] = u[t,b,n] phi[min(p[b,t], L-1)] for u (T,B,N,d), phi (L,d,e) and the positions p = ``pos.q``
     (B|1,T) of a ``Positions`` (or a bare tensor); returns (T,B,N,e). Positions >= L reuse the last kernel
     (``--pe-beyond-max clamp``; the encoding has checked them first). No value is read from the device:
@@ -50,7 +51,9 @@ def positional_matmul(u: Tensor, phi: Tensor, pos) -> Tensor:
     * positions made from a padding mask (either side), T > 1: each row is rotated by its number of leading
       pads (``Positions.first_real``) so that the token of position p sits in slot p of a position-major
       (T,B,N,d) buffer (pads take the slots after the row's last token), one bmm with phi[:T], and the
-      inverse rotation brings the products back. Pads get some kernel; their outputs are masked downstream;
+      inverse rotation brings the products back. Pads get some kernel; their outputs are masked downstream.
+      ``rotation`` is ``rotation_index(pos)``, given by a caller that computes it once for several products
+      (PosNet-Attn: once per pass for all its layers);
     * otherwise (one decoding step with padding; positions given as values): the kernels gathered per token,
       (B|1,T,d,e), one batched matmul. A decoding step gathers B kernels.
     """
@@ -59,23 +62,46 @@ def positional_matmul(u: Tensor, phi: Tensor, pos) -> Tensor:
     if pos.start is not None:
         kernels = kernel_rows(phi, pos.start, t)  # (T,d,e)
         return torch.bmm(u.reshape(t, b * n, d), kernels).view(t, b, n, -1)
-    first = pos.first_real()  # (B,) leading pads of each row, for positions made from a mask
-    if first is not None and t > 1:
-        return _rotated_matmul(u, phi, first)
+    rotation = rotation if rotation is not None else rotation_index(pos)
+    if rotation is not None:
+        return _rotated_matmul(u, phi, rotation)
     kernels = phi[pos.q.clamp_max(phi.size(0) - 1)]  # (B|1,T,d,e)
     return (u.transpose(0, 1) @ kernels).transpose(0, 1)  # (B,T,N,d) @ (B|1,T,d,e) -> (T,B,N,e)
 
 
-def _rotated_matmul(u: Tensor, phi: Tensor, first: Tensor) -> Tensor:
-    """The per-row case of ``positional_matmul``: row b's token of position p stands in column p + first[b]."""
+def rotation_index(pos) -> Optional[Tuple[Tensor, Tensor]]:
+    """For positions made from a padding mask with T > 1 (and not one shared range), the two (T*B,) row indices of
+    the rotated product: row b's token of position p stands in column p + first[b]; else None.
+        column[s, b] = (s + first[b]) mod T   the token column held by buffer slot s of row b
+        slot[c, b]   = (c - first[b]) mod T   the buffer slot of the token in column c of row b
+    flattened as s * B + b over a (T,B) layout. Each is a permutation: the index_select backward adds each
+    gradient row once (no two writes to one row, so no contention and the same sum in any order)."""
+    pos = as_positions(pos)
+    first = pos.first_real() if pos.start is None else None  # (B,) leading pads of each row
+    t = pos.tq
+    if first is None or t <= 1:
+        return None
+    b = first.size(0)
+    cols, rows = torch.arange(t, device=first.device).unsqueeze(1), torch.arange(b, device=first.device)  # (T,1), (B,)
+    column = ((cols + first) % t) * b + rows  # (T,B)
+    slot = ((cols - first) % t) * b + rows  # (T,B)
+    return column.view(-1), slot.view(-1)
+
+
+def _rotated_matmul(u: Tensor, phi: Tensor, rotation: Tuple[Tensor, Tensor]) -> Tensor:
+    """The per-row case of ``positional_matmul``, with ``rotation_index``'s indices."""
     t, b, n, d = u.shape
-    first = first.unsqueeze(0)  # (1,B)
-    cols, rows = torch.arange(t, device=u.device).unsqueeze(1), torch.arange(b, device=u.device)  # (T,1), (B,)
-    slot = (cols - first) % t  # (T,B): buffer slot of token (column c, row b)
-    column = (cols + first) % t  # (T,B): token column held by buffer slot s of row b
-    buf = u.reshape(t * b, n * d).index_select(0, (column * b + rows).reshape(-1))  # (T*B, N*d), position-major
+    column, slot = rotation
+    buf = u.reshape(t * b, n * d).index_select(0, column)  # (T*B, N*d), position-major
     y = torch.bmm(buf.view(t, b * n, d), kernel_rows(phi, 0, t))  # (T, B*N, e): slot s uses phi[s]
-    return y.reshape(t * b, -1).index_select(0, (slot * b + rows).reshape(-1)).view(t, b, n, -1)  # (T,B,N,e)
+    return y.reshape(t * b, -1).index_select(0, slot).view(t, b, n, -1)  # (T,B,N,e)
+
+
+class RotatedPositions(NamedTuple):
+    """What the layers of one pass share (PosNet-Attn's ``prepare``): the positions and ``rotation_index``."""
+
+    pos: Positions
+    rotation: Optional[Tuple[Tensor, Tensor]]
 
 
 def init_kernels(phi: Tensor, how: str) -> None:
