@@ -115,7 +115,7 @@ def gather(probes: Path, evaluate: Path, figure_length: int):
 
 def fmt(value: str, digits: int) -> str:
     """A CSV cell with ``digits`` decimals; an empty cell (NaN) as '–'."""
-    return "–" if value == "" else f"{float(value):.{digits}f}"
+    return "–" if value == "" else f"{round(float(value), digits) + 0.0:.{digits}f}"  # + 0.0: no "-0.000"
 
 
 def render_summary(rows: list) -> str:

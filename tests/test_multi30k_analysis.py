@@ -1,0 +1,279 @@
+"""examples/multi30k/analysis/: what the ten annealed Multi30k En-De models learned (issue 32, part 5).
+
+The CSV holds what pe-probe, pe-swap-probe and pe-evaluate wrote (gathered by the folder's collect.py); these
+tests need neither the checkpoints nor the corpus. They check that the CSV is whole, that the models without an
+encoder position signal give their exact references, that summary.md (the tables docs/analysis.md shows) is what
+collect.py renders from the CSV, and that every number and comparison stated in docs/analysis.md
+§What the trained Multi30k models learned is read from the CSV. Where the test reference exists, the CSV's BLEU
+is re-scored from the recorded translations.
+"""
+import csv
+import importlib.util
+import io
+import math
+import re
+
+import pytest
+
+import pe_testing
+from pe_testing import REPO
+
+FOLDER = REPO / "examples" / "multi30k" / "analysis"
+CSV = FOLDER / "analysis.csv"
+DOC = REPO / "docs" / "analysis.md"
+SECTION = "## What the trained Multi30k models learned"
+# figures of the section quoted from the papers or docs/analysis.md's definitions, not measured here
+QUOTED = {"0.354": "Wang et al.'s monotonicity (OPR), Table 7", "0.084": "Wang et al.'s OPR over the first 20",
+          "0.0214": "Wang et al.'s translation invariance (AIV)", "0.8074": "Wang et al.'s direction balance",
+          "0.0002": "Wang et al.'s symmetry (SD)", "0.16": "Chen et al.'s BERT-like locality",
+          "0.17": "Chen et al.'s BERT-like locality", "0.162": "Chen et al.'s BERT locality (Table 3, 16.2%)",
+          "0.879": "Chen et al.'s BERT symmetry (Table 3, 87.9%)",
+          "0.023": "Locality of a uniform map at L = 128 (docs/analysis.md §Locality; checked below)"}
+FIGURE = re.compile(r"(?<![\w.])[+-]?\d+\.\d{2,4}(?![\w.])")
+
+
+def load_collect():
+    spec = importlib.util.spec_from_file_location("m30k_collect", FOLDER / "collect.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def rows():
+    with open(CSV, newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+def probe(rows, pe, side="encoder", length=20, layer="mean", variant="without_special"):
+    found = [r for r in rows if r["kind"] == "probe" and r["pe"] == pe and r["side"] == side and r["layer"] == layer
+             and r["variant"] == variant and int(r["length"]) == length]
+    assert len(found) == 1, (pe, side, length, layer, variant)
+    return found[0]
+
+
+def model(rows, pe):
+    found = [r for r in rows if r["kind"] == "model" and r["pe"] == pe]
+    assert len(found) == 1, pe
+    return found[0]
+
+
+def num(x: str) -> float:
+    return math.nan if x == "" else float(x)
+
+
+def uniform_locality(n: int) -> float:
+    """Locality of the uniform n x n map (docs/analysis.md §Locality)."""
+    return (3 * n - 4 + 2.0 ** (2 - n)) / n ** 2
+
+
+def test_every_encoding_side_layer_and_length_has_a_row(rows):
+    methods = load_collect().METHODS
+    assert len(methods) == 10
+    for pe in methods:
+        for length in (20, 64):
+            for side in ("encoder", "decoder"):
+                for variant in ("with_special", "without_special"):
+                    for layer in ("1", "2", "3", "mean"):
+                        r = probe(rows, pe, side, length, layer, variant)
+                        assert r["words"] == "100" and r["locality"] != ""
+        m = model(rows, pe)
+        assert m["swap_sentences"] == "500"
+        assert all(m[k] != "" for k in m if k.startswith(("bleu", "chrf", "dout_", "dnll_")))
+    assert len(rows) == 10 * (2 * 2 * 2 * 4 + 1)
+
+
+@pytest.mark.parametrize("pe", ["nope", "posnet_attn"])
+def test_no_encoder_position_signal_gives_the_exact_references(rows, pe):
+    """No-PE and PosNet-Attn (values only) have uniform encoder maps on a repeated word (docs/analysis.md
+    §What identical-word probing cannot see): Locality of the uniform map, symmetric, AIV undefined, OPR 0 / 0.5
+    by the tie rule."""
+    for length in (20, 64):
+        for layer in ("1", "2", "3", "mean"):
+            r = probe(rows, pe, length=length, layer=layer)
+            assert float(r["locality"]) == pytest.approx(uniform_locality(length), abs=1e-6)
+            assert float(r["sym_abs"]) == pytest.approx(1.0, abs=1e-6) and r["aiv"] == ""
+            assert float(r["opr"]) == 0.0 and float(r["opr_tie_half"]) == 0.5
+            assert float(r["db20"]) == pytest.approx(1.0, abs=1e-6)
+    for other in ("sape", "rope", "t5", "alibi"):  # a negative control: an encoding with positions is not uniform
+        assert float(probe(rows, other)["locality"]) > uniform_locality(20) + 0.02
+
+
+def test_nope_is_blind_to_word_order_and_the_others_are_not(rows):
+    """docs/analysis.md §Word-swap probes: no encoder position signal gives Δout = 0 and ΔNLL = 0 exactly (up to
+    float summation order) for every permutation."""
+    nope = model(rows, "nope")
+    for kind in ("local", "global", "shuffle"):
+        assert float(nope[f"dout_chrf_{kind}"]) == 0.0 and float(nope[f"changed_{kind}"]) == 0.0
+        assert abs(float(nope[f"dnll_{kind}"])) < 1e-5
+        for pe in ("sape", "posnet_attn", "rope"):
+            assert float(model(rows, pe)[f"dnll_{kind}"]) > 0.05
+    for pe in load_collect().METHODS[1:]:  # every model with positions: global swaps cost more than local ones
+        m = model(rows, pe)
+        assert float(m["dnll_global"]) > float(m["dnll_local"]) and float(m["dnll_shuffle"]) > float(m["dnll_global"])
+
+
+def test_summary_is_rendered_from_the_csv():
+    collect = load_collect()
+    text = CSV.read_text(encoding="utf-8")
+    assert (FOLDER / "summary.md").read_text(encoding="utf-8") == \
+        collect.render_summary(list(csv.DictReader(io.StringIO(text))))
+
+
+def test_the_folder_is_small():
+    files = [p for p in FOLDER.iterdir() if p.is_file()]
+    assert sum(p.stat().st_size for p in files) < 2_000_000
+    assert {p.suffix for p in files} <= {".csv", ".md", ".png", ".py"}
+
+
+def test_the_readme_shows_sapes_swap_probe_output(rows):
+    """The three lines pe-swap-probe printed for SAPE, as the folder's README shows them, are the CSV's."""
+    text = (FOLDER / "README.md").read_text(encoding="utf-8")
+    m = model(rows, "sape")
+    shown = re.findall(r"^(local|global|shuffle) +n= +(\d+) +Δout\(chrF\+\+\) +([\d.]+) +Δout\(BLEU\) +([\d.]+) +"
+                       r"ΔNLL/token ([+-][\d.]+) +changed +([\d.]+)%$", text, flags=re.M)
+    assert [k for k, *_ in shown] == ["local", "global", "shuffle"]
+    for kind, n, chrf, bleu, nll, changed in shown:
+        assert (n, chrf, bleu, nll, changed) == (m["swap_sentences"], f"{float(m[f'dout_chrf_{kind}']):.3f}",
+                                                 f"{float(m[f'dout_bleu_{kind}']):.3f}",
+                                                 f"{float(m[f'dnll_{kind}']):+.5f}",
+                                                 f"{100 * float(m[f'changed_{kind}']):.1f}")
+
+
+# ---- docs/analysis.md ---------------------------------------------------------------------------------------
+
+def section() -> str:
+    text = DOC.read_text(encoding="utf-8")
+    assert SECTION in text
+    body = text.split(SECTION, 1)[1]
+    return body.split("\n## ", 1)[0]
+
+
+def csv_figures(rows) -> set:
+    out = set()
+    for r in rows:
+        for v in r.values():
+            try:
+                x = float(v)
+            except ValueError:
+                continue
+            if math.isfinite(x):
+                out |= {f"{x:.2f}", f"{x:.3f}", f"{x:+.2f}", f"{x:+.3f}", f"{abs(x):.2f}", f"{abs(x):.3f}"}
+    return out
+
+
+def test_every_figure_of_the_section_is_in_the_csv(rows):
+    prose = re.sub(r"```.*?```", "", section(), flags=re.S)
+    prose = "\n".join(line for line in prose.split("\n") if not line.startswith("|"))  # tables: tests/test_tables.py
+    found = FIGURE.findall(re.sub(r"`[^`]*`", "", prose))
+    assert found, "the section states no figure"
+    known = csv_figures(rows) | set(QUOTED)
+    unknown = [f for f in found if f not in known]
+    assert not unknown, f"{unknown} are in no row of {CSV.relative_to(REPO)}"
+
+
+def test_the_section_shows_the_recorded_tables():
+    """Its tables carry the marker of examples/multi30k/analysis/summary.md (tests/test_tables.py compares them)."""
+    text = section()
+    assert text.count("<!-- table: examples/multi30k/analysis/summary.md#") == 2
+
+
+WITH_POSITIONS = ["sape", "lape", "rpe", "t5", "at5", "posnet_embed", "rope", "alibi"]  # in the encoder's maps
+RELATIVE = ["rpe", "t5", "rope", "alibi"]
+
+
+def test_locality_is_weak_and_fades_with_length(rows):
+    loc = {(pe, n): float(probe(rows, pe, length=n)["locality"]) for pe in WITH_POSITIONS for n in (20, 64)}
+    assert all(loc[pe, 20] > uniform_locality(20) for pe in WITH_POSITIONS)
+    assert max(WITH_POSITIONS, key=lambda pe: loc[pe, 20]) == "rope"
+    assert min(WITH_POSITIONS, key=lambda pe: loc[pe, 20]) == "at5"
+    # "within 0.02 of the uniform map at L = 64" / "only RoPE and ALiBi stay local"
+    for pe in ("sape", "lape", "posnet_embed", "t5", "at5"):
+        assert loc[pe, 64] - uniform_locality(64) < 0.02
+    for pe in ("rope", "alibi"):
+        assert loc[pe, 64] - uniform_locality(64) > 0.07
+    # the uniform map's Locality at Chen et al.'s L = 128, which the section quotes; BERT's 0.162 is seven times
+    # it, the translation encoders less than twice the uniform map's at L = 20
+    assert uniform_locality(128) == pytest.approx(0.023, abs=5e-4) and round(0.162 / uniform_locality(128)) == 7
+    assert max(loc[pe, 20] for pe in WITH_POSITIONS) < 2 * uniform_locality(20)
+
+
+def test_translation_invariance(rows):
+    aiv = {(pe, n): num(probe(rows, pe, length=n)["aiv"]) for pe in WITH_POSITIONS for n in (20, 64)}
+    assert all(aiv[pe, 20] < 0.1 and aiv[pe, 64] <= 0.0335 for pe in RELATIVE)
+    assert aiv["sape", 20] < 0.1 < 0.5 < aiv["sape", 64]  # invariant within the training lengths, not beyond
+    assert all(aiv[pe, n] > 0.1 for pe in ("lape", "posnet_embed", "at5") for n in (20, 64))
+
+
+def test_monotonicity_and_direction(rows):
+    opr = {pe: float(probe(rows, pe)["opr"]) for pe in WITH_POSITIONS}
+    assert all(v < 0.5 for v in opr.values()) and max(opr, key=opr.get) == "t5" and opr["alibi"] == 0.0
+    db1 = {pe: float(probe(rows, pe, layer="1")["db20"]) for pe in WITH_POSITIONS}
+    succeeding = ["sape", "lape", "rpe", "t5", "posnet_embed", "rope"]
+    assert all(db1[pe] < 1 for pe in succeeding) and db1["at5"] > 1 and abs(db1["alibi"] - 1) < 0.01
+    assert min(succeeding, key=db1.get) == "sape" and max(succeeding, key=db1.get) == "rope"
+    for pe in ("rpe", "rope"):
+        assert float(probe(rows, pe, layer="3")["db20"]) > 1.5 and float(probe(rows, pe)["db20"]) > 1
+
+
+def test_symmetry(rows):
+    sym_code = {pe: float(probe(rows, pe)["sym_code"]) for pe in WITH_POSITIONS}
+    assert max(sym_code.values()) < 0.879  # Chen et al.'s BERT
+    assert min(sym_code, key=sym_code.get) == "alibi" and max(sym_code, key=sym_code.get) == "rpe"
+    sym_abs = {pe: float(probe(rows, pe)["sym_abs"]) for pe in WITH_POSITIONS}
+    learned = [pe for pe in WITH_POSITIONS if pe != "alibi"]
+    assert min(learned, key=sym_abs.get) == "at5" and max(learned, key=sym_abs.get) == "lape"
+    assert sym_abs["alibi"] > max(sym_abs[pe] for pe in learned)
+    sd = {pe: float(probe(rows, pe)["sd"]) for pe in WITH_POSITIONS}
+    assert min(sd.values()) > 9.5 * 0.0002  # about ten times Wang et al.'s or more
+    assert min(sd, key=sd.get) == "lape" and max(sd, key=sd.get) == "at5"
+
+
+def test_what_the_probe_cannot_see(rows):
+    dec = {pe: float(probe(rows, pe, side="decoder")["locality"]) for pe in load_collect().METHODS}
+    others = [dec[pe] for pe in WITH_POSITIONS]
+    assert min(others) - 0.01 < dec["nope"] < max(others) and min(others) - 0.01 < dec["posnet_attn"] < max(others)
+    assert float(model(rows, "posnet_attn")["bleu"]) > float(model(rows, "nope")["bleu"])
+
+
+def test_the_word_swap_probe(rows):
+    models = {pe: model(rows, pe) for pe in WITH_POSITIONS + ["posnet_attn"]}
+    changed = {(pe, k): float(m[f"changed_{k}"]) for pe, m in models.items() for k in ("local", "global")}
+    for kind, low, high in (("local", "lape", "rope"), ("global", "lape", "rope")):
+        assert min(models, key=lambda pe: changed[pe, kind]) == low and max(models, key=lambda pe: changed[pe, kind]) == high
+        assert f"{100 * changed[low, kind]:.1f}%" in section() and f"{100 * changed[high, kind]:.1f}%" in section()
+    ratio = {pe: float(m["ratio_dnll"]) for pe, m in models.items()}
+    assert min(ratio, key=ratio.get) == "rope" and max(ratio, key=ratio.get) == "posnet_attn"
+    local = sorted(models, key=lambda pe: float(models[pe]["dnll_local"]), reverse=True)
+    assert local[:3] == ["rope", "rpe", "t5"] and set(local[-2:]) == {"lape", "posnet_attn"}
+    assert local.index("alibi") == len(local) - 3
+    dout = sorted(models, key=lambda pe: float(models[pe]["dout_chrf_local"]), reverse=True)
+    assert dout[:3] == ["rope", "rpe", "t5"]
+
+
+def test_bleu_by_source_length(rows):
+    models = {pe: model(rows, pe) for pe in load_collect().METHODS}
+    buckets = [k for k in models["sape"] if k.startswith("bleu_")]
+    assert buckets == ["bleu_le9", "bleu_10_12", "bleu_13_15", "bleu_16_19", "bleu_ge20"]
+    assert all(float(m["bleu_ge20"]) < float(m["bleu_le9"]) for m in models.values())
+    fall = {pe: float(m["bleu_le9"]) - float(m["bleu_ge20"]) for pe, m in models.items()}
+    assert max(fall, key=fall.get) == "nope"
+    for b in buckets:
+        assert max(models, key=lambda pe: float(models[pe][b])) == "rope", b
+
+
+@pytest.mark.needs_multi30k  # collected only where the reference exists (conftest.py)
+def test_bleu_rescored_from_the_recorded_translations(rows):
+    """The CSV's whole-test sacreBLEU and the shortest bucket's, from examples/multi30k/results/*annealed.seed1."""
+    import sacrebleu
+
+    refs = pe_testing.MULTI30K_REFERENCE.read_text(encoding="utf-8").rstrip("\n").split("\n")
+    src = (pe_testing.MULTI30K_REFERENCE.parent / "tok.test.en").read_text(encoding="utf-8").rstrip("\n").split("\n")
+    short = [i for i, s in enumerate(src) if len(s.split()) <= 9]
+    for pe in load_collect().METHODS:
+        hyp = (REPO / "examples" / "multi30k" / "results" / f"{pe}.en-de.annealed.seed1" / "hyp.detok.de")
+        hyps = hyp.read_text(encoding="utf-8").rstrip("\n").split("\n")
+        m = model(rows, pe)
+        assert sacrebleu.corpus_bleu(hyps, [refs]).score == pytest.approx(float(m["bleu"]), abs=1e-6)
+        got = sacrebleu.corpus_bleu([hyps[i] for i in short], [[refs[i] for i in short]]).score
+        assert got == pytest.approx(float(m["bleu_le9"]), abs=1e-6)
