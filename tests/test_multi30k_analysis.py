@@ -240,7 +240,8 @@ def test_the_word_swap_probe(rows):
     models = {pe: model(rows, pe) for pe in WITH_POSITIONS + ["posnet_attn"]}
     changed = {(pe, k): float(m[f"changed_{k}"]) for pe, m in models.items() for k in ("local", "global")}
     for kind, low, high in (("local", "lape", "rope"), ("global", "lape", "rope")):
-        assert min(models, key=lambda pe: changed[pe, kind]) == low and max(models, key=lambda pe: changed[pe, kind]) == high
+        ranked = sorted(models, key=lambda pe: changed[pe, kind])
+        assert (ranked[0], ranked[-1]) == (low, high)
         assert f"{100 * changed[low, kind]:.1f}%" in section() and f"{100 * changed[high, kind]:.1f}%" in section()
     ratio = {pe: float(m["ratio_dnll"]) for pe, m in models.items()}
     assert min(ratio, key=ratio.get) == "rope" and max(ratio, key=ratio.get) == "posnet_attn"
