@@ -7,7 +7,7 @@ idx(i,j) = clip(j - i, -k, k) + k. With q already scaled by d^-1/2 (as fairseq d
 Neither term builds a (Tq,Tk,d) tensor, and neither scatters or gathers (docs/encodings.md §RPE):
     key term:   R = q W^K^T (B,H,Tq,2k+1), then e_ij += R[i, idx(i,j)]: ``relative.buckets_to_pairs``, an expand,
                 a cat and a strided view (the 2k-1 inner diagonals and the two clipped tails)   O(B H Tq (2k+1) d)
-                R is one bmm per head over q's own memory, (H, Tq*B, d) @ (H|1, d, 2k+1): q is a view of the
+                R is one bmm per head over q's own memory, (H, Tq*B, d) @ (H, d, 2k+1): q is a view of the
                 (Tq,B,H,d) projection, so no copy of q is made (nor kept for backward)
     value term: P[i, b] = sum_j a_ij [idx(i,j) = b] (B,H,Tq,2k+1): ``relative.pairs_to_buckets``, the same view
                 written and the two tails summed, accumulated in float32 under fp16; then P W^V
@@ -61,7 +61,7 @@ class ShawContext(NamedTuple):
     """What the layers of one pass share: the positions and each layer's tables in the compute dtype."""
 
     pos: Positions
-    keys: Optional[Tuple[torch.Tensor, ...]]  # per layer W^K^T (H|1, d, 2k+1)
+    keys: Optional[Tuple[torch.Tensor, ...]]  # per layer W^K^T (H, d, 2k+1), a shared table expanded
     values: Optional[Tuple[torch.Tensor, ...]]  # per layer W^V (2k+1, d) shared by the heads, or (H, 2k+1, d)
 
 
@@ -106,8 +106,9 @@ class ShawRelativePositionalEncoding(PositionalEncoding):
 
     def prepare(self, pos, dtype):
         keys = values = None
-        if self.key_table is not None:  # (L,H|1,2k+1,d) -> L x (H|1,d,2k+1), views
-            keys = self.key_table.to(dtype).transpose(-1, -2).unbind(0)
+        if self.key_table is not None:  # (L,H|1,2k+1,d) -> L x (H,d,2k+1), views (a shared table expanded)
+            table = self.key_table.to(dtype).transpose(-1, -2)  # (L,H|1,d,2k+1)
+            keys = table.expand(-1, self.dims.num_heads, -1, -1).unbind(0)
         if self.value_table is not None:  # a table shared by heads drops its head axis: one matrix product below
             table = self.value_table.to(dtype)  # (L,H|1,2k+1,d)
             values = (table.squeeze(1) if table.size(1) == 1 else table).unbind(0)  # L x (2k+1,d) or (H,2k+1,d)
@@ -118,8 +119,7 @@ class ShawRelativePositionalEncoding(PositionalEncoding):
             return None
         b, h, tq, d = q.shape
         # q (B,H,Tq,d) is a view of (Tq,B,H,d) memory: as (H, Tq*B, d) it stays one (no copy)
-        table = ctx.keys[layer].expand(h, -1, -1)  # (H,d,2k+1)
-        r = torch.bmm(q.permute(1, 2, 0, 3).reshape(h, tq * b, d), table)  # (H,Tq*B,2k+1)
+        r = torch.bmm(q.permute(1, 2, 0, 3).reshape(h, tq * b, d), ctx.keys[layer])  # (H,Tq*B,d)(H,d,2k+1)
         r = r.view(h, tq, b, -1).permute(2, 0, 1, 3)  # (H,Tq,B,2k+1) -> (B,H,Tq,2k+1)
         return buckets_to_pairs(r, ctx.pos.tk, self.k)  # (B,H,Tq,Tk), a strided view
 
