@@ -281,6 +281,6 @@ def test_module_cli_lists_every_architecture_and_rejects_unknown_ones():
     for name in architecture_names():
         assert name in out.stdout
     bad = run("pe_plugin", ["transformer_sinusoid_tiny"], check=False)
-    assert bad.returncode == 2 and "invalid choice: 'transformer_sinusoid_tiny'" in bad.stdout
+    assert bad.returncode == 2 and "'transformer_sinusoid_tiny' is not a pe_plugin architecture" in bad.stdout
     shown = run("pe_plugin", ["transformer_rpe_wmt_en_de_big"]).stdout
     assert "--rpe-max-relative-position 8 " in shown and "--encoder-embed-dim 1024 " in shown  # Shaw: k=8 big
