@@ -124,10 +124,8 @@ def _loss_and_grads(model, sample, weights):
     return logits.detach() * real, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
-@pytest.mark.parametrize("pe,extra", CASES, ids=IDS)
-def test_fast_path_equals_reference_in_training_and_decoding(data_bin, pe, extra):
-    task, (fast, ref) = _pair(data_bin, pe, extra)
-    sample = pe_testing.batch(task, "train", n=8)
+def assert_same_step(task, fast, ref, sample):
+    """The two models' outputs and every parameter's gradient of one weighted loss on ``sample``, in float64."""
     torch.manual_seed(0)
     weights = torch.randn(*sample["net_input"]["prev_output_tokens"].shape, len(task.target_dictionary),
                           dtype=torch.float64)
@@ -137,6 +135,13 @@ def test_fast_path_equals_reference_in_training_and_decoding(data_bin, pe, extra
     assert grads_fast.keys() == grads_ref.keys() and len(grads_fast) > 0
     for name in grads_ref:
         torch.testing.assert_close(grads_fast[name], grads_ref[name], rtol=1e-9, atol=1e-10, msg=name)
+
+
+@pytest.mark.parametrize("pe,extra", CASES, ids=IDS)
+def test_fast_path_equals_reference_in_training_and_decoding(data_bin, pe, extra):
+    task, (fast, ref) = _pair(data_bin, pe, extra)
+    sample = pe_testing.batch(task, "train", n=8)
+    assert_same_step(task, fast, ref, sample)
     # incremental decoding: beam search step by step equals the full pass, on both paths
     for model in (fast, ref):
         model.eval()
@@ -219,15 +224,7 @@ def test_fp16_check_compares_half_with_the_fp32_reference():
 def test_fast_path_equals_reference_with_right_padded_sources(data_bin, pe):
     """Padding on the other side of the sources (targets stay right-padded, as fairseq pads them)."""
     task, (fast, ref) = _pair(data_bin, pe, [])
-    sample = pe_testing.batch(task, "train", n=8, left_pad_source=False)
-    torch.manual_seed(0)
-    weights = torch.randn(*sample["net_input"]["prev_output_tokens"].shape, len(task.target_dictionary),
-                          dtype=torch.float64)
-    out_fast, grads_fast = _loss_and_grads(fast, sample, weights)
-    out_ref, grads_ref = _loss_and_grads(ref, sample, weights)
-    torch.testing.assert_close(out_fast, out_ref, rtol=1e-10, atol=1e-10)
-    for name in grads_ref:
-        torch.testing.assert_close(grads_fast[name], grads_ref[name], rtol=1e-9, atol=1e-10, msg=name)
+    assert_same_step(task, fast, ref, pe_testing.batch(task, "train", n=8, left_pad_source=False))
 
 
 # ---- what a training step dispatches and keeps ------------------------------------------------------------------
@@ -241,6 +238,16 @@ class OpLog(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+def op_step(model, sample) -> Counter:
+    """The ATen ops of one training step (forward and backward) of ``model`` on ``sample``."""
+    net = sample["net_input"]
+    log = OpLog()
+    with log:
+        logits, _ = model(net["src_tokens"], net["src_lengths"], net["prev_output_tokens"])
+        logits.sum().backward()
+    return log.ops
+
+
 ATOMIC_OPS = {"scatter_add", "scatter_add_", "index_add", "index_add_", "scatter_reduce", "index_put", "index_put_",
               "_index_put_impl_", "gather"}  # (the token embedding's backward is fairseq's own: not listed)
 
@@ -251,24 +258,16 @@ def test_rpe_training_step_scatters_nothing(data_bin, extra):
     in forward or backward. Negative control: the same step with a gather-based key term is caught."""
     from pe_plugin.encodings import shaw
 
-    def step(model, sample):
-        net = sample["net_input"]
-        log = OpLog()
-        with log:
-            logits, _ = model(net["src_tokens"], net["src_lengths"], net["prev_output_tokens"])
-            logits.sum().backward()
-        return log.ops
-
     task, model, _ = pe_testing.build_model(data_bin, "transformer_rpe_wmt_en_de", SMALL + extra)
     model.train()
     sample = pe_testing.batch(task, "train", n=6)
-    ops = step(model, sample)
+    ops = op_step(model, sample)
     assert ops["bmm"] + ops["mm"] > 0 and not set(ops) & ATOMIC_OPS, set(ops) & ATOMIC_OPS
     original = shaw.buckets_to_pairs
     try:  # the released formulation: gather (forward) and scatter_add (its backward)
         shaw.buckets_to_pairs = lambda r, tk, k: r.gather(-1, (torch.arange(tk)[None] - torch.arange(
             tk - r.size(-2), tk)[:, None]).clamp(-k, k).add(k).expand(*r.shape[:-1], tk))
-        assert {"gather", "scatter_add"} <= set(step(model, sample))
+        assert {"gather", "scatter_add"} <= set(op_step(model, sample))
     finally:
         shaw.buckets_to_pairs = original
 
@@ -281,21 +280,13 @@ def test_distance_bias_training_step_scatters_nothing(data_bin, monkeypatch, pe,
     equation (positions given as values take it) is caught."""
     from pe_plugin.encodings.base import Positions
 
-    def step(model, sample):
-        net = sample["net_input"]
-        log = OpLog()
-        with log:
-            logits, _ = model(net["src_tokens"], net["src_lengths"], net["prev_output_tokens"])
-            logits.sum().backward()
-        return log.ops
-
     task, model, _ = pe_testing.build_model(data_bin, f"transformer_{pe}_wmt_en_de", SMALL + extra)
     model.train()
     sample = pe_testing.batch(task, "train", n=6)
-    ops = step(model, sample)
+    ops = op_step(model, sample)
     assert ops["as_strided"] > 0 and not set(ops) & ATOMIC_OPS, set(ops) & ATOMIC_OPS
     monkeypatch.setattr(Positions, "columns", property(lambda self: False))  # the indexed path
-    assert "index_put" in step(model, sample)
+    assert "index_put" in op_step(model, sample)
 
 
 def test_half_precision_rpe_step_keeps_one_copy_of_the_probabilities(data_bin):

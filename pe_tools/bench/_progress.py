@@ -35,6 +35,18 @@ def add_args(parser) -> None:
                              "(complete: false) and print the --resume command that completes it; exit status 0")
 
 
+def resolve_device(requested: str) -> str:
+    """``--device auto|cpu|cuda`` as a torch device name: auto is cuda where torch sees one. Raises ValueError when
+    cuda is asked for and torch has none."""
+    import torch
+
+    if requested == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if requested == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda: CUDA is not available to torch here")
+    return requested
+
+
 def key_of(parts: Iterable) -> tuple:
     """A measurement's key as JSON gives it back: a tuple of plain values."""
     return tuple(json.loads(json.dumps(to_jsonable(list(parts)))))
@@ -46,6 +58,14 @@ class Progress:
     ``settings``: the settings a resumed run must share with the stored one (compared as JSON values); ``path``:
     the output JSON that ``--resume`` reads (None: nothing written, and --resume refused); ``write(complete)``: the
     benchmark's writer, called after every new measurement and by ``finish``."""
+
+    @classmethod
+    def for_args(cls, command: str, keys: Sequence, settings: Dict, path: Optional[Path], args,
+                 what: str = "measurements") -> "Progress":
+        """A Progress from a benchmark's parsed arguments: their --resume and --time-budget, and the argv and start
+        time that pe-bench's dispatcher adds. Raises ResumeError."""
+        return cls(command, keys, settings, path, resume=args.resume, time_budget=args.time_budget,
+                   argv=getattr(args, "argv", None), started=getattr(args, "started", None), what=what)
 
     def __init__(self, command: str, keys: Sequence, settings: Dict, path: Optional[Path], resume: bool = False,
                  time_budget: Optional[float] = None, argv: Optional[List[str]] = None, what: str = "measurements",

@@ -182,8 +182,7 @@ def run(args) -> int:
     keys = [(bias, T) for T in lengths for bias in args.biases]
     out = args.json
     try:
-        progress = Progress("pe-bench flex", keys, settings, out, resume=args.resume, time_budget=args.time_budget,
-                            argv=getattr(args, "argv", None), started=getattr(args, "started", None), what="rows")
+        progress = Progress.for_args("pe-bench flex", keys, settings, out, args, what="rows")
     except ResumeError as e:
         return fail(str(e))
 

@@ -87,9 +87,8 @@ def run(args) -> int:
                  device_name=torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu")
     fixed.pop("json", None)
     try:
-        progress = Progress("pe-bench fp16", [(pe,) for pe in fixed["methods"]], fixed, args.json,
-                            resume=args.resume, time_budget=args.time_budget, argv=getattr(args, "argv", None),
-                            started=getattr(args, "started", None), what="encodings")
+        progress = Progress.for_args("pe-bench fp16", [(pe,) for pe in fixed["methods"]], fixed, args.json, args,
+                                     what="encodings")
     except ResumeError as e:
         return fail(str(e))
 

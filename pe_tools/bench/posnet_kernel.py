@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from ..common import dumps_json, fail, write_all_atomic
-from ._progress import Progress, ResumeError, add_args as add_progress_args
+from ._progress import Progress, ResumeError, add_args as add_progress_args, resolve_device
 from ._timing import markdown_table, peak_memory_bytes, run_isolated, time_calls
 
 NAME = "posnet_kernel"
@@ -121,9 +121,10 @@ def run(args) -> int:
     for key, value in QUICK.items():  # --quick: its values for the flags left at their defaults
         if args.quick and getattr(args, key) == defaults[key]:
             setattr(args, key, value)
-    device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
-    if device == "cuda" and not torch.cuda.is_available():
-        return fail("--device cuda: CUDA is not available to torch here")
+    try:
+        device = resolve_device(args.device)
+    except ValueError as e:
+        return fail(str(e))
     if args.threads:
         torch.set_num_threads(args.threads)
     cuda = device == "cuda"
@@ -134,9 +135,7 @@ def run(args) -> int:
     keys = [("time", c, k + 1) for k in range(args.rounds) for c in CANDIDATES] + [("memory", c) for c in CANDIDATES]
     out = Path(args.json) if args.json else None
     try:
-        progress = Progress("pe-bench posnet_kernel", keys, fixed, out, resume=args.resume,
-                            time_budget=args.time_budget, argv=getattr(args, "argv", None),
-                            started=getattr(args, "started", None), what="blocks")
+        progress = Progress.for_args("pe-bench posnet_kernel", keys, fixed, out, args, what="blocks")
     except ResumeError as e:
         return fail(str(e))
     steps = {c: setup(c, **shape, device=device) for c in CANDIDATES}

@@ -28,7 +28,7 @@ from pathlib import Path
 from ..common import csv_text, dumps_json, fail, int_at_least, write_all_atomic
 from ..naming import BASELINE, SUFFIX_OF_CLASS as SIZES
 from ..recipes import recipe_names
-from ._progress import Progress, ResumeError, add_args as add_progress_args
+from ._progress import Progress, ResumeError, add_args as add_progress_args, resolve_device
 from ._timing import markdown_table
 
 NAME = "train-speed"
@@ -125,12 +125,10 @@ def run(args) -> int:
 
     if not any(Path(args.data).glob("dict.*.txt")):
         return fail(f"--data {args.data}: no fairseq dictionary (dict.*.txt) there; give a fairseq-preprocess'd folder")
-    if args.device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    elif args.device == "cuda" and not torch.cuda.is_available():
-        return fail("--device cuda: CUDA is not available to torch here")
-    else:
-        device = args.device
+    try:
+        device = resolve_device(args.device)
+    except ValueError as e:
+        return fail(str(e))
     fp16 = (device == "cuda") if args.fp16 is None else args.fp16
     wanted = set(args.pe or [*PE_REGISTRY, STOCK]) | {BASELINE, STOCK}
     names = [pe for pe in [*PE_REGISTRY, STOCK] if pe in wanted]
@@ -144,9 +142,7 @@ def run(args) -> int:
     order = [(size, pe, k + 1) for k in range(args.rounds) for size, pe in keys]
     out_json = Path(args.json) if args.json else Path(args.out_dir) / "train_speed.json" if args.out_dir else None
     try:
-        progress = Progress("pe-bench train-speed", order, settings, out_json, resume=args.resume,
-                            time_budget=args.time_budget, argv=getattr(args, "argv", None),
-                            started=getattr(args, "started", None), what="runs")
+        progress = Progress.for_args("pe-bench train-speed", order, settings, out_json, args, what="runs")
     except ResumeError as e:
         return fail(str(e))
     first = progress.stored.get("settings", {}).get("started")

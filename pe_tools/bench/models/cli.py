@@ -11,7 +11,7 @@ from ...common import cpu_name, fail, int_at_least
 from ...naming import BASELINE, SUFFIX_OF_CLASS as SIZES
 from ...recipes import recipe_names
 from .build import STOCK, batch_size
-from .._progress import Progress, ResumeError, add_args as add_progress_args
+from .._progress import Progress, ResumeError, add_args as add_progress_args, resolve_device
 from .measure import CPU_MEMORY_ENV, add_ratios, measure_in_process, measure_isolated, summarise
 from .report import OUT_NAME, output_paths, tables, write_outputs
 
@@ -77,12 +77,10 @@ def run(args) -> int:
 
     from pe_plugin.encodings import PE_REGISTRY
 
-    if args.device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    elif args.device == "cuda" and not torch.cuda.is_available():
-        return fail("--device cuda: CUDA is not available to torch here")
-    else:
-        device = args.device
+    try:
+        device = resolve_device(args.device)
+    except ValueError as e:
+        return fail(str(e))
     wanted = set(args.pe or [*PE_REGISTRY, STOCK]) | {BASELINE}
     names = [pe for pe in [*PE_REGISTRY, STOCK] if pe in wanted]  # registry order, sape always in, stock last
     sizes = list(dict.fromkeys(args.sizes))
@@ -111,9 +109,7 @@ def run(args) -> int:
     # the JSON --resume reads: --json when given (scripts/gpu_benchmarks.sh keeps it, its --out-dir is temporary)
     out_json = Path(args.json) if args.json else Path(args.out_dir) / f"{OUT_NAME}.json" if args.out_dir else None
     try:
-        progress = Progress("pe-bench models", order, fixed, out_json, resume=args.resume,
-                            time_budget=args.time_budget, argv=getattr(args, "argv", None),
-                            started=getattr(args, "started", None))
+        progress = Progress.for_args("pe-bench models", order, fixed, out_json, args)
     except ResumeError as e:
         return fail(str(e))
     stored = progress.stored.get("settings", {})
