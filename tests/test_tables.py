@@ -141,6 +141,27 @@ def test_a_document_shows_whole_tables_of_runs():
             assert [r[0] for r in rows] == [r[0] for r in recorded_table(marker)[1]], (doc, marker)
 
 
+def test_computed_cost_beside_cpu():
+    """The README's cost table: pe-bench cost's saved-bytes and op ratios to SAPE at base size (every length), beside
+    the CPU step time and memory ratios of pe-bench models, for every row of the cost run."""
+    cost = {(r["pe"], int(r["length"])): r for r in read_csv(REPO / "examples" / "benchmarks" / "cost" / "cost.csv")
+            if r["size"] == "base"}
+    cpu = {r["pe"]: r for r in read_csv(REPO / "examples" / "benchmarks" / "cpu" / "models" / "benchmark.csv")}
+    doc, line, header, rows = marked("cost_beside_cpu")
+    assert [r[0] for r in rows] == list(dict.fromkeys(pe for pe, _ in cost))
+    lengths = sorted({n for _, n in cost})
+    for row in rows:
+        pe, cells = row[0], dict(zip(header, row))
+        assert cells[f"saved for backward / SAPE, L = {' / '.join(map(str, lengths))}"] == " / ".join(
+            f"{float(cost[pe, n]['saved_bytes_to_sape']):.3f}x" for n in lengths), row
+        ops = sorted({f"{float(cost[pe, n]['ops_to_sape']):.3f}x" for n in lengths})
+        assert cells["ATen ops / SAPE"] == " - ".join(ops), row
+        assert cells["CPU step time"] == (f"{float(cpu[pe]['step_ratio']):.2f}x" if pe in cpu else "–"), row
+        assert cells["CPU step memory"] == (f"{float(cpu[pe]['step_mem_ratio']):.2f}x" if pe in cpu else "–"), row
+    assert max(float(r["flops_to_sape"]) for r in cost.values()) < 1.01  # "FLOPs within 1.01x of SAPE's"
+    assert all(float(r["saved_bytes_to_sape"]) == 1 for (pe, _), r in cost.items() if pe == "stock")
+
+
 def test_computed_annealed_side_by_side():
     """The README's trained table: each encoding's seed-1 sacreBLEU and chrF++ (with their marks) of the average
     (report_annealed/results.md) and the last checkpoint (results_last.md), every recorded encoding."""
@@ -474,7 +495,7 @@ PROSE_SOURCES = {
                   *[f"examples/multi30k/report_annealed/{f}" for f in (
                       "results.csv", "results_last.csv", "results_seeds.csv", "results_seeds_last.csv", "budget.csv",
                       "budget_last.csv", "budget_curves.csv")],
-                  "examples/multi30k/agreement/small_vs_annealed_bleu.md.json",
+                  "examples/multi30k/agreement/small_vs_annealed_bleu.md.json", "examples/benchmarks/cost/cost.csv",
                   "examples/benchmarks/cpu/models/benchmark.csv", "examples/quickstart/toy_posnet.txt"],
     "docs/recipes.md": ["examples/quickstart/toy_sape.txt", "examples/wmt14/paper_results.md"],
     "docs/results.md": ["examples/multi30k/report/results_seeds_runs.csv", "examples/multi30k/report/results_runs.csv",
