@@ -1,14 +1,13 @@
 """examples/multi30k/analysis/: what the ten annealed Multi30k En-De models learned (issue 32, part 5).
 
-The CSV holds what pe-probe, pe-swap-probe and pe-evaluate wrote (gathered by the folder's collect.py); these
+The CSV holds what pe-probe, pe-swap-probe and pe-evaluate wrote (gathered by pe_tools/collect_analysis.py); these
 tests need neither the checkpoints nor the corpus. They check that the CSV is whole, that the models without an
 encoder position signal give their exact references, that summary.md (the tables docs/analysis.md shows) is what
-collect.py renders from the CSV, and that every number and comparison stated in docs/analysis.md
+pe_tools.collect_analysis renders from the CSV, and that every number and comparison stated in docs/analysis.md
 §What the trained Multi30k models learned is read from the CSV. Where the test reference exists, the CSV's BLEU
 is re-scored from the recorded translations.
 """
 import csv
-import importlib.util
 import io
 import math
 import re
@@ -33,10 +32,9 @@ FIGURE = re.compile(r"(?<![\w.])[+-]?\d+\.\d{2,4}(?![\w.])")
 
 
 def load_collect():
-    spec = importlib.util.spec_from_file_location("m30k_collect", FOLDER / "collect.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    from pe_tools import collect_analysis
+
+    return collect_analysis
 
 
 @pytest.fixture(scope="module")

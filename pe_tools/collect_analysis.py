@@ -1,8 +1,7 @@
-#!/usr/bin/env python
 """Gather what pe-probe, pe-swap-probe and pe-evaluate wrote for the ten annealed Multi30k En-De models into one
 CSV and four figures (examples/multi30k/analysis/README.md says which commands made the inputs).
 
-    python examples/multi30k/analysis/collect.py --probes DIR --evaluate DIR [--out examples/multi30k/analysis]
+    python -m pe_tools.collect_analysis --probes DIR --evaluate DIR [--out examples/multi30k/analysis]
 
 --probes DIR holds one folder per encoding (DIR/METHOD/probe.json, probe_maps.npz, swap_probe.json); --evaluate
 DIR is pe-evaluate's --out-dir (results.csv, results_length.csv, prefix "results"). Writes into --out:
@@ -27,12 +26,11 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[3]
-sys.path.insert(0, str(REPO))
+from pe_plugin.analysis import probing
 
-from pe_plugin.analysis import probing  # noqa: E402
-from pe_tools.common import csv_text, png_bytes, pyplot, write_all_atomic  # noqa: E402
+from .common import csv_text, png_bytes, pyplot, write_all_atomic
 
+# the models analysed: the ten encodings of the recorded annealed runs (examples/multi30k/results), in table order
 METHODS = ["nope", "sape", "lape", "rpe", "t5", "at5", "posnet_embed", "posnet_attn", "rope", "alibi"]
 INDICATORS = ["locality", "sym_code", "sym_abs", "aiv", "opr", "opr_tie_half", "opr_first20", "opr_first20_tie_half",
               "sd", "db20"]
