@@ -278,7 +278,8 @@ def test_two_processes_equal_one_with_double_update_freq(data_bin, tmp_path):
     for method in PE_REGISTRY:
         single = train_argv(table, method, "en-de", "tiny", 1, data_bin, tmp_path / "one", 1, flags)
         double = train_argv(table, method, "en-de", "tiny", 1, data_bin, tmp_path / "two", 2, flags + dist)
-        assert single[single.index("--update-freq") + 1] == "8" and double[-len(flags + dist) - 1] == "4"
+        assert single[single.index("--update-freq") + 1] == "8" and double[double.index("--update-freq") + 1] == "4"
+        assert double.count("--update-freq") == 1 and double[double.index("--distributed-world-size") + 1] == "2"
         jobs[method] = [single] + [double + ["--distributed-rank", str(r)] for r in (0, 1)]
     procs = []
     for k in range(3):
