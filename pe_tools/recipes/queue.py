@@ -240,8 +240,7 @@ def progress(run: Run) -> dict:
 
 
 def max_update(run: Run) -> int:
-    flags = size_entry(run.table, run.size)["flags"]
-    return int(flags[flags.index("--max-update") + 1]) if "--max-update" in flags else 0
+    return results.max_update_of(size_entry(run.table, run.size)["flags"]) or 0
 
 
 def recorded_commit(run: Run) -> Optional[str]:

@@ -120,12 +120,18 @@ def training_summary(log_text: str, command: Optional[dict] = None) -> Dict:
         argv = command.get("argv", [])
         if "--arch" in argv:
             s.setdefault("arch", argv[argv.index("--arch") + 1])
-        if "--max-update" in argv:
-            s["max_update"] = int(argv[len(argv) - 1 - argv[::-1].index("--max-update") + 1])  # the last one wins
+        if (top := max_update_of(argv)) is not None:
+            s["max_update"] = top
         s.update({k: command[k] for k in ("threads", "device") if k in command})
     if m := _last(CUDA_DEVICE, log_text):  # command.json names the processor; fairseq names the GPU it used
         s["device"] = m[1]
     return s
+
+
+def max_update_of(argv) -> Optional[int]:
+    """The --max-update of a fairseq-train argv (the last one wins), or None."""
+    flags = [i for i, x in enumerate(argv) if x == "--max-update"]
+    return int(argv[flags[-1] + 1]) if flags else None
 
 
 def segment_seconds(log_text: str) -> List[int]:

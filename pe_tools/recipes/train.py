@@ -7,7 +7,7 @@ import os
 import shlex
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Tuple
 
 from ..common import fail, plugin_dir, write_atomic
 from ..naming import arch_name
@@ -102,17 +102,11 @@ def train_argv(table, method, pair, size, seed, data, run_dir, gpus=1, extra=())
             *flags, "--seed", str(seed), "--save-dir", str(run_dir), *fp16, *extra]
 
 
-def max_update_of(argv) -> Optional[int]:
-    """The --max-update of a fairseq-train argv (the last one wins), or None."""
-    flags = [i for i, x in enumerate(argv) if x == "--max-update"]
-    return int(argv[flags[-1] + 1]) if flags else None
-
-
 def finished(run_dir: Path, argv) -> bool:
     """Whether the run in ``run_dir`` has trained to this argv's --max-update: fairseq logged "done training" at
     the end of its last segment, at that update, and checkpoint_last.pt exists."""
     log_file, last = run_dir / "train.log", run_dir / "checkpoint_last.pt"
-    top = max_update_of(argv)
+    top = results.max_update_of(argv)
     if top is None or not (log_file.is_file() and last.is_file()):
         return False
     log = log_file.read_text(encoding="utf-8", errors="replace")
@@ -149,7 +143,8 @@ def train(a) -> int:
         return 0
     if finished(run_dir, argv):
         # fairseq-train resumed at its --max-update still trains one more update (and overwrites the checkpoints)
-        print(f"{run_dir} has finished training (update {max_update_of(argv)} of {max_update_of(argv)}, "
+        top = results.max_update_of(argv)
+        print(f"{run_dir} has finished training (update {top} of {top}, "
               f"checkpoint_last.pt saved); nothing to do. Decode it with pe-generate {run_dir}", flush=True)
         return 0
     run_dir.mkdir(parents=True, exist_ok=True)
