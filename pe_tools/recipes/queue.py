@@ -29,6 +29,7 @@ import argparse
 import fcntl
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -231,8 +232,8 @@ def progress(run: Run) -> dict:
     out = {"run": run.name, "updates": s.get("updates", 0), "total": total, "valid_loss": s.get("valid_loss"),
            "commit": command.get("commit"), "recorded": (run.recorded / "command.json").is_file()}
     times = [(datetime.strptime(m[0], "%Y-%m-%d %H:%M:%S"), int(m[1])) for m in
-             results.re.findall(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) \| INFO \| train_inner \|.*?num_updates=(\d+)",
-                                log, results.re.M)]
+             re.findall(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) \| INFO \| train_inner \|.*?num_updates=(\d+)",
+                                log, re.M)]
     if len(times) >= 2 and times[-1][1] > times[-2][1]:
         (t0, u0), (t1, u1) = times[-2], times[-1]
         out["sec_per_update"] = (t1 - t0).total_seconds() / (u1 - u0)
