@@ -8,15 +8,14 @@
 #   posnet_kernel.json       pe-bench posnet_kernel --device cuda --quick
 #   flex.json                pe-bench flex --quick: FlexAttention vs SDPA for T5 and ALiBi at L = 50 200
 #   train_speed.json         pe-bench train-speed on DATA (a fairseq-preprocess'd folder with a joined dictionary),
-#                            tiny models, 300 updates each, fp16 (skipped without DATA)
+#                            base models, 300 updates each, fp16 (skipped without DATA)
 #   log.txt                  everything printed, with the time each step took
 #   other.tar.gz             every further file (charts, CSVs, the markdown of each benchmark)
 # Each step has its own --time-budget (seconds, the variables below; BUDGET_SCALE=2 doubles them all) and writes
 # its JSON after every measurement, so a step never eats the next one's time and a killed script keeps what it
 # measured. Run the same command again with the same OUTDIR and every JSON that says complete: false is resumed
 # (--resume), complete ones are left alone: a run too long for one device call finishes over several. Budgets sum
-# to 320 s; with the interpreters' start-up about 6 minutes on one H100 (estimated from the step times seen there,
-# not measured as a whole). PYTHON=python3 by default; steps that fail are reported and the others still run.
+# to 705 s; with the interpreters' start-up about 13 minutes on one H100. PYTHON=python3 by default; steps that fail are reported and the others still run.
 set -uo pipefail
 if [ $# -lt 1 ] || [ $# -gt 2 ]; then
   echo "usage: $0 OUTDIR [DATA]" >&2
@@ -74,17 +73,17 @@ bstep() {  # bstep NAME JSON COMMAND...: step, resumed or skipped after resumabl
 
 bstep models "$out/models.json" "${bench[@]}" models --device cuda --fp16 --sizes base --lengths 20 50 100 200 \
   --max-tokens 4096 --rounds 2 --processes one --out-dir "$work/models" --json "$out/models.json" \
-  --time-budget "$(budget 170)"
+  --time-budget "$(budget 240)"
 bstep fp16 "$out/fp16.json" "${bench[@]}" fp16 --device cuda --size base --json "$out/fp16.json" \
   --time-budget "$(budget 45)"
 bstep posnet_kernel "$out/posnet_kernel.json" "${bench[@]}" posnet_kernel --device cuda --quick \
-  --json "$out/posnet_kernel.json" --time-budget "$(budget 20)"
+  --json "$out/posnet_kernel.json" --time-budget "$(budget 30)"
 bstep flex "$out/flex.json" "${bench[@]}" flex --device cuda --quick --json "$out/flex.json" \
   --time-budget "$(budget 45)"
 if [ -n "$data" ]; then
   bstep train_speed "$out/train_speed.json" "${bench[@]}" train-speed --data "$data" --device cuda --fp16 \
-    --sizes tiny --max-update 300 --max-tokens 4096 --log-interval 50 --out-dir "$work/train_speed" \
-    --json "$out/train_speed.json" --time-budget "$(budget 40)"
+    --sizes base --max-update 300 --max-tokens 4096 --log-interval 50 --out-dir "$work/train_speed" \
+    --json "$out/train_speed.json" --time-budget "$(budget 330)"
 else
   echo "=== train_speed: skipped (no DATA argument)" | tee -a "$log"
 fi
