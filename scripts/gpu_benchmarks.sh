@@ -4,6 +4,7 @@
 #   scripts/gpu_benchmarks.sh OUTDIR [DATA]
 # OUTDIR receives at most 8 files:
 #   models.md, models.json   pe-bench models: base, L = 20 50 100 200, --max-tokens 4096, fp16, one process, 2 rounds
+#                            of 10 timed steps after 3 warm-up ones, and each row's GPU busy time and kernel count
 #   fp16.json                pe-bench fp16: every encoding's fp16 fast path against its fp32 reference
 #   posnet_kernel.json       pe-bench posnet_kernel --device cuda --quick
 #   flex.json                pe-bench flex --quick: FlexAttention vs SDPA for T5 and ALiBi at L = 50 200
@@ -15,7 +16,7 @@
 # its JSON after every measurement, so a step never eats the next one's time and a killed script keeps what it
 # measured. Run the same command again with the same OUTDIR and every JSON that says complete: false is resumed
 # (--resume), complete ones are left alone: a run too long for one device call finishes over several. Budgets sum
-# to 705 s; with the interpreters' start-up about 13 minutes on one H100. PYTHON=python3 by default; steps that fail are reported and the others still run.
+# to 795 s; with the interpreters' start-up about 13 minutes on one H100. PYTHON=python3 by default; steps that fail are reported and the others still run.
 set -uo pipefail
 if [ $# -lt 1 ] || [ $# -gt 2 ]; then
   echo "usage: $0 OUTDIR [DATA]" >&2
@@ -72,8 +73,8 @@ bstep() {  # bstep NAME JSON COMMAND...: step, resumed or skipped after resumabl
 }
 
 bstep models "$out/models.json" "${bench[@]}" models --device cuda --fp16 --sizes base --lengths 20 50 100 200 \
-  --max-tokens 4096 --rounds 2 --processes one --out-dir "$work/models" --json "$out/models.json" \
-  --time-budget "$(budget 240)"
+  --max-tokens 4096 --rounds 2 --steps 10 --warmup 3 --processes one --out-dir "$work/models" \
+  --json "$out/models.json" --time-budget "$(budget 330)"
 bstep fp16 "$out/fp16.json" "${bench[@]}" fp16 --device cuda --size base --json "$out/fp16.json" \
   --time-budget "$(budget 45)"
 bstep posnet_kernel "$out/posnet_kernel.json" "${bench[@]}" posnet_kernel --device cuda --quick \

@@ -77,7 +77,7 @@ def sdpa_side(q, k, v, pad, bias_of):
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=1.0 / math.sqrt(q.size(-1)))
 
 
-def flex_side(q, k, v, pad, bias_of, attend):
+def flex_side(q, k, v, pad, bias_of, attend, kernel_options=None):
     from torch.nn.attention.flex_attention import create_block_mask
 
     B, H, T, _ = q.shape
@@ -89,7 +89,14 @@ def flex_side(q, k, v, pad, bias_of, attend):
         return j >= pad[b]
 
     block = create_block_mask(mask_mod, B, None, T, T, device=str(q.device))
-    return attend(q, k, v, score_mod=score_mod, block_mask=block, scale=1.0 / math.sqrt(q.size(-1)))
+    return attend(q, k, v, score_mod=score_mod, block_mask=block, scale=1.0 / math.sqrt(q.size(-1)),
+                  kernel_options=kernel_options)
+
+
+# the kernel options tried in turn on CUDA: inductor's own choice first; smaller tiles and fewer pipeline stages
+# when its choice needs more shared memory than the GPU has ("out of resource", seen with torch 2.11 on an H100)
+KERNEL_OPTIONS = (None, {"BLOCK_M": 64, "BLOCK_N": 64, "num_stages": 2,
+                         "BLOCK_M1": 32, "BLOCK_N1": 64, "BLOCK_M2": 64, "BLOCK_N2": 32})
 
 
 def compare(bias: str, B: int, H: int, T: int, d: int, device: str, repeats: int) -> dict:
@@ -109,14 +116,26 @@ def compare(bias: str, B: int, H: int, T: int, d: int, device: str, repeats: int
         return row
     grad = torch.randn_like(q)
     outs = {}
-    for name, fn in (("sdpa", lambda: sdpa_side(q, k, v, pad, bias_of)),
-                     ("flex", lambda: flex_side(q, k, v, pad, bias_of, attend))):
-        def step():
-            out = fn()
-            return out, torch.autograd.grad(out, inputs, grad)
+    for name, fn in (("sdpa", lambda opts: sdpa_side(q, k, v, pad, bias_of)),
+                     ("flex", lambda opts: flex_side(q, k, v, pad, bias_of, attend, opts))):
+        options = KERNEL_OPTIONS if name == "flex" else (None,)
+        for n, opts in enumerate(options):
+            def step():
+                out = fn(opts)
+                return out, torch.autograd.grad(out, inputs, grad)
 
-        for _ in range(3):  # warm-up (compilation)
-            step()
+            try:
+                for _ in range(3):  # warm-up (compilation)
+                    step()
+                break
+            except Exception as e:  # inductor's InductorError; the last option's failure is the row's
+                if n + 1 == len(options) or "out of resource" not in str(e):
+                    raise
+                print(f"[flex] kernel options {opts} failed (out of resource); trying {options[n + 1]}",
+                      file=sys.stderr, flush=True)
+                torch._dynamo.reset()
+        if name == "flex":
+            row["kernel_options"] = opts
         torch.cuda.synchronize()
         times = []
         for _ in range(repeats):

@@ -13,7 +13,8 @@ CPU_MEMORY_ENV = {"MALLOC_MMAP_THRESHOLD_": str(128 * 1024)}
 # raw figure -> its ratio to SAPE within the same size and length
 RATIOS = {"forward_s": "forward_ratio", "forward_median_s": "forward_median_ratio",
           "step_s": "step_ratio", "step_median_s": "step_median_ratio", "step_cpu_s": "cpu_ratio",
-          "peak_bytes": "peak_ratio", "step_bytes": "step_mem_ratio"}
+          "peak_bytes": "peak_ratio", "step_bytes": "step_mem_ratio",
+          "kernel_s": "kernel_ratio", "kernels": "kernels_ratio"}  # the last two on CUDA only
 
 
 def measure(pe: str, size: str, batch: int, length: int, vocab: int, steps: int, warmup: int, forward_passes: int,
@@ -86,6 +87,7 @@ def measure(pe: str, size: str, batch: int, length: int, vocab: int, steps: int,
     peak = torch.cuda.max_memory_allocated() if cuda else peak_rss_bytes()
     if memory_only:
         return {"peak_bytes": peak, "step_bytes": peak - before}
+    busy = device_activity(step) if cuda else {}
 
     # 3. forward passes: total of forward_passes consecutive passes in eval mode, no autograd graph
     model.eval()
@@ -109,11 +111,33 @@ def measure(pe: str, size: str, batch: int, length: int, vocab: int, steps: int,
         "param_dtypes": sorted({str(p.dtype) for p in model.parameters()}),
         "master_dtypes": sorted({str(p.dtype) for p in master}), "fp16_overflows": overflows,
         "step_wall_s": wall, "step_cpu_s": cpu, "forward_s": forward, "forward_cpu_s": forward_cpu,
-        "peak_bytes": peak, "step_bytes": peak - before,
+        "peak_bytes": peak, "step_bytes": peak - before, **busy,
         "memory_kind": "cuda-allocated" if cuda else "cpu-rss", "device": device,
         "device_name": torch.cuda.get_device_name() if cuda else cpu_name(),
         "threads": torch.get_num_threads(), "torch": torch.__version__, "cuda": torch.version.cuda,
     }
+
+
+def device_activity(step) -> dict:
+    """What the GPU itself did in one more training step, whatever the host's speed: ``kernel_s``, the summed
+    durations of the device activities (kernels, copies, memsets) that torch.profiler (CUPTI) records, and
+    ``kernels``, how many there were (each one a launch by the host). A base-size step of 4,096 tokens on an H100
+    is host-bound (its wall time is several times its kernel time), so the wall time measures the host and these
+    two measure the device. {} with ``kernel_error`` when the profiler cannot record the device."""
+    import torch
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    try:
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            step()
+            torch.cuda.synchronize()
+        events = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
+    except Exception as e:  # no CUPTI, or a profiler already running
+        return {"kernel_error": f"{type(e).__name__}: {e}"}
+    if not events:
+        return {"kernel_error": "the profiler recorded no device activity"}
+    return {"kernel_s": sum(e.time_range.elapsed_us() for e in events) / 1e6, "kernels": len(events)}
 
 
 def measure_isolated(pe: str, size: str, kwargs: dict) -> dict:
@@ -176,6 +200,8 @@ def summarise(runs):
         peak_bytes=int(statistics.median(x["peak_bytes"] for x in runs)),
         step_bytes=int(statistics.median(x["step_bytes"] for x in runs)),
     )
+    if all("kernel_s" in x for x in runs):  # CUDA: the device's own time, fastest round; launches, most of any round
+        r.update(kernel_s=min(x["kernel_s"] for x in runs), kernels=max(x["kernels"] for x in runs))
     for key in ("malloc_default_peak_bytes", "malloc_default_step_bytes"):  # CPU only
         if key in first:
             r[key] = int(statistics.median(x[key] for x in runs))
@@ -197,4 +223,5 @@ def add_ratios(results):
         for r in results:
             if group(r) == g:
                 for key, ratio in RATIOS.items():
-                    r[ratio] = r[key] / ref[key] if ref and ref[key] else None
+                    if key in r:  # kernel_s and kernels: CUDA only
+                        r[ratio] = r[key] / ref[key] if ref and ref.get(key) else None

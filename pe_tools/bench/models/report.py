@@ -29,19 +29,25 @@ def tables(settings, results, partial: str = ""):
             group = [r for r in results if r["size"] == size and r["length"] == length]
             if not group:  # a partial run: nothing measured here yet
                 continue
+            busy = all("kernel_s" in r for r in group)
             rows = [[r["pe"], f"{r['params'] / 1e6:.2f}M", f"{r['pe_params']:,}", f"{r['forward_s'] * 1e3:.1f}",
                      _x(r["forward_ratio"]), f"{r['step_s'] * 1e3:.1f}", _x(r["step_ratio"]), _x(r["cpu_ratio"]),
-                     f"{r['peak_bytes'] / MIB:.0f}", _x(r["peak_ratio"]), _x(r["step_mem_ratio"])] for r in group]
+                     f"{r['peak_bytes'] / MIB:.0f}", _x(r["peak_ratio"]), _x(r["step_mem_ratio"])]
+                    + ([f"{r['kernel_s'] * 1e3:.1f}", _x(r.get("kernel_ratio")), f"{r['kernels']:,}",
+                        _x(r.get("kernels_ratio"))] if busy else []) for r in group]
             first = group[0]
             stock = f", {STOCK} = transformer_{SIZES[size]}" if STOCK in settings["encodings"] else ""
             blocks.append(f"{size} size (arch transformer_<pe>_{SIZES[size]}{stock}), L={length}: "
                           f"B={first['batch']} sentences, {first['src_tokens']} source and {first['tokens']} target "
-                          f"tokens; {settings_line(settings)}\n\n" + markdown_table(headers, rows))
+                          f"tokens; {settings_line(settings)}\n\n"
+                          + markdown_table(headers + (BUSY_HEADERS if busy else []), rows))
     overflows = sum(r.get("fp16_overflows", 0) for r in results)
     legend = ("Columns: forward = total of the timed forward passes (eval, no_grad), fastest round; step = one "
               f"training step (forward, cross-entropy, backward, {_optimizer(settings)}), fastest; cpu time = the "
               "step's process CPU time; peak = training peak memory; step mem = peak minus memory after building "
-              "the model; every `x` column is the ratio to sape at the same size and length."
+              "the model; GPU busy = the summed durations of the device's kernels, copies and memsets in one more "
+              "step (torch.profiler), and kernels = how many (CUDA only); every `x` column is the ratio to sape at "
+              "the same size and length."
               + (" Measured in one process on a CPU: its peak RSS only grows, so the memory columns are not "
                  "comparable between rows." if settings.get("processes") == "one" and settings["memory_kind"] ==
                  "cpu-rss" else "")
@@ -52,6 +58,9 @@ def tables(settings, results, partial: str = ""):
                    "where a round is missing), and a ratio is n/a until sape is measured at its size and length.")
         blocks.insert(0, f"**{partial}**")
     return "\n\n".join(blocks) + "\n\n" + legend + "\n"
+
+
+BUSY_HEADERS = ["GPU busy ms", "busy", "kernels", "kernels x"]
 
 
 def _optimizer(s):
