@@ -16,7 +16,8 @@
 # its JSON after every measurement, so a step never eats the next one's time and a killed script keeps what it
 # measured. Run the same command again with the same OUTDIR and every JSON that says complete: false is resumed
 # (--resume), complete ones are left alone: a run too long for one device call finishes over several. Budgets sum
-# to 795 s; with the interpreters' start-up about 13 minutes on one H100. PYTHON=python3 by default; steps that fail are reported and the others still run.
+# to 780 s (on one H100 the models step needed 475 s and train-speed 359 s for 5 of its 12 runs: resume).
+# PYTHON=python3 by default; steps that fail are reported and the others still run.
 set -uo pipefail
 if [ $# -lt 1 ] || [ $# -gt 2 ]; then
   echo "usage: $0 OUTDIR [DATA]" >&2

@@ -141,25 +141,52 @@ def test_a_document_shows_whole_tables_of_runs():
             assert [r[0] for r in rows] == [r[0] for r in recorded_table(marker)[1]], (doc, marker)
 
 
-def test_computed_cost_beside_cpu():
+def gpu_models():
+    """{(pe, length): result} of the recorded H100 run of pe-bench models (fp16, base, one process)."""
+    data = json.loads((REPO / "examples" / "benchmarks" / "gpu" / "models.json").read_text())
+    assert data["complete"] and data["settings"]["fp16"] and data["settings"]["device"] == "cuda"
+    return {(r["pe"], r["length"]): r for r in data["results"] if r["size"] == "base"}
+
+
+def test_computed_cost_beside_gpu():
     """The README's cost table: pe-bench cost's saved-bytes and op ratios to SAPE at base size (every length), beside
-    the CPU step time and memory ratios of pe-bench models, for every row of the cost run."""
+    the H100's busy time, kernel count and peak memory from pe-bench models (fp16), for every row of the cost run."""
     cost = {(r["pe"], int(r["length"])): r for r in read_csv(REPO / "examples" / "benchmarks" / "cost" / "cost.csv")
             if r["size"] == "base"}
-    cpu = {r["pe"]: r for r in read_csv(REPO / "examples" / "benchmarks" / "cpu" / "models" / "benchmark.csv")}
-    doc, line, header, rows = marked("cost_beside_cpu")
+    gpu = gpu_models()
+    doc, line, header, rows = marked("cost_beside_gpu")
     assert [r[0] for r in rows] == list(dict.fromkeys(pe for pe, _ in cost))
     lengths = sorted({n for _, n in cost})
+    assert lengths == sorted({n for _, n in gpu})
+    by = " / ".join(map(str, lengths))
     for row in rows:
         pe, cells = row[0], dict(zip(header, row))
-        assert cells[f"saved for backward / SAPE, L = {' / '.join(map(str, lengths))}"] == " / ".join(
+        assert cells[f"saved for backward / SAPE, L = {by}"] == " / ".join(
             f"{float(cost[pe, n]['saved_bytes_to_sape']):.3f}x" for n in lengths), row
         ops = sorted({f"{float(cost[pe, n]['ops_to_sape']):.3f}x" for n in lengths})
         assert cells["ATen ops / SAPE"] == " - ".join(ops), row
-        assert cells["CPU step time"] == (f"{float(cpu[pe]['step_ratio']):.2f}x" if pe in cpu else "–"), row
-        assert cells["CPU step memory"] == (f"{float(cpu[pe]['step_mem_ratio']):.2f}x" if pe in cpu else "–"), row
+        assert cells[f"H100 busy time / SAPE, L = {by}"] == " / ".join(
+            f"{gpu[pe, n]['kernel_ratio']:.2f}x" for n in lengths), row
+        kernels = sorted({f"{gpu[pe, n]['kernels_ratio']:.2f}x" for n in lengths})
+        assert cells["H100 kernels / SAPE"] == " - ".join(kernels), row
+        assert cells["H100 peak memory / SAPE, largest"] == f"{max(gpu[pe, n]['peak_ratio'] for n in lengths):.3f}x"
     assert max(float(r["flops_to_sape"]) for r in cost.values()) < 1.01  # "FLOPs within 1.01x of SAPE's"
     assert all(float(r["saved_bytes_to_sape"]) == 1 for (pe, _), r in cost.items() if pe == "stock")
+
+
+def test_the_gpu_findings_in_the_text():
+    """The README's statements about the H100 run, read from the recorded JSON."""
+    gpu = gpu_models()
+    text = re.sub(r"\s+", " ", (REPO / "README.md").read_text().split("## What the encodings cost")[1].split("\n## ")[0])
+    busy = [r["kernel_s"] for r in gpu.values()]
+    wall = [r["step_s"] for r in gpu.values()]
+    shown = re.search(r"busy for (\d+)-(\d+) ms of a (\d+)-(\d+) ms step", text)
+    assert shown, "the busy/wall statement"
+    assert (int(shown[1]), int(shown[2])) == (int(min(busy) * 1e3), round(max(busy) * 1e3))
+    assert int(shown[3]) <= min(wall) * 1e3 and round(max(wall) * 1e3) <= int(shown[4])
+    over = sorted({pe for (pe, _), r in gpu.items() if r["kernel_ratio"] > 1.10 or r["peak_ratio"] > 1.05})
+    named = re.search(r"Over the goal \(1\.10x busy time, 1\.05x peak memory\): ([a-z_, ]+)\.", text)
+    assert named and sorted(named[1].replace(" ", "").split(",")) == over, (named and named[1], over)
 
 
 def test_computed_annealed_side_by_side():
