@@ -169,8 +169,8 @@ def test_rpe_without_values_keeps_the_fused_kernel(monkeypatch):
     from pe_plugin.modules import pe_attention
 
     calls = []
-    sdpa = pe_attention.F.scaled_dot_product_attention
-    monkeypatch.setattr(pe_attention.F, "scaled_dot_product_attention", lambda *a, **k: calls.append(1) or sdpa(*a, **k))
+    sdpa = pe_attention.sdpa  # modules/sdpa.attention: F.scaled_dot_product_attention, or the CPU's fused kernel
+    monkeypatch.setattr(pe_attention, "sdpa", lambda *a, **k: calls.append(1) or sdpa(*a, **k))
     for no_values, expected in ((True, [1]), (False, [])):
         calls.clear()
         attn = make_attention(make_pe("rpe", "encoder", rpe_max_relative_position=2, rpe_no_values=no_values))
@@ -256,20 +256,29 @@ ATOMIC_OPS = {"scatter_add", "scatter_add_", "index_add", "index_add_", "scatter
 def test_rpe_training_step_scatters_nothing(data_bin, extra):
     """Shaw's terms by strided views and matrix products: no scatter, gather or index add (atomic adds on a GPU)
     in forward or backward. Negative control: the same step with a gather-based key term is caught."""
-    from pe_plugin.encodings import shaw
+    from pe_plugin.encodings import shaw, shaw_core
 
     task, model, _ = pe_testing.build_model(data_bin, "transformer_rpe_wmt_en_de", SMALL + extra)
     model.train()
     sample = pe_testing.batch(task, "train", n=6)
     ops = op_step(model, sample)
     assert ops["bmm"] + ops["mm"] > 0 and not set(ops) & ATOMIC_OPS, set(ops) & ATOMIC_OPS
-    original = shaw.buckets_to_pairs
-    try:  # the released formulation: gather (forward) and scatter_add (its backward)
-        shaw.buckets_to_pairs = lambda r, tk, k: r.gather(-1, (torch.arange(tk)[None] - torch.arange(
-            tk - r.size(-2), tk)[:, None]).clamp(-k, k).add(k).expand(*r.shape[:-1], tk))
-        assert {"gather", "scatter_add"} <= set(op_step(model, sample))
+
+    def gathered(r, tk, k):  # the released formulation: gather (forward) and scatter_add (its backward)
+        return r.gather(-1, (torch.arange(tk)[None] - torch.arange(tk - r.size(-2), tk)[:, None]).clamp(-k, k)
+                        .add(k).expand(*r.shape[:-1], tk))
+
+    def gathered_core(r, b, tk, consts):  # the same inside the core: r (H, Tq*B, n) -> (B,H,Tq,Tk)
+        h, rows, n = r.shape
+        return gathered(r.view(h, rows // b, b, n).permute(2, 0, 1, 3), tk, (n - 1) // 2)
+
+    original, original_core = shaw.buckets_to_pairs, shaw_core.b2p
+    try:
+        shaw.buckets_to_pairs, shaw_core.b2p = gathered, gathered_core
+        caught = set(op_step(model, sample))
+        assert "gather" in caught and ("scatter_add" in caught or "--rpe-no-values" not in extra), caught
     finally:
-        shaw.buckets_to_pairs = original
+        shaw.buckets_to_pairs, shaw_core.b2p = original, original_core
 
 
 @pytest.mark.parametrize("pe,extra", [("t5", []), ("at5", []), ("at5", ["--at5-all-layers"])],
@@ -290,24 +299,98 @@ def test_distance_bias_training_step_scatters_nothing(data_bin, monkeypatch, pe,
 
 
 def test_half_precision_rpe_step_keeps_one_copy_of_the_probabilities(data_bin):
-    """Under float16 the explicit path (Shaw's value term) keeps the probabilities for backward once, in float16:
-    no float32 (B,H,Tq,Tk) tensor and one (B,H,Tq,Tk) storage per layer at most."""
+    """Under float16, Shaw's core (training) keeps no (B,H,Tq,Tk) tensor for backward (it recomputes the
+    probabilities); the explicit path (weights requested) keeps them once per layer, in float16: no float32 copy."""
     task, model, _ = pe_testing.build_model(data_bin, "transformer_rpe_wmt_en_de", SMALL + ["--attention-dropout", "0"])
     model.half().train()
     net = pe_testing.batch(task, "train", n=6)["net_input"]
     src_t, tgt_t = net["src_tokens"].size(1), net["prev_output_tokens"].size(1)
-    kept = {}
+    layers = [m for m in model.modules() if isinstance(m, PEAttention)]
 
-    def pack(t):
-        if t.dim() == 4 and t.shape[-2:] in ((src_t, src_t), (tgt_t, tgt_t)):
-            kept[t.untyped_storage().data_ptr()] = t.dtype
-        return t
+    def kept_by_a_step():
+        kept = {}
 
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        logits, _ = model(net["src_tokens"], net["src_lengths"], net["prev_output_tokens"])
-    layers = sum(isinstance(m, PEAttention) for m in model.modules())
-    assert float16_only(kept) and 0 < len(kept) <= layers + 2, kept  # + the two stacks' masks
+        def pack(t):
+            if t.dim() == 4 and t.shape[-2:] in ((src_t, src_t), (tgt_t, tgt_t)):
+                kept[t.untyped_storage().data_ptr()] = t.dtype
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            model(net["src_tokens"], net["src_lengths"], net["prev_output_tokens"])
+        return kept
+
+    assert kept_by_a_step() == {}  # the core
+    for m in layers:
+        m.capture_weights = True  # the explicit product
+    kept = kept_by_a_step()
+    assert float16_only(kept) and 0 < len(kept) <= len(layers) + 2, kept  # + the two stacks' masks
 
 
 def float16_only(kept):
     return set(kept.values()) == {torch.float16}
+
+
+# ---- a learned float mask in the CPU's fused kernel (modules/sdpa) ----------------------------------------------
+@pytest.mark.parametrize("b,h,tq,tk,kind", [(3, 2, 5, 5, "bias"), (3, 2, 9, 9, "padded"), (2, 3, 9, 9, "left-causal"),
+                                            (2, 2, 1, 6, "bias"), (2, 3, 4, 7, "padded")])
+def test_learned_mask_attention_equals_the_math_path(b, h, tq, tk, kind):
+    """``sdpa.attention`` with a mask that requires grad (a (1,H,Tq,Tk) bias; with -inf at padded keys; with a causal
+    mask over left-padded rows, whose first queries see no key) against torch's own call, which takes its math path
+    for such a mask: output and the gradients of q, k, v and the bias, in float64; and it runs the fused kernel."""
+    from pe_plugin.modules.pass_context import aligned
+    from pe_plugin.modules.sdpa import attention
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(b, h, n, 8, dtype=torch.double, requires_grad=True) for n in (tq, tk, tk))
+    bias = torch.randn(1, h, tq, tk, dtype=torch.double, requires_grad=True)
+    pad = torch.zeros(b, 1, 1, tk, dtype=torch.bool)
+    pad[0, ..., :2] = pad[1, ..., -1:] = kind != "bias"
+    mask = bias.masked_fill(pad, float("-inf"))
+    if kind == "left-causal":
+        mask = mask + torch.full((tq, tk), float("-inf"), dtype=torch.double).triu(1)
+    mask = aligned(mask)
+    w = torch.randn(b, h, tq, 8, dtype=torch.double)
+    ops = OpCounter()
+    with ops:
+        out = attention(q, k, v, mask)
+        grads = torch.autograd.grad((out * w).sum(), (q, k, v, bias), retain_graph=True)
+    assert ops.ops["_scaled_dot_product_flash_attention_for_cpu"] == 1 and "_safe_softmax" not in ops.ops
+    expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=1.0)
+    torch.testing.assert_close(out, expected, rtol=1e-12, atol=1e-12)
+    for g, e in zip(grads, torch.autograd.grad((expected * w).sum(), (q, k, v, bias))):
+        assert torch.isfinite(g).all()
+        torch.testing.assert_close(g, e, rtol=1e-9, atol=1e-10)
+
+
+class OpCounter(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.ops = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops[func.overloadpacket.__name__] += 1
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("pe", ["t5", "kerple"])
+def test_learned_bias_step_keeps_no_probabilities(data_bin, pe):
+    """A learned position bias keeps the fused kernel in training: backward keeps no layer's (B,H,Tq,Tk)
+    probabilities, only the two stacks' masks (torch's math path kept one per layer: 6 here), and the bias still
+    gets its gradient."""
+    task, model, _ = pe_testing.build_model(data_bin, f"transformer_{pe}_wmt_en_de", SMALL + ["--attention-dropout", "0"])
+    model.train()
+    net = pe_testing.batch(task, "train", n=6)["net_input"]
+    src_t, tgt_t = net["src_tokens"].size(1), net["prev_output_tokens"].size(1)
+    kept = set()
+
+    def pack(t):
+        if t.dim() == 4 and t.shape[-2:] in ((src_t, src_t), (tgt_t, tgt_t)):
+            kept.add(t.untyped_storage().data_ptr())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        logits, _ = model(net["src_tokens"], net["src_lengths"], net["prev_output_tokens"])
+    assert len(kept) <= 2, len(kept)
+    logits.float().sum().backward()
+    params = [p for side in (model.encoder, model.decoder) for p in side.pe.parameters()]
+    assert params and all(p.grad is not None and p.grad.abs().sum() > 0 for p in params)  # the bias is learned

@@ -75,3 +75,18 @@ def test_kerple_attention_equals_naive_attention(side):
     expected = attn.out_proj(z)
     real_mask = ~pad.t()
     torch.testing.assert_close(out[real_mask], expected[real_mask], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("tq,tk", [(7, 7), (1, 7), (3, 9)])
+def test_kerple_bias_on_distances_equals_the_pairwise_equation(tq, tk):
+    """The bias built on the call's W distinct distances and laid out by a strided view (positions from a mask)
+    equals the equation on the (Tq,Tk) distances (positions given as values), values and gradients of r1, r2."""
+    pe = make_pe("kerple", "encoder").double()
+    by_columns = Positions.from_mask(None, tq, tk, "cpu")
+    by_values = Positions(torch.arange(tk - tq, tk).unsqueeze(0), torch.arange(tk).unsqueeze(0))
+    w = torch.randn(H, tq, tk, dtype=torch.double)
+    got, want = (pe.position_bias(p) for p in (by_columns, by_values))
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-15)
+    for g, e in zip(torch.autograd.grad((got * w).sum(), (pe.r1, pe.r2)),
+                    torch.autograd.grad((want * w).sum(), (pe.r1, pe.r2))):
+        torch.testing.assert_close(g, e, rtol=1e-12, atol=1e-12)

@@ -330,9 +330,9 @@ def test_t5_bias_is_query_independent_and_keeps_the_fused_kernel(monkeypatch):
     bias = logit_bias(attn.pe, torch.randn(3, H, 11, D), Positions(torch.arange(11)[None], torch.arange(11)[None]), 0)
     assert bias.shape == (1, H, 11, 11)
     calls = []
-    sdpa = F.scaled_dot_product_attention
+    sdpa = pe_attention.sdpa  # modules/sdpa.attention: the fused kernel (on a CPU too, for a learned mask)
     spy = lambda *a, **k: calls.append(1) or sdpa(*a, **k)  # noqa: E731
-    monkeypatch.setattr(pe_attention.F, "scaled_dot_product_attention", spy)
+    monkeypatch.setattr(pe_attention, "sdpa", spy)
     attn(x, x, x, key_padding_mask=pad, need_weights=False)
     assert calls == [1]
 

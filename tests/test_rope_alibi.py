@@ -353,15 +353,15 @@ def test_fused_kernel_and_no_pairwise_vectors(case, overrides, side, monkeypatch
     attn.dropout_module.p = 0.0
     x = torch.randn(11, 3, C)
     masks = []
-    sdpa = F.scaled_dot_product_attention
+    sdpa = pe_attention.sdpa  # modules/sdpa.attention(q, k, v, mask, dropout_p, is_causal): the fused kernel
 
     def spy(*a, **k):
-        masks.append(k.get("attn_mask"))
+        masks.append(a[3])
         return sdpa(*a, **k)
 
     softmax_calls = []
     softmax = F.softmax
-    monkeypatch.setattr(pe_attention.F, "scaled_dot_product_attention", spy)
+    monkeypatch.setattr(pe_attention, "sdpa", spy)
     monkeypatch.setattr(pe_attention.F, "softmax", lambda *a, **k: softmax_calls.append(1) or softmax(*a, **k))
     log = ShapeLog()
     with log:

@@ -24,6 +24,12 @@ In each self-attention layer ``layer`` it applies to (``applies_to_layer``), wit
   transform_values(v, ctx, layer)    maps the new values (B,H,T,d) before they are cached and used
   value_bias(probs, ctx, layer)      a term (B,H,Tq,d) added to the attention output, or None; ``probs`` are
                                      the dropped-out attention weights in the compute dtype
+  attention_core(q, k, v, masks, dropout_p, ctx, layer)
+                                     the encoding's own attention product (B,H,Tq,d), or None; used by the fast
+                                     path (no weights requested) in place of the explicit product that
+                                     score_bias and value_bias describe, which it must equal. ``masks``: the
+                                     pass's float masks, each broadcastable to (B,H,Tq,Tk) (Shaw's, with a
+                                     backward that keeps no (B,H,Tq,Tk) tensor)
 
 Attention-level hooks are applied in self-attention only, by ``pe_plugin.modules.pe_attention`` on every
 path (training, validation, incremental decoding). Positions are absolute 0-based indices of real tokens,
@@ -38,7 +44,7 @@ encoding's limit (``limits.BoundedPositions``), which fairseq's own length filte
 Forward code here imports only torch.
 """
 from dataclasses import dataclass, fields
-from typing import Any, ClassVar, Dict, Optional, Tuple, Union
+from typing import Any, ClassVar, Dict, List, Optional, Tuple, Union
 
 import torch
 from torch import nn
@@ -182,7 +188,7 @@ def as_positions(pos: Union[Positions, torch.Tensor]) -> Positions:
     return pos if isinstance(pos, Positions) else Positions(pos, pos)
 
 
-ATTENTION_HOOKS = ("transform_qk", "position_bias", "score_bias", "transform_values", "value_bias")
+ATTENTION_HOOKS = ("transform_qk", "position_bias", "score_bias", "transform_values", "value_bias", "attention_core")
 
 
 class PositionalEncoding(nn.Module):
@@ -233,6 +239,10 @@ class PositionalEncoding(nn.Module):
         return v
 
     def value_bias(self, probs: torch.Tensor, ctx: Any, layer: int) -> Optional[torch.Tensor]:
+        return None
+
+    def attention_core(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, masks: List[torch.Tensor],
+                       dropout_p: float, ctx: Any, layer: int) -> Optional[torch.Tensor]:
         return None
 
     # ---- what the glue asks -------------------------------------------------------------------------

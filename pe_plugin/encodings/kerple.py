@@ -6,14 +6,18 @@ Head h adds a learned conditionally positive definite kernel of the distance to 
 The decoder is causal, so it meets only j <= i; the encoder sees both sides with the same (symmetric) kernel.
 Positivity as the official code: each r is clamped at 1e-2 from below when used (the gradient is zero while
 it sits on the clamp). Init as the official code: r1 ~ U(0, 2), r2 ~ U(0, 1), one pair per head and stack,
-shared by the stack's self-attention layers. The bias depends on j - i only (``Positions.rel``), not on q, so it
-is a ``position_bias``: built once per stack pass and folded into the attention's float mask.
+shared by the stack's self-attention layers. The bias depends on j - i only, not on q, so it is a
+``position_bias``: built once per stack pass and folded into the attention's float mask. As T5 and AT5 it is
+computed on the call's W = Tq + Tk - 1 distances and laid out as (H,Tq,Tk) by a strided view
+(``relative.offsets_to_pairs``), so backward keeps (H,W) tensors rather than (H,Tq,Tk) ones; for positions given
+as values (tests, direct calls) it is computed on ``Positions.rel`` as the equation reads.
 """
 import torch
 from torch import nn
 
 from . import register_pe
 from .base import PositionalEncoding
+from .relative import call_offsets, offsets_to_pairs
 
 EPS = 1e-2  # the official code's lower clamp of r1 and r2
 
@@ -31,6 +35,9 @@ class KerpleLog(PositionalEncoding):
         self.r2 = nn.Parameter(torch.rand(dims.num_heads, 1, 1))  # (H,1,1), U(0, 1)
 
     def position_bias(self, pos):
-        # -r1_h log(1 + r2_h |i - j|): (1,Tq,Tk) distances -> (H,Tq,Tk)
-        dist = pos.rel.abs().to(self.r1.dtype).unsqueeze(0)  # (1,Tq,Tk)
-        return -self.r1.clamp_min(EPS) * torch.log1p(self.r2.clamp_min(EPS) * dist)  # (H,Tq,Tk)
+        r1, r2 = self.r1.clamp_min(EPS), self.r2.clamp_min(EPS)  # (H,1,1)
+        if not pos.columns:  # positions given as values: the equation on their (Tq,Tk) distances
+            return -r1 * torch.log1p(r2 * pos.rel.abs().to(r1.dtype))  # (H,Tq,Tk)
+        dist = call_offsets(pos.tq, pos.tk, pos.device).abs().to(r1.dtype)  # (W,) |r|, r = -(Tk-1)..Tq-1
+        v = -r1 * torch.log1p(r2 * dist)  # (H,1,1) with (W,) -> (H,1,W)
+        return offsets_to_pairs(v[:, 0], pos.tq)  # (H,W) -> (H,Tq,Tk), a strided view

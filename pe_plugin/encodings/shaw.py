@@ -12,7 +12,10 @@ Neither term builds a (Tq,Tk,d) tensor, and neither scatters or gathers (docs/en
     value term: P[i, b] = sum_j a_ij [idx(i,j) = b] (B,H,Tq,2k+1): ``relative.pairs_to_buckets``, the same view
                 written and the two tails summed, accumulated in float32 under fp16; then P W^V
 The two maps are adjoint, so each one's backward is the other: no atomic adds in forward or backward, and the
-result does not depend on the order of a GPU's threads. The tables are cast and split into layers once per pass
+result does not depend on the order of a GPU's threads. Training and validation (``attention_core``) run the
+whole product in ``shaw_core``, whose hand-written backward recomputes the probabilities instead of keeping them;
+the hooks above serve the explicit product (weights requested, --pe-attention-impl reference) and the key term
+alone (--rpe-no-values, in the fused kernel's mask). The tables are cast and split into layers once per pass
 (``prepare``: one unbind, whose backward is one stack), not selected in every layer.
 Tables are initialised N(0, d^-1/2) (the paper does not say; our choice, docs/encodings.md §RPE). No absolute
 encoding is added (the paper found no gain from adding sinusoids). Clipping makes every distance beyond k share row k.
@@ -36,6 +39,7 @@ from torch import nn
 from . import register_pe
 from .base import PositionalEncoding, Positions
 from .relative import buckets_to_pairs, pairs_to_buckets
+from .shaw_core import Buckets, buckets, shaw_attention
 
 
 @dataclass
@@ -63,6 +67,7 @@ class ShawContext(NamedTuple):
     pos: Positions
     keys: Optional[Tuple[torch.Tensor, ...]]  # per layer W^K^T (H, d, 2k+1), a shared table expanded
     values: Optional[Tuple[torch.Tensor, ...]]  # per layer W^V (2k+1, d) shared by the heads, or (H, 2k+1, d)
+    buckets: Optional[Buckets]  # the bucket maps' constants of the pass (``shaw_core``), when there is a value term
 
 
 @register_pe
@@ -100,7 +105,7 @@ class ShawRelativePositionalEncoding(PositionalEncoding):
         # keeps the fused kernel, with the key term as its float mask)
         if hook == "score_bias":
             return self.key_table is not None
-        if hook == "value_bias":
+        if hook in ("value_bias", "attention_core"):
             return self.value_table is not None
         return super().uses(hook)
 
@@ -112,7 +117,8 @@ class ShawRelativePositionalEncoding(PositionalEncoding):
         if self.value_table is not None:  # a table shared by heads drops its head axis: one matrix product below
             table = self.value_table.to(dtype)  # (L,H|1,2k+1,d)
             values = (table.squeeze(1) if table.size(1) == 1 else table).unbind(0)  # L x (2k+1,d) or (H,2k+1,d)
-        return ShawContext(pos, keys, values)
+        consts = None if values is None else buckets(pos.tq, pos.tk, self.k, self.dims.num_heads, dtype, pos.device)
+        return ShawContext(pos, keys, values, consts)
 
     def score_bias(self, q, ctx, layer):
         if self.key_table is None:
@@ -122,6 +128,14 @@ class ShawRelativePositionalEncoding(PositionalEncoding):
         r = torch.bmm(q.permute(1, 2, 0, 3).reshape(h, tq * b, d), ctx.keys[layer])  # (H,Tq*B,d)(H,d,2k+1)
         r = r.view(h, tq, b, -1).permute(2, 0, 1, 3)  # (H,Tq,B,2k+1) -> (B,H,Tq,2k+1)
         return buckets_to_pairs(r, ctx.pos.tk, self.k)  # (B,H,Tq,Tk), a strided view
+
+    def attention_core(self, q, k, v, masks, dropout_p, ctx, layer):
+        """The whole product with both terms (``shaw_core``), (B,H,Tq,d); used only with a value term (``uses``:
+        without one, attention takes the fused kernel, the key term joining its mask)."""
+        wv = ctx.values[layer]  # (H,2k+1,d), or (2k+1,d) expanded to the heads (a view)
+        wv = wv if wv.dim() == 3 else wv.expand(q.size(1), -1, -1)
+        wk = None if self.key_table is None else ctx.keys[layer]  # (H,d,2k+1)
+        return shaw_attention(q, k, v, wk, wv, masks, ctx.buckets, dropout_p)
 
     def value_bias(self, probs, ctx, layer):
         if self.value_table is None:

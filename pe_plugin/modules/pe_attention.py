@@ -18,8 +18,11 @@ encoding's ``prepare``: RoPE's angles) comes from the pass's ``PassContext`` (``
 stack builds once and sets as ``self.context``; a module called alone builds one per call.
 
 Two implementations (``--pe-attention-impl``):
-  auto (default)  the per-pass context; when the encoding has no value bias and no weights are requested, the
-                  product runs in ``F.scaled_dot_product_attention`` with no mask, ``is_causal``, or the context's
+  auto (default)  the per-pass context; when no weights are requested, an encoding's own product where it has
+                  one (``attention_core``: Shaw's, with its value term and a hand-written backward that keeps no
+                  (B,H,Tq,Tk) tensor, ``encodings/shaw_core``); else, when the encoding has no value bias, the
+                  product runs in ``F.scaled_dot_product_attention`` (``modules/sdpa``: on a CPU, a mask that needs a
+                  gradient keeps the fused kernel) with no mask, ``is_causal``, or the context's
                   aligned float mask (Shaw's key term joins it per layer); otherwise the explicit product below,
                   with the masks added into the logits in place and the softmax in the compute dtype, so that
                   backward keeps one copy of the probabilities (under fp16 too; Shaw's bucket sums still
@@ -41,6 +44,7 @@ from torch import Tensor
 
 from ..encodings.base import PositionalEncoding
 from .pass_context import PassContext, aligned
+from .sdpa import attention as sdpa
 
 
 class PEAttention(MultiheadAttention):
@@ -87,6 +91,14 @@ class PEAttention(MultiheadAttention):
         if self.capture_weights:
             self.last_weights = probs.detach()
         return attn, probs
+
+    def _own_core(self, q, k, v, ctx: PassContext, dropout_p: float) -> Optional[Tensor]:
+        """The encoding's own attention product (B,H,Tq,d) with the pass's masks (each broadcasts to (B,H,Tq,Tk)),
+        e.g. Shaw's with its value term and a backward that keeps no (B,H,Tq,Tk) tensor; None where it has none."""
+        if not self.pe.uses("attention_core"):
+            return None
+        masks = [t for t in (ctx.mask, ctx.causal_mask) if t is not None]
+        return self.pe.attention_core(q, k, v, masks, dropout_p, ctx.ctx, self.layer)
 
     def forward(
         self,
@@ -140,19 +152,21 @@ class PEAttention(MultiheadAttention):
             saved["prev_key_padding_mask"] = key_padding_mask
             self._set_input_buffer(incremental_state, saved)
 
-        q_bias = pe.score_bias(q, ctx.ctx, self.layer) if pe.uses("score_bias") else None  # (B,H,Tq,Tk) or None
         dropout_p = self.dropout_module.p if (self.training or self.dropout_module.apply_during_inference) else 0.0
         probs = None
-        if reference or need_weights or self.capture_weights or pe.uses("value_bias"):
-            attn, probs = self._explicit(q, k, v, ctx, q_bias, reference)
-        else:
-            mask, is_causal = ctx.mask, ctx.is_causal
-            if q_bias is not None:  # the q-dependent term joins the pass's mask: one aligned mask per layer
-                causal = ctx.causal_mask if is_causal else None
-                terms = [t for t in (mask, causal) if t is not None]
-                mask, is_causal = aligned(sum(terms, q_bias)), False
-            attn = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal,
-                                                  scale=1.0)
+        explicit = reference or need_weights or self.capture_weights  # the probabilities in memory
+        attn = None if explicit else self._own_core(q, k, v, ctx, dropout_p)  # (B,H,Tq,d) or None
+        if attn is None:
+            q_bias = pe.score_bias(q, ctx.ctx, self.layer) if pe.uses("score_bias") else None  # (B,H,Tq,Tk) or None
+            if explicit or pe.uses("value_bias"):
+                attn, probs = self._explicit(q, k, v, ctx, q_bias, reference)
+            else:
+                mask, is_causal = ctx.mask, ctx.is_causal
+                if q_bias is not None:  # the q-dependent term joins the pass's mask: one aligned mask per layer
+                    causal = ctx.causal_mask if is_causal else None
+                    terms = [t for t in (mask, causal) if t is not None]
+                    mask, is_causal = aligned(sum(terms, q_bias)), False
+                attn = sdpa(q, k, v, mask, dropout_p, is_causal)  # F.scaled_dot_product_attention, scale 1
 
         attn = attn.permute(2, 0, 1, 3).reshape(tgt_len, bsz, embed_dim)  # (B,H,Tq,d) -> (Tq,B,C)
         attn = self.out_proj(attn)

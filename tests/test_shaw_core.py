@@ -1,0 +1,175 @@
+"""Shaw's attention core (``encodings.shaw_core``, --pe-attention-impl auto) against the reference path (the
+equations as they read, autograd's own backward) in float64: outputs and the gradients of q, k, v (through the
+projections) and of both tables, on left- and right-padded batches, causal and not, per-head and shared tables,
+keys switched off; ``gradcheck`` of the core itself, dropout included (its mask drawn once and replayed); fp16
+close to fp32; what backward keeps; and no scatter, gather or index add in forward or backward."""
+from collections import Counter
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from pe_plugin.encodings import PE_REGISTRY
+from pe_plugin.encodings.base import Dims
+from pe_plugin.encodings.shaw_core import buckets, shaw_attention
+from pe_plugin.modules.pe_attention import PEAttention
+
+C, H, LAYERS = 16, 2, 2
+D = C // H
+CONFIGS = {
+    "per_head": dict(rpe_max_relative_position=3, rpe_per_head=True),
+    "shared": dict(rpe_max_relative_position=3),
+    "values_only": dict(rpe_max_relative_position=3, rpe_no_keys=True),
+    "k0": dict(rpe_max_relative_position=0, rpe_per_head=True),
+    "k_beyond_length": dict(rpe_max_relative_position=20, rpe_per_head=True),
+}
+
+
+def make(config, side, impl):
+    cls = PE_REGISTRY["rpe"]
+    pe = cls.build(cls.config_cls(**CONFIGS[config]), Dims(C, H, LAYERS, 64, 1, side), {})
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for p in pe.parameters():
+            p.normal_(0, 1.0)
+    pe.attention_impl = impl
+    torch.manual_seed(1)
+    return PEAttention(C, H, pe, 1).double()
+
+
+def padded(side, t=9, lengths=(9, 6, 3)):
+    torch.manual_seed(2)
+    x = torch.randn(t, len(lengths), C, dtype=torch.double)
+    cols = torch.arange(t)
+    if side == "encoder":  # left-padded sources
+        pad = torch.stack([cols < t - n for n in lengths])
+    else:  # right-padded targets
+        pad = torch.stack([cols >= n for n in lengths])
+    return x, pad
+
+
+def step(attn, x, pad, causal):
+    """Output at real tokens and every gradient (input, projections, tables) of one weighted loss."""
+    x = x.clone().requires_grad_()
+    mask = torch.full((x.size(0),) * 2, float("-inf"), dtype=x.dtype).triu(1) if causal else None
+    out, _ = attn(x, x, x, key_padding_mask=pad, attn_mask=mask, need_weights=False)
+    real = ~pad.t()  # (T,B)
+    torch.manual_seed(3)
+    loss = (out * torch.randn_like(out))[real].sum()
+    params = [x] + list(attn.parameters()) + list(attn.pe.parameters())
+    return out[real], torch.autograd.grad(loss, params)
+
+
+@pytest.mark.parametrize("config", list(CONFIGS))
+@pytest.mark.parametrize("side,causal", [("encoder", False), ("decoder", True), ("decoder", False)])
+def test_core_equals_reference_in_float64(config, side, causal):
+    x, pad = padded(side)
+    out, grads = step(make(config, side, "auto"), x, pad, causal)
+    ref_out, ref_grads = step(make(config, side, "reference"), x, pad, causal)
+    torch.testing.assert_close(out, ref_out, rtol=1e-10, atol=1e-10)
+    for g, r in zip(grads, ref_grads):
+        torch.testing.assert_close(g, r, rtol=1e-10, atol=1e-10)
+
+
+class OpLog(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.ops = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops[func.overloadpacket.__name__] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def test_core_is_the_path_taken_and_keeps_no_pair_tensor():
+    """The auto path runs the core (no autograd softmax): backward keeps q, k, v views, R and P, and no
+    (B,H,Tq,Tk) tensor; nothing scatters, gathers or adds by index in forward or backward."""
+    attn = make("per_head", "encoder", "auto").train()
+    x, pad = padded("encoder")
+    kept = []
+
+    def pack(t):
+        kept.append(tuple(t.shape))
+        return t
+
+    log = OpLog()
+    with log, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out, _ = attn(x, x, x, key_padding_mask=pad, need_weights=False)
+        out.sum().backward()
+    t = x.size(0)
+    assert not [s for s in kept if len(s) >= 3 and s[-2:] == (t, t)], kept
+    assert log.ops["_softmax"] == 2 and log.ops["_softmax_backward_data"] == 1  # forward, recomputed in backward
+    atomic = {"scatter", "scatter_add", "scatter_add_", "index_add", "index_add_", "index_put", "index_put_",
+              "_index_put_impl_", "gather", "scatter_reduce"}
+    assert not set(log.ops) & atomic
+
+
+def core_inputs(b=3, h=2, tq=5, tk=7, d=4, k=2, shared=False):
+    """float64 inputs of the core: q, k, v as the projections lay them out (views of (T,B,H,d) memory), the
+    queries the last tq of tk keys, a padding mask and the causal one."""
+    torch.manual_seed(4)
+    n = 2 * k + 1
+    q = torch.randn(tq, b, h, d, dtype=torch.double).permute(1, 2, 0, 3).requires_grad_()
+    kk = torch.randn(tk, b, h, d, dtype=torch.double).permute(1, 2, 0, 3).requires_grad_()
+    v = torch.randn(tk, b, h, d, dtype=torch.double).permute(1, 2, 0, 3).requires_grad_()
+    wk = torch.randn(1 if shared else h, d, n, dtype=torch.double, requires_grad=True)
+    wv = torch.randn(1 if shared else h, n, d, dtype=torch.double, requires_grad=True)
+    pad = torch.zeros(b, 1, 1, tk, dtype=torch.double)
+    pad[1, ..., -2:] = float("-inf")  # a right-padded row (every query keeps a real key under the causal mask)
+    causal = torch.full((tq, tk), float("-inf"), dtype=torch.double).triu(tk - tq + 1)
+    return q, kk, v, wk, wv, (pad, causal), buckets(tq, tk, k, h, torch.double, "cpu")
+
+
+@pytest.mark.parametrize("shape", [dict(), dict(tq=7, tk=7), dict(tq=1, tk=6), dict(k=0), dict(k=9),
+                                   dict(shared=True)])
+def test_gradcheck(shape):
+    q, k, v, wk, wv, masks, consts = core_inputs(**shape)
+    h = q.size(1)
+
+    def f(q, k, v, wk, wv):
+        return shaw_attention(q, k, v, wk.expand(h, -1, -1), wv.expand(h, -1, -1), masks, consts, 0.0)
+
+    assert torch.autograd.gradcheck(f, (q, k, v, wk, wv))
+
+
+def test_gradcheck_with_dropout_replays_its_mask():
+    """With dropout the forward's mask must be the one backward applies: gradcheck reseeds before every call,
+    so every evaluation draws the same mask, and the analytical gradient must match the numerical one."""
+    q, k, v, wk, wv, masks, consts = core_inputs()
+
+    def f(q, k, v, wk, wv):
+        torch.manual_seed(5)
+        return shaw_attention(q, k, v, wk, wv, masks, consts, 0.3)
+
+    assert torch.autograd.gradcheck(f, (q, k, v, wk, wv))
+    out = f(q, k, v, wk, wv)
+    assert not torch.allclose(out, shaw_attention(q, k, v, wk, wv, masks, consts, 0.0))  # dropout applied
+
+
+def test_incremental_step_equals_full_pass():
+    """A decoding step (Tq = 1 of Tk keys, no gradient) takes the core too and matches the full pass's row."""
+    attn = make("per_head", "decoder", "auto").eval()
+    x, _ = padded("decoder", lengths=(9, 9, 9))
+    t = x.size(0)
+    mask = torch.full((t, t), float("-inf"), dtype=x.dtype).triu(1)
+    full, _ = attn(x, x, x, attn_mask=mask, need_weights=False)
+    state, steps = {}, []
+    with torch.no_grad():
+        for i in range(t):
+            out, _ = attn(x[i:i + 1], x[i:i + 1], x[i:i + 1], incremental_state=state, need_weights=False)
+            steps.append(out)
+    torch.testing.assert_close(torch.cat(steps), full, rtol=1e-10, atol=1e-10)
+
+
+def test_fp16_forward_close_to_fp32():
+    attn = make("per_head", "decoder", "auto").float().eval()
+    attn.pe.float()
+    x, pad = padded("decoder")
+    x = x.float()
+    mask = torch.full((x.size(0),) * 2, float("-inf")).triu(1)
+    ref, _ = attn(x, x, x, key_padding_mask=pad, attn_mask=mask, need_weights=False)
+    attn.half()
+    attn.pe.half()
+    out, _ = attn(x.half(), x.half(), x.half(), key_padding_mask=pad, attn_mask=mask.half(), need_weights=False)
+    assert out.dtype == torch.float16 and torch.isfinite(out).all()
+    assert (out.float() - ref)[~pad.t()].abs().max() < 2e-2
