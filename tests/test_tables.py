@@ -176,7 +176,7 @@ def test_computed_cost_beside_gpu():
         kernels = sorted({f"{gpu[pe, n]['kernels_ratio']:.2f}x" for n in lengths})
         assert cells["H100 kernels / SAPE"] == " - ".join(kernels), row
         assert cells["H100 peak memory / SAPE, largest"] == f"{max(gpu[pe, n]['peak_ratio'] for n in lengths):.3f}x"
-    assert max(float(r["flops_to_sape"]) for r in cost.values()) < 1.01  # "FLOPs within 1.01x of SAPE's"
+    assert max(float(r["flops_to_sape"]) for r in cost.values()) < 1.02  # "FLOPs are within 1.02x"
     assert all(float(r["saved_bytes_to_sape"]) == 1 for (pe, _), r in cost.items() if pe == "stock")
 
 
