@@ -114,6 +114,34 @@ def test_attn_transform_values_equals_per_token_loop():
     assert not torch.allclose(pe.transform_values(v, ctx, 0), pe.transform_values(v, ctx, 1))  # per-layer kernels
 
 
+@pytest.mark.parametrize("from_mask", [True, False], ids=["rotated", "gathered"])
+def test_attn_branch_equals_relu_and_saves_only_its_product_input(from_mask):
+    """transform_values' where(y <= 0, 0, y) against the equation with F.relu, in float64: the same values and
+    gradients. A full pass (positions from the padding mask: the rotated product) keeps for backward one float
+    tensor of v's size (the rotated values, bmm's input), a bool mask and indices; F.relu kept its output too."""
+    torch.manual_seed(0)
+    pe = _module(PosNetAttention, PosNetAttnConfig).double()
+    phis = pe.kernels["phi"]  # (1, L_max, d, d)
+    v = torch.randn(3, 2, 6, 8, dtype=torch.double, requires_grad=True)  # (B,H,T,d)
+    pos, nonpad = padded_positions([6, 4, 1], 6, left=True)
+    if from_mask:
+        pos = Positions.from_mask(nonpad, 6, 6, "cpu")
+    ctx = pe.prepare(pos, v.dtype)
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        got = pe.transform_values(v, ctx, 0)
+    y = positional_matmul(v.permute(2, 0, 1, 3), phis[0], pos).permute(1, 2, 0, 3)  # (B,H,T,d)
+    ref = v + F.relu(y)
+    assert torch.equal(got, ref)
+    w = torch.randn_like(ref)
+    for g, r in zip(torch.autograd.grad((got * w).sum(), (v, phis)), torch.autograd.grad((ref * w).sum(), (v, phis))):
+        assert torch.equal(g, r)
+    if from_mask:
+        floats = [t for t in saved if t.is_floating_point() and t.untyped_storage().data_ptr() != phis.data_ptr()]
+        assert [t.numel() for t in floats] == [v.numel()]
+        assert {t.dtype for t in saved} == {torch.double, torch.bool, torch.long}
+
+
 def test_benchmark_candidates_compute_the_same_thing():
     """pe_tools/bench/posnet_kernel.py: the released broadcast and the bmm give the same outputs and gradients."""
     from pe_tools.bench.posnet_kernel import setup

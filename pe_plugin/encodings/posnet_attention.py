@@ -24,7 +24,6 @@ states in every layer, wherever they stand; each word sees the ordered sentence,
 from dataclasses import dataclass, field
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from . import register_pe
@@ -76,4 +75,6 @@ class PosNetAttention(PosNetBase):
         phi = phi[layer if phi.size(0) > 1 else 0]  # (L_max, d, d)
         u = v.permute(2, 0, 1, 3)  # (B,H,T,d) -> (T,B,H,d)
         y = positional_matmul(u, phi, ctx.pos, ctx.rotation).permute(1, 2, 0, 3)  # (T,B,H,d) -> (B,H,T,d)
-        return v + self.dropout(F.relu(y))  # (B,H,T,d)
+        # ReLU(y) = y with 0 where y <= 0: the same values (NaN too) and gradients, but autograd keeps the 1-byte
+        # mask y <= 0 for backward where F.relu keeps its float output (a (T,B,C) tensor per layer)
+        return v + self.dropout(y.masked_fill(y <= 0, 0.0))  # (B,H,T,d)
