@@ -7,9 +7,11 @@ import os
 import subprocess
 import sys
 from argparse import Namespace
+from collections import Counter
 from pathlib import Path
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 REPO = Path(__file__).resolve().parents[1]
 from pe_tools.synthetic.toy import write_corpus  # noqa: E402,F401  (re-exported for the tests)
@@ -132,3 +134,15 @@ def logit_bias(pe, q, pos, layer: int = 0):
     terms = [pe.position_bias(pos), score]
     terms = [t for t in terms if t is not None]
     return None if not terms else terms[0] if len(terms) == 1 else terms[0] + terms[1]
+
+
+class OpLog(TorchDispatchMode):
+    """Counts the ATen ops dispatched while it is active: ``ops[name]``."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops[func.overloadpacket.__name__] += 1
+        return func(*args, **(kwargs or {}))

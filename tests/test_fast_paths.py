@@ -13,6 +13,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import pe_testing
+from pe_testing import OpLog
 from pe_plugin.encodings import PE_REGISTRY
 from pe_plugin.encodings.base import Positions
 from pe_plugin.encodings.posnet_kernels import positional_matmul
@@ -228,16 +229,6 @@ def test_fast_path_equals_reference_with_right_padded_sources(data_bin, pe):
 
 
 # ---- what a training step dispatches and keeps ------------------------------------------------------------------
-class OpLog(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.ops = Counter()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.ops[func.overloadpacket.__name__] += 1
-        return func(*args, **(kwargs or {}))
-
-
 def op_step(model, sample) -> Counter:
     """The ATen ops of one training step (forward and backward) of ``model`` on ``sample``."""
     net = sample["net_input"]
@@ -350,7 +341,7 @@ def test_learned_mask_attention_equals_the_math_path(b, h, tq, tk, kind):
         mask = mask + torch.full((tq, tk), float("-inf"), dtype=torch.double).triu(1)
     mask = aligned(mask)
     w = torch.randn(b, h, tq, 8, dtype=torch.double)
-    ops = OpCounter()
+    ops = OpLog()
     with ops:
         out = attention(q, k, v, mask)
         grads = torch.autograd.grad((out * w).sum(), (q, k, v, bias), retain_graph=True)
@@ -360,16 +351,6 @@ def test_learned_mask_attention_equals_the_math_path(b, h, tq, tk, kind):
     for g, e in zip(grads, torch.autograd.grad((expected * w).sum(), (q, k, v, bias))):
         assert torch.isfinite(g).all()
         torch.testing.assert_close(g, e, rtol=1e-9, atol=1e-10)
-
-
-class OpCounter(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.ops = Counter()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.ops[func.overloadpacket.__name__] += 1
-        return func(*args, **(kwargs or {}))
 
 
 @pytest.mark.parametrize("pe", ["t5", "kerple"])

@@ -3,16 +3,15 @@ equations as they read, autograd's own backward) in float64: outputs and the gra
 projections) and of both tables, on left- and right-padded batches, causal and not, per-head and shared tables,
 keys switched off; ``gradcheck`` of the core itself, dropout included (its mask drawn once and replayed); fp16
 close to fp32; what backward keeps; and no scatter, gather or index add in forward or backward."""
-from collections import Counter
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from pe_plugin.encodings import PE_REGISTRY
 from pe_plugin.encodings.base import Dims
 from pe_plugin.encodings.shaw_core import buckets, shaw_attention
 from pe_plugin.modules.pe_attention import PEAttention
+from pe_testing import OpLog
 
 C, H, LAYERS = 16, 2, 2
 D = C // H
@@ -69,16 +68,6 @@ def test_core_equals_reference_in_float64(config, side, causal):
     torch.testing.assert_close(out, ref_out, rtol=1e-10, atol=1e-10)
     for g, r in zip(grads, ref_grads):
         torch.testing.assert_close(g, r, rtol=1e-10, atol=1e-10)
-
-
-class OpLog(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.ops = Counter()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.ops[func.overloadpacket.__name__] += 1
-        return func(*args, **(kwargs or {}))
 
 
 def test_core_is_the_path_taken_and_keeps_no_pair_tensor():
