@@ -201,3 +201,15 @@ def png_bytes(fig, **savefig: Any) -> bytes:
     fig.savefig(buf, format="png", **savefig)
     pyplot().close(fig)
     return buf.getvalue()
+
+
+def plugin_digest() -> str:
+    """sha256 (first 16 hex digits) of pe_plugin's Python sources, paths and contents: which attention code a
+    recording counted (the plugin is being changed while its counts are recorded)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    root = Path(plugin_dir())
+    for path in sorted(root.rglob("*.py")):
+        h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()[:16]

@@ -33,7 +33,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from ..common import csv_text, fail, int_at_least, write_all_atomic
+from ..common import csv_text, fail, int_at_least, plugin_digest, write_all_atomic
 from ..naming import BASELINE, SUFFIX_OF_CLASS as SIZES
 from ..recipes import recipe_names
 from ._timing import markdown_table
@@ -169,20 +169,6 @@ def measure(pe: str, size: str, length: int, batch: int, vocab: int, recipe: str
                params=sum(p.numel() for p in model.parameters()))
     row.update(count_step(model, src, lengths, prev, target, heads))
     return row
-
-
-def plugin_digest() -> str:
-    """sha256 (first 16 hex digits) of pe_plugin's Python sources, paths and contents: which attention code a
-    recording counted (the plugin is being changed while its counts are recorded)."""
-    import hashlib
-
-    from ..common import plugin_dir
-
-    h = hashlib.sha256()
-    root = Path(plugin_dir())
-    for path in sorted(root.rglob("*.py")):
-        h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
-    return h.hexdigest()[:16]
 
 
 def add_ratios(results) -> None:

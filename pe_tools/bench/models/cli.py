@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from ...common import cpu_name, fail, int_at_least
+from ...common import cpu_name, fail, int_at_least, plugin_digest
 from ...naming import BASELINE, SUFFIX_OF_CLASS as SIZES
 from ...recipes import recipe_names
 from .build import STOCK, batch_size
@@ -102,7 +102,8 @@ def run(args) -> int:
                  batches={str(length): b for length, b in batches.items()}, **kwargs, rounds=args.rounds,
                  processes=processes, threads_requested=args.threads,
                  device_name=torch.cuda.get_device_name() if device == "cuda" else cpu_name(),
-                 torch=torch.__version__, cuda=torch.version.cuda)
+                 torch=torch.__version__, cuda=torch.version.cuda,
+                 pe_plugin_sources=plugin_digest())  # which plugin code: a resumed run must measure the same
     del fixed["threads"]  # requested: threads_requested; used (what torch ran with): threads, from a measurement
     keys = [(size, length, pe) for size in sizes for length in lengths for pe in names]
     order = [(*key, k + 1) for k in range(args.rounds) for key in keys]  # round-robin: round 1 of all, then 2, ...
