@@ -255,21 +255,18 @@ def test_rpe_training_step_scatters_nothing(data_bin, extra):
     ops = op_step(model, sample)
     assert ops["bmm"] + ops["mm"] > 0 and not set(ops) & ATOMIC_OPS, set(ops) & ATOMIC_OPS
 
-    def gathered(r, tk, k):  # the released formulation: gather (forward) and scatter_add (its backward)
-        return r.gather(-1, (torch.arange(tk)[None] - torch.arange(tk - r.size(-2), tk)[:, None]).clamp(-k, k)
-                        .add(k).expand(*r.shape[:-1], tk))
+    def gathered(r, onehot, into=None):  # the released formulation: gather (forward) and scatter_add (its backward)
+        idx = onehot.o.argmax(-1)  # (Tq,Tk) each pair's bucket
+        pairs = r.gather(-1, idx[:, None].expand(-1, r.size(1), -1)).transpose(0, 1)  # (Tq,N,Tk) -> (N,Tq,Tk)
+        return pairs if into is None else into.add_(pairs)
 
-    def gathered_core(r, b, tk, consts):  # the same inside the core: r (H, Tq*B, n) -> (B,H,Tq,Tk)
-        h, rows, n = r.shape
-        return gathered(r.view(h, rows // b, b, n).permute(2, 0, 1, 3), tk, (n - 1) // 2)
-
-    original, original_core = shaw.buckets_to_pairs, shaw_core.b2p
+    original = shaw.buckets_to_pairs, shaw_core.buckets_to_pairs
     try:
-        shaw.buckets_to_pairs, shaw_core.b2p = gathered, gathered_core
+        shaw.buckets_to_pairs = shaw_core.buckets_to_pairs = gathered
         caught = set(op_step(model, sample))
         assert "gather" in caught and ("scatter_add" in caught or "--rpe-no-values" not in extra), caught
     finally:
-        shaw.buckets_to_pairs, shaw_core.b2p = original, original_core
+        shaw.buckets_to_pairs, shaw_core.buckets_to_pairs = original
 
 
 @pytest.mark.parametrize("pe,extra", [("t5", []), ("at5", []), ("at5", ["--at5-all-layers"])],

@@ -20,8 +20,9 @@ import pe_testing
 from pe_testing import logit_bias
 from pe_plugin.encodings import PE_REGISTRY
 from pe_plugin.encodings.base import Dims, Positions
-from pe_plugin.encodings.relative import (call_offsets, clip_to_offsets, clipped_index, distinct_offsets,
-                                          offsets_to_pairs, t5_bucket)
+from pe_plugin.encodings.relative import (buckets_to_pairs, call_offsets, clip_to_offsets, clipped_index,
+                                          clipped_onehot, distinct_offsets, offsets_to_pairs, pairs_to_buckets,
+                                          t5_bucket)
 from pe_plugin.modules import pe_attention
 from pe_plugin.modules.pe_attention import PEAttention
 
@@ -213,6 +214,32 @@ def test_offsets_to_pairs_is_the_gather_by_distance_and_its_adjoint(tq, tk):
         g = torch.randn_like(ref)
         torch.testing.assert_close(torch.autograd.grad((out * g).sum(), r)[0],
                                    torch.autograd.grad((ref * g).sum(), r)[0], rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("k", [0, 1, 3, 20])
+@pytest.mark.parametrize("tq,tk", CALL_SHAPES + [(4, 6)])
+def test_shaw_bucket_maps_are_the_indexed_equations_and_adjoint(tq, tk, k):
+    """Shaw's maps (products with the pass's one-hot) against the equations by index, element by element, in
+    float64: pairs E[m,i,j] = R[i,m,idx(i,j)] (new, and added into a tensor), buckets P[i,m,b] = sum of A[m,i,j]
+    over idx(i,j) = b; adjoint. (4, 6): positions given as values, not the last Tq keys."""
+    torch.manual_seed(0)
+    if (tq, tk) == (4, 6):
+        pos = Positions(torch.tensor([[0, 4, 5, 9]]), torch.tensor([[1, 2, 3, 6, 7, 8]]))
+    else:
+        pos = Positions.from_mask(None, tq, tk, "cpu")
+    idx, onehot = clipped_index(pos.rel, k), clipped_onehot(pos.rel, k, torch.double)  # (Tq,Tk), (Tq,Tk,n)
+    n_rows, n = 3, 2 * k + 1
+    r = torch.randn(tq, n_rows, n, dtype=torch.double)
+    a = torch.randn(n_rows, tq, tk, dtype=torch.double)
+    pairs, buckets = torch.zeros(n_rows, tq, tk, dtype=torch.double), torch.zeros(tq, n_rows, n, dtype=torch.double)
+    for i in range(tq):
+        for j in range(tk):
+            pairs[:, i, j] = r[i, :, idx[i, j]]
+            buckets[i, :, idx[i, j]] += a[:, i, j]
+    torch.testing.assert_close(buckets_to_pairs(r, onehot), pairs, rtol=0, atol=0)
+    torch.testing.assert_close(buckets_to_pairs(r, onehot, into=a.clone()), a + pairs, rtol=0, atol=1e-15)
+    torch.testing.assert_close(pairs_to_buckets(a, onehot), buckets, rtol=1e-15, atol=1e-15)
+    torch.testing.assert_close((pairs * a).sum(), (r * buckets).sum(), rtol=1e-12, atol=0)
 
 
 @pytest.mark.parametrize("side", ["encoder", "decoder"])

@@ -6,10 +6,12 @@ close to fp32; what backward keeps; and no scatter, gather or index add in forwa
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from pe_plugin.encodings import PE_REGISTRY
 from pe_plugin.encodings.base import Dims
-from pe_plugin.encodings.shaw_core import buckets, shaw_attention
+from pe_plugin.encodings.relative import clipped_onehot
+from pe_plugin.encodings.shaw_core import shaw_attention
 from pe_plugin.modules.pe_attention import PEAttention
 from pe_testing import OpLog
 
@@ -106,7 +108,8 @@ def core_inputs(b=3, h=2, tq=5, tk=7, d=4, k=2, shared=False):
     pad = torch.zeros(b, 1, 1, tk, dtype=torch.double)
     pad[1, ..., -2:] = float("-inf")  # a right-padded row (every query keeps a real key under the causal mask)
     causal = torch.full((tq, tk), float("-inf"), dtype=torch.double).triu(tk - tq + 1)
-    return q, kk, v, wk, wv, (pad, causal), buckets(tq, tk, k, h, torch.double, "cpu")
+    rel = torch.arange(tk) - torch.arange(tk - tq, tk)[:, None]  # (Tq,Tk) key minus query
+    return q, kk, v, wk, wv, (pad, causal), clipped_onehot(rel, k, torch.double)
 
 
 @pytest.mark.parametrize("shape", [dict(), dict(tq=7, tk=7), dict(tq=1, tk=6), dict(k=0), dict(k=9),
@@ -162,3 +165,41 @@ def test_fp16_forward_close_to_fp32():
     out, _ = attn(x.half(), x.half(), x.half(), key_padding_mask=pad, attn_mask=mask.half(), need_weights=False)
     assert out.dtype == torch.float16 and torch.isfinite(out).all()
     assert (out.float() - ref)[~pad.t()].abs().max() < 2e-2
+
+
+class PairSized(TorchDispatchMode):
+    """Every new tensor (not a view, not written in place) of at least ``size`` elements: (op, bytes)."""
+
+    def __init__(self, size):
+        super().__init__()
+        self.size, self.log = size, []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if not any(r.alias_info is not None for r in func._schema.returns):
+            for t in out if isinstance(out, (tuple, list)) else (out,):
+                if isinstance(t, torch.Tensor) and t.numel() >= self.size:
+                    self.log.append((str(func.overloadpacket), t.numel() * t.element_size()))
+        return out
+
+
+@pytest.mark.parametrize("tq,tk", [(7, 7), (5, 7)])  # (q, k, v gradients are smaller: d < Tq)
+def test_core_writes_no_pair_sized_tensor_but_the_attention_products(tq, tk):
+    """The bucket maps are products with the pass's one-hot: the only (B,H,Tq,Tk)-sized (or larger) tensors a
+    training step of the core allocates are those of any explicit attention with dropout: forward the logits, the
+    probabilities, the dropped-out ones and the dropout mask; backward the recomputed logits and probabilities and
+    their dropout, dA, its dropout backward and dE. Nothing laid out by distance (a (Tq, Tq+Tk-1) row per query,
+    about twice the size) or summed through a buffer: 9 1/8 float64 pair tensors in all (the earlier layout by
+    distance allocated 15 such tensors, 18.4 pair tensors' bytes)."""
+    q, k, v, wk, wv, masks, onehot = core_inputs(tq=tq, tk=tk)
+    b, h = q.shape[:2]
+    pairs = b * h * tq * tk
+    log = PairSized(pairs)
+    with log:
+        z = shaw_attention(q, k, v, wk, wv, masks, onehot, 0.2)
+        z.backward(torch.randn_like(z))
+    ops = [op.split(".")[-1] for op, _ in log.log]
+    assert sorted(ops) == sorted(["bmm", "_softmax", "native_dropout", "native_dropout"]  # forward
+                                 + ["bmm", "_softmax", "native_dropout_backward",  # recomputed
+                                    "bmm", "native_dropout_backward", "_softmax_backward_data"]), ops  # dA, dE
+    assert sum(n for _, n in log.log) == pairs * (9 * 8 + 1)  # float64 tensors and one bool mask

@@ -6,10 +6,9 @@ References: Shaw et al. 2018 (clipping); Raffel et al. 2020 / HF ``T5Attention._
 (log buckets); docs/encodings.md §RPE, §T5 and §AT5.
 """
 import math
-from typing import Tuple
+from typing import NamedTuple, Optional, Tuple
 
 import torch
-import torch.nn.functional as F
 
 
 def clipped_index(rel: torch.Tensor, k: int) -> torch.Tensor:
@@ -61,20 +60,10 @@ def distinct_offsets(rel: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     return torch.arange(lo, tq, device=rel.device), rel - lo
 
 
-# ---- Shaw's clipped buckets without scatter or gather ----------------------------------------------------------
-# A (Tq,Tk) call has W = Tq + Tk - 1 distances r = j - i, from -(Tk-1) to Tq-1 (``distinct_offsets``). With the
-# queries the last Tq of Tk positions, row i of a (Tq, W) tensor indexed by m = r + Tk - 1 ... (the "rel" layout)
-# holds pair (i, j) at m = j - i + Tq - 1, so the (Tq,Tk) pairs are the strided view
-#     pairs[i, j] = rel_layout.flat[i (W - 1) + j + Tq - 1]                       (row stride W - 1, no copy)
-# (the skewing of Huang et al. 2019). Shaw's buckets idx = clip(r, -k, k) + k split the W distances into a left
-# tail r < -k (bucket 0), one distance per bucket for |r| <= k (2k-1 diagonals and the two clip distances), and a
-# right tail r > k (bucket 2k). So
-#     buckets -> pairs  (key term):   R (...,Tq,2k+1) -> rel layout [R_0 repeated, R_lo..R_hi, R_2k repeated]
-#                                     (an expand and a cat) -> strided view (...,Tq,Tk)
-#     pairs -> buckets  (value term): a (...,Tq,Tk) written into the rel layout through the same view, then the two
-#                                     tails summed and the middle sliced (...,Tq,2k+1)
-# are adjoint linear maps (<pairs(R), a> = <R, buckets(a)>): each one's backward is the other, and neither
-# scatters, gathers or adds atomically.
+# ---- a distance clipped at k (Shaw's buckets, T5's table columns) -------------------------------------------
+# A (Tq,Tk) call has W = Tq + Tk - 1 distances r = j - i, from -(Tk-1) to Tq-1 (``distinct_offsets``); clipped at
+# k they fall into a left tail r < -k (bucket 0), one distance per bucket for |r| <= k, and a right tail r > k
+# (bucket 2k).
 def _bucket_split(tq: int, tk: int, k: int):
     """(left, lo, hi, right): distances r in the left tail (r < -k), buckets lo..hi-1 met once (|r| <= k, in
     order) and distances in the right tail (r > k) of a (Tq,Tk) call; host numbers from the shape."""
@@ -84,7 +73,9 @@ def _bucket_split(tq: int, tk: int, k: int):
 
 
 def _skew(rel_layout: torch.Tensor, tq: int, tk: int) -> torch.Tensor:
-    """The (...,Tq,Tk) pair view of a contiguous (...,Tq,W) rel layout (no copy)."""
+    """The (...,Tq,Tk) pair view of a contiguous (...,Tq,W) rel layout (no copy): row i of the layout holds pair
+    (i, j) at column m = j - i + Tq - 1, so pairs[i, j] = layout.flat[i (W - 1) + j + Tq - 1] (row stride W - 1;
+    the skewing of Huang et al. 2019)."""
     width = tq + tk - 1
     lead = rel_layout.shape[:-2]
     return rel_layout.as_strided((*lead, tq, tk), (*rel_layout.stride()[:-2], width - 1, 1),
@@ -99,67 +90,44 @@ def clip_to_offsets(r: torch.Tensor, tq: int, tk: int, k: int) -> torch.Tensor:
     return torch.cat(parts, dim=-1)  # [r_0 repeated, r_lo..r_hi-1, r_2k repeated]  (...,W)
 
 
-def buckets_to_pairs_raw(r: torch.Tensor, tk: int, k: int) -> torch.Tensor:
-    """out[..., i, j] = r[..., i, clip(j - i, -k, k) + k] for r (...,Tq,2k+1): (...,Tq,Tk), without autograd."""
-    tq = r.size(-2)
-    return _skew(clip_to_offsets(r, tq, tk, k), tq, tk)  # (...,Tq,W) -> (...,Tq,Tk), a strided view
+# ---- Shaw's clipped buckets as products with a one-hot (no scatter, gather or index) -----------------------
+# Pair (i, j) takes bucket idx(i, j) = clip(rel_ij, -k, k) + k of n = 2k + 1. With the per-pass constant
+#     O[i, j, b] = [idx(i, j) = b]                                            (Tq,Tk,n) in the compute dtype
+# the two maps between per-bucket and per-pair terms are batched matrix products over the queries i, with
+# N = B*H rows per query:
+#     buckets -> pairs (key term):    E[:, i, :] += R[i] O[i]^T      R (Tq,N,n), E (N,Tq,Tk)   (Tq,N,n)(Tq,n,Tk)
+#     pairs -> buckets (value term):  P[i] = A[:, i, :] O[i]         A (N,Tq,Tk), P (Tq,N,n)   (Tq,N,Tk)(Tq,Tk,n)
+# They are adjoint (<b2p(R), A> = <R, p2b(A)>), so each one's backward is the other; a product's backward is two
+# products, so nothing scatters, gathers or adds atomically, forward or backward, and the result does not depend
+# on the order of a GPU's threads. Each reads the (N,Tq,Tk) tensor once, through its view with N and Tq swapped
+# (a batch stride BLAS takes as it is), writes no (N,Tq,Tk)-sized tensor but the one it adds into, and costs
+# 2 N Tq Tk n FLOPs (n/d of the q k^T product). O comes from ``rel`` alone, so it holds for positions given as
+# values as for columns, and serves every layer of a pass.
+class OneHot(NamedTuple):
+    """The per-pass one-hot of each pair's clipped bucket, in the compute dtype."""
+
+    o: torch.Tensor  # (Tq,Tk,n)  O[i, j, b] = [idx(i, j) = b]
+    t: torch.Tensor  # (Tq,n,Tk)  its transposed view, taken once per pass
 
 
-def pairs_to_buckets_raw(a: torch.Tensor, k: int, dtype=None) -> torch.Tensor:
-    """out[..., i, b] = sum_j a[..., i, j] [clip(j - i, -k, k) + k = b] for a (...,Tq,Tk): (...,Tq,2k+1) in
-    ``dtype`` (default a's; the tail sums accumulate in it), without autograd."""
-    if k == 0:  # one bucket: every pair
-        return a.sum(-1, keepdim=True, dtype=dtype or a.dtype)
-    tq, tk = a.shape[-2:]
-    left, lo, hi, right = _bucket_split(tq, tk, k)
-    rel_layout = a.new_zeros(*a.shape[:-2], tq, tq + tk - 1, dtype=dtype or a.dtype)  # (...,Tq,W)
-    _skew(rel_layout, tq, tk).copy_(a)
-    # the W distances in order: [left tail + r = -k] [one per bucket] [r = k + right tail]
-    inner = hi - lo - (left > 0) - (right > 0)  # buckets met by exactly one distance
-    parts = [rel_layout[..., :left + 1].sum(-1, keepdim=True)] if left else []
-    start = left + 1 if left else 0
-    parts.append(rel_layout[..., start:start + inner])
-    if right:
-        parts.append(rel_layout[..., start + inner:].sum(-1, keepdim=True))
-    out = torch.cat(parts, dim=-1) if len(parts) > 1 else parts[0]  # (...,Tq,hi-lo): buckets lo..hi-1
-    return F.pad(out, (lo, 2 * k + 1 - hi)) if (lo, hi) != (0, 2 * k + 1) else out  # buckets no pair meets: 0
+def clipped_onehot(rel: torch.Tensor, k: int, dtype) -> OneHot:
+    """O[i, j, b] = [clip(rel_ij, -k, k) + k = b] (Tq,Tk,2k+1) in ``dtype``, from ``Positions.rel`` (Tq,Tk)."""
+    o = (rel.clamp(-k, k).unsqueeze(-1) == torch.arange(-k, k + 1, device=rel.device)).to(dtype)  # clip(r) = b - k
+    return OneHot(o, o.mT)
 
 
-class BucketsToPairs(torch.autograd.Function):
-    """Shaw's key term from the per-bucket scores: backward is ``pairs_to_buckets`` (no scatter)."""
-
-    @staticmethod
-    def forward(ctx, r, tk: int, k: int):
-        ctx.k = k
-        return buckets_to_pairs_raw(r, tk, k)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return pairs_to_buckets_raw(grad, ctx.k), None, None
+def buckets_to_pairs(r: torch.Tensor, onehot: OneHot, into: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """R (Tq,N,n) per bucket -> (N,Tq,Tk) per pair, E[m, i, j] = R[i, m, idx(i, j)]: a new tensor (the (N,Tq,Tk)
+    view of (Tq,N,Tk) memory), or added in place into ``into`` (N,Tq,Tk) and returned."""
+    if into is None:
+        return torch.bmm(r, onehot.t).transpose(0, 1)  # (Tq,N,n)(Tq,n,Tk) -> (Tq,N,Tk) -> (N,Tq,Tk)
+    into.transpose(0, 1).baddbmm_(r, onehot.t)  # (Tq,N,Tk) view += (Tq,N,n)(Tq,n,Tk)
+    return into
 
 
-class PairsToBuckets(torch.autograd.Function):
-    """Shaw's value term's bucket weights from the attention weights: backward is ``buckets_to_pairs`` (no gather)."""
-
-    @staticmethod
-    def forward(ctx, a, k: int, dtype):
-        ctx.k, ctx.tk, ctx.in_dtype = k, a.size(-1), a.dtype
-        return pairs_to_buckets_raw(a, k, dtype)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return buckets_to_pairs_raw(grad, ctx.tk, ctx.k).to(ctx.in_dtype), None, None
-
-
-def buckets_to_pairs(r: torch.Tensor, tk: int, k: int) -> torch.Tensor:
-    """(...,Tq,2k+1) per-bucket terms -> (...,Tq,Tk) per-pair terms, pair (i, j) taking bucket clip(j-i,-k,k)+k
-    (queries the last Tq of Tk positions)."""
-    return BucketsToPairs.apply(r, tk, k)
-
-
-def pairs_to_buckets(a: torch.Tensor, k: int, dtype=None) -> torch.Tensor:
-    """(...,Tq,Tk) per-pair weights -> (...,Tq,2k+1) their sums per bucket, in ``dtype`` (default a's)."""
-    return PairsToBuckets.apply(a, k, dtype or a.dtype)
+def pairs_to_buckets(a: torch.Tensor, onehot: OneHot) -> torch.Tensor:
+    """A (N,Tq,Tk) per pair -> (Tq,N,n) summed per bucket, P[i, m, b] = sum_j A[m, i, j] [idx(i, j) = b]."""
+    return torch.bmm(a.transpose(0, 1), onehot.o)  # (Tq,N,Tk)(Tq,Tk,n) -> (Tq,N,n)
 
 
 # ---- a function of the distance alone (T5, AT5): one value per distance, the same in every row --------------

@@ -4,13 +4,14 @@ Per layer l, and per head h or shared by the heads, tables W^K, W^V in R^{(2k+1)
 idx(i,j) = clip(j - i, -k, k) + k. With q already scaled by d^-1/2 (as fairseq does):
     e_ij = q_i . k_j + q_i . W^K[idx(i,j)]                 (the score hook adds the second term)
     z_i  = sum_j a_ij v_j + sum_j a_ij W^V[idx(i,j)]        (the value hook adds the second term)
-Neither term builds a (Tq,Tk,d) tensor, and neither scatters or gathers (docs/encodings.md §RPE):
-    key term:   R = q W^K^T (B,H,Tq,2k+1), then e_ij += R[i, idx(i,j)]: ``relative.buckets_to_pairs``, an expand,
-                a cat and a strided view (the 2k-1 inner diagonals and the two clipped tails)   O(B H Tq (2k+1) d)
+Neither term builds a (Tq,Tk,d) tensor, and neither scatters or gathers (docs/encodings.md §RPE). With the pass's
+one-hot O[i, j, b] = [idx(i,j) = b] (Tq,Tk,2k+1), ``relative.clipped_onehot``:
+    key term:   R = q W^K^T (B,H,Tq,2k+1), then e_ij += R[i, idx(i,j)] = sum_b R[i, b] O[i, j, b]:
+                ``relative.buckets_to_pairs``, one product batched over the queries          O(B H Tq (2k+1) (d + Tk))
                 R is one bmm per head over q's own memory, (H, Tq*B, d) @ (H, d, 2k+1): q is a view of the
                 (Tq,B,H,d) projection, so no copy of q is made (nor kept for backward)
-    value term: P[i, b] = sum_j a_ij [idx(i,j) = b] (B,H,Tq,2k+1): ``relative.pairs_to_buckets``, the same view
-                written and the two tails summed, accumulated in float32 under fp16; then P W^V
+    value term: P[i, b] = sum_j a_ij O[i, j, b] (B,H,Tq,2k+1): ``relative.pairs_to_buckets``, the adjoint product
+                (a GEMM: accumulated in float32 under fp16); then P W^V
 The two maps are adjoint, so each one's backward is the other: no atomic adds in forward or backward, and the
 result does not depend on the order of a GPU's threads. Training and validation (``attention_core``) run the
 whole product in ``shaw_core``, whose hand-written backward recomputes the probabilities instead of keeping them;
@@ -38,8 +39,8 @@ from torch import nn
 
 from . import register_pe
 from .base import PositionalEncoding, Positions
-from .relative import buckets_to_pairs, pairs_to_buckets
-from .shaw_core import Buckets, buckets, shaw_attention
+from .relative import OneHot, buckets_to_pairs, clipped_onehot, pairs_to_buckets
+from .shaw_core import shaw_attention
 
 
 @dataclass
@@ -67,7 +68,7 @@ class ShawContext(NamedTuple):
     pos: Positions
     keys: Optional[Tuple[torch.Tensor, ...]]  # per layer W^K^T (H, d, 2k+1), a shared table expanded
     values: Optional[Tuple[torch.Tensor, ...]]  # per layer W^V (2k+1, d) shared by the heads, or (H, 2k+1, d)
-    buckets: Optional[Buckets]  # the bucket maps' constants of the pass (``shaw_core``), when there is a value term
+    onehot: Optional[OneHot]  # (Tq,Tk,2k+1) O[i, j, b] = [idx(i,j) = b] (``relative.clipped_onehot``), or None
 
 
 @register_pe
@@ -117,8 +118,8 @@ class ShawRelativePositionalEncoding(PositionalEncoding):
         if self.value_table is not None:  # a table shared by heads drops its head axis: one matrix product below
             table = self.value_table.to(dtype)  # (L,H|1,2k+1,d)
             values = (table.squeeze(1) if table.size(1) == 1 else table).unbind(0)  # L x (2k+1,d) or (H,2k+1,d)
-        consts = None if values is None else buckets(pos.tq, pos.tk, self.k, self.dims.num_heads, dtype, pos.device)
-        return ShawContext(pos, keys, values, consts)
+        onehot = None if keys is None and values is None else clipped_onehot(pos.rel, self.k, dtype)
+        return ShawContext(pos, keys, values, onehot)
 
     def score_bias(self, q, ctx, layer):
         if self.key_table is None:
@@ -126,8 +127,8 @@ class ShawRelativePositionalEncoding(PositionalEncoding):
         b, h, tq, d = q.shape
         # q (B,H,Tq,d) is a view of (Tq,B,H,d) memory: as (H, Tq*B, d) it stays one (no copy)
         r = torch.bmm(q.permute(1, 2, 0, 3).reshape(h, tq * b, d), ctx.keys[layer])  # (H,Tq*B,d)(H,d,2k+1)
-        r = r.view(h, tq, b, -1).permute(2, 0, 1, 3)  # (H,Tq,B,2k+1) -> (B,H,Tq,2k+1)
-        return buckets_to_pairs(r, ctx.pos.tk, self.k)  # (B,H,Tq,Tk), a strided view
+        r = r.view(h, tq, b, -1).permute(1, 2, 0, 3).reshape(tq, b * h, -1)  # (Tq,B*H,2k+1): a small copy
+        return buckets_to_pairs(r, ctx.onehot).view(b, h, tq, -1)  # (B*H,Tq,Tk) -> (B,H,Tq,Tk), a view
 
     def attention_core(self, q, k, v, masks, dropout_p, ctx, layer):
         """The whole product with both terms (``shaw_core``), (B,H,Tq,d); used only with a value term (``uses``:
@@ -135,12 +136,12 @@ class ShawRelativePositionalEncoding(PositionalEncoding):
         wv = ctx.values[layer]  # (H,2k+1,d), or (2k+1,d) expanded to the heads (a view)
         wv = wv if wv.dim() == 3 else wv.expand(q.size(1), -1, -1)
         wk = None if self.key_table is None else ctx.keys[layer]  # (H,d,2k+1)
-        return shaw_attention(q, k, v, wk, wv, masks, ctx.buckets, dropout_p)
+        return shaw_attention(q, k, v, wk, wv, masks, ctx.onehot, dropout_p)
 
     def value_bias(self, probs, ctx, layer):
         if self.value_table is None:
             return None
-        # float32 sums under fp16 and bf16 (a host choice: no dtype promotion op)
-        dtype = torch.float32 if probs.dtype in (torch.float16, torch.bfloat16) else probs.dtype
-        mass = pairs_to_buckets(probs, self.k, dtype)  # (B,H,Tq,Tk) -> (B,H,Tq,2k+1): weight per bucket
-        return mass @ ctx.values[layer].to(dtype)  # (B,H,Tq,2k+1) @ ([H,]2k+1,d) -> (B,H,Tq,d)
+        b, h, tq, tk = probs.shape
+        mass = pairs_to_buckets(probs.reshape(b * h, tq, tk), ctx.onehot)  # (Tq,B*H,2k+1): weight per bucket
+        mass = mass.view(tq, b, h, -1).permute(1, 2, 0, 3)  # (B,H,Tq,2k+1), a view
+        return mass @ ctx.values[layer]  # (B,H,Tq,2k+1) @ ([H,]2k+1,d) -> (B,H,Tq,d)

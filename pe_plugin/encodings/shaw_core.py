@@ -16,39 +16,18 @@ Backward keeps q, k, v (views of the projections, which fused attention keeps to
 and the dropout mask; it recomputes e and p (one more q k^T and softmax, as fused kernels do), so no (B,H,Tq,Tk)
 float tensor is kept. Nothing scatters or adds by index.
 
-The table terms run per head over the (Tq,B) rows, (H, Tq*B, d) views of q and dz (no copy), and the bucket maps
-work in the "rel" layout of ``relative``, here (H, Tq*B, W), W = Tq + Tk - 1 distances:
-    b2p: each distance's bucket picked by the per-pass index ``clip`` (W,) (an index_select of the n columns: a
-         read, its adjoint is p2b), then the strided pair view
-    p2b: the pairs written through the same view into zeros, then one product with the (W, n) one-hot of ``clip``
-         (each distance's column added to its bucket's)
-The gradients of q, k, v and the output are laid out as (T,B,H,d), as the projections are, so the head merge
-and the projections' backward take them without a copy.
+Layouts. The bucket maps are products with the pass's one-hot O (Tq,Tk,n) batched over the queries, so R, P and
+the other per-bucket tensors live query-major, as (Tq, B*H, n) memory: b2p adds into the logits through their
+(Tq, B*H, Tk) view and p2b reads the probabilities through it (no copy). The table terms run per head over the
+(Tq,B) rows: (H, Tq*B, d) views of q and dz and (H, Tq*B, n) views of the per-bucket tensors (``_by_head``), no
+copy either. The gradients of q, k, v and the output are laid out as (T,B,H,d), as the projections are, so the
+head merge and the projections' backward take them without a copy.
 """
-from typing import NamedTuple, Optional
+from typing import Optional
 
 import torch
 
-
-class Buckets(NamedTuple):
-    """The per-pass constants of the bucket maps of a (Tq,Tk) call."""
-
-    clip: torch.Tensor  # (W,) long: bucket clip(r, -k, k) + k of each distance r = -(Tk-1)..Tq-1
-    onehot: torch.Tensor  # (H, W, n) in the compute dtype: onehot[:, m, clip[m]] = 1 (one (W,n) matrix, expanded)
-
-
-def buckets(tq: int, tk: int, k: int, heads: int, dtype, device) -> Buckets:
-    clip = torch.arange(1 - tk, tq, device=device).clamp_(-k, k).add_(k)  # (W,)
-    onehot = torch.eye(2 * k + 1, dtype=dtype, device=device).index_select(0, clip)  # (W, n): rows of the identity
-    return Buckets(clip, onehot.expand(heads, -1, -1))
-
-
-def _pairs(rel: torch.Tensor, b: int, tk: int) -> torch.Tensor:
-    """The (B,H,Tq,Tk) pair view of a contiguous (H, Tq*B, W) rel layout: pair (b, h, i, j) at distance j - i,
-    column m = j - i + Tq - 1 of row (h, i, b)."""
-    h, rows, w = rel.shape
-    tq = rows // b
-    return rel.as_strided((b, h, tq, tk), (w, rows * w, b * w - 1, 1), rel.storage_offset() + tq - 1)
+from .relative import OneHot, buckets_to_pairs, pairs_to_buckets
 
 
 def _heads(x: torch.Tensor, b: int, h: int, transpose: bool = False) -> torch.Tensor:
@@ -71,26 +50,32 @@ def _tbhd(b: int, h: int, t: int, d: int, like: torch.Tensor) -> torch.Tensor:
     return like.new_empty_strided((b, h, t, d), (h * d, d, b * h * d, 1))
 
 
-def b2p(r: torch.Tensor, b: int, tk: int, consts: Buckets) -> torch.Tensor:
-    """(H, Tq*B, n) per bucket -> (B,H,Tq,Tk) per pair (a strided view of new (H, Tq*B, W) memory)."""
-    return _pairs(r.index_select(-1, consts.clip), b, tk)
+def _by_head(x: torch.Tensor, h: int, transpose: bool = False) -> torch.Tensor:
+    """Contiguous (Tq, B*H, n) query-major memory -> its (H, Tq*B, n) view, or (H, n, Tq*B) with ``transpose``
+    (no copy): the rows each head's table meets."""
+    tq, bh, n = x.shape
+    rows = tq * (bh // h)
+    if transpose:
+        return x.as_strided((h, n, rows), (n, 1, h * n), x.storage_offset())
+    return x.as_strided((h, rows, n), (n, h * n, 1), x.storage_offset())
 
 
-def p2b(a: torch.Tensor, b: int, consts: Buckets) -> torch.Tensor:
-    """(B*H,Tq,Tk) per pair -> (H, Tq*B, n) summed per bucket."""
-    bh, tq, tk = a.shape
-    rel = a.new_zeros(bh // b, tq * b, consts.onehot.size(1))  # (H, Tq*B, W)
-    _pairs(rel, b, tk).copy_(a.view(b, bh // b, tq, tk))
-    return torch.bmm(rel, consts.onehot)  # (H,Tq*B,W)(H,W,n)
+def _per_bucket(x: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+    """x (B,H,Tq,d) (a view of (Tq,B,H,d) memory) times a per-head (H,d,n) table: (Tq, B*H, n) query-major, one
+    product per head written through ``_by_head`` (R = q W^K^T, and dz W^V^T in backward)."""
+    b, h, tq, _ = x.shape
+    out = x.new_empty(tq, b * h, table.size(-1))
+    torch.bmm(_heads(x, b, h), table, out=_by_head(out, h))  # (H,Tq*B,d)(H,d,n)
+    return out
 
 
-def _logits(q3, k3t, r, masks, b, consts):
-    """e = q k^T + b2p(R) + masks  (B*H,Tq,Tk), from q3 (BH,Tq,d), k3t (BH,d,Tk), R = q W^K^T (H,Tq*B,n) or None."""
+def _logits(q3, k3t, r, masks, b, onehot):
+    """e = q k^T + b2p(R) + masks  (B*H,Tq,Tk), from q3 (BH,Tq,d), k3t (BH,d,Tk), R = q W^K^T (Tq,BH,n) or None."""
     e = torch.bmm(q3, k3t)  # (BH,Tq,Tk)
+    if r is not None:
+        buckets_to_pairs(r, onehot, into=e)
     bh, tq, tk = e.shape
     e4 = e.view(b, bh // b, tq, tk)
-    if r is not None:
-        e4.add_(b2p(r, b, tk, consts))
     for m in masks:  # each broadcasts to (B,H,Tq,Tk)
         e4.add_(m)
     return e
@@ -98,39 +83,39 @@ def _logits(q3, k3t, r, masks, b, consts):
 
 class ShawAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, wk, wv, masks, consts: Buckets, drop: float):
+    def forward(ctx, q, k, v, wk, wv, masks, onehot, drop: float):
         """q (B,H,Tq,d), k and v (B,H,Tk,d), wk (H,d,n) or None, wv (H,n,d), masks a tuple of terms that broadcast
-        to (B,H,Tq,Tk): z (B,H,Tq,d)."""
+        to (B,H,Tq,Tk), onehot the pass's O (Tq,Tk,n) (``relative.clipped_onehot``): z (B,H,Tq,d)."""
         b, h, tq, d = q.shape
         tk = k.size(2)
         q3, k3t, v3 = q.reshape(b * h, tq, d), k.reshape(b * h, tk, d).mT, v.reshape(b * h, tk, d)  # views
-        r = None if wk is None else torch.bmm(_heads(q, b, h), wk)  # R = q W^K^T  (H,Tq*B,d)(H,d,n)
-        a = torch.softmax(_logits(q3, k3t, r, masks, b, consts), dim=-1)  # (BH,Tq,Tk)
+        r = None if wk is None else _per_bucket(q, wk)  # R = q W^K^T  (Tq,BH,n)
+        a = torch.softmax(_logits(q3, k3t, r, masks, b, onehot), dim=-1)  # (BH,Tq,Tk)
         keep = None
         if drop > 0:
             a, keep = torch.native_dropout(a, drop, True)
-        mass = p2b(a, b, consts)  # P (H,Tq*B,n)
+        mass = pairs_to_buckets(a, onehot)  # P (Tq,BH,n)
         z = _tbhd(b, h, tq, d, q)
-        torch.bmm(mass, wv, out=_heads(z, b, h))  # P W^V  (H,Tq*B,n)(H,n,d)
+        torch.bmm(_by_head(mass, h), wv, out=_heads(z, b, h))  # P W^V  (H,Tq*B,n)(H,n,d)
         z.view(b * h, tq, d).baddbmm_(a, v3)  # + a v
         # views of q, k, v (no copies) in the orientations backward reads them, and the small R and P
         ctx.save_for_backward(q3, k3t, v3.mT, r, mass, keep)
-        ctx.tables, ctx.masks, ctx.consts, ctx.drop = (wk, wv), masks, consts, drop
+        ctx.tables, ctx.masks, ctx.onehot, ctx.drop = (wk, wv), masks, onehot, drop
         return z
 
     @staticmethod
     def backward(ctx, dz):
         q3, k3t, v3t, r, mass, keep = ctx.saved_tensors
         wk, wv = ctx.tables
-        consts, drop = ctx.consts, ctx.drop
+        onehot, drop = ctx.onehot, ctx.drop
         b, h, tq, d = dz.shape
         tk = k3t.size(2)
         dzh, dz3 = _heads(dz, b, h), dz.reshape(b * h, tq, d)
-        p = torch.softmax(_logits(q3, k3t, r, ctx.masks, b, consts), dim=-1)  # recomputed (BH,Tq,Tk)
+        p = torch.softmax(_logits(q3, k3t, r, ctx.masks, b, onehot), dim=-1)  # recomputed (BH,Tq,Tk)
         a = p if keep is None else torch.ops.aten.native_dropout_backward(p, keep, 1 / (1 - drop))
         # dA = dz v^T + b2p(dz W^V^T)
         da = torch.bmm(dz3, v3t)  # (BH,Tq,Tk)
-        da.view(b, h, tq, tk).add_(b2p(torch.bmm(dzh, wv.mT), b, tk, consts))
+        buckets_to_pairs(_per_bucket(dz, wv.mT), onehot, into=da)
         if keep is not None:
             da = torch.ops.aten.native_dropout_backward(da, keep, 1 / (1 - drop))
         de = torch._softmax_backward_data(da, p, -1, p.dtype)  # p * (da - rowsum(da * p))  (BH,Tq,Tk)
@@ -138,17 +123,17 @@ class ShawAttention(torch.autograd.Function):
         dq, dk, dv = _tbhd(b, h, tq, d, dz), _tbhd(b, h, tk, d, dz), _tbhd(b, h, tk, d, dz)
         torch.bmm(de.mT, q3, out=dk.view(b * h, tk, d))  # dE^T q
         torch.bmm(a.mT, dz3, out=dv.view(b * h, tk, d))  # a^T dz
-        dwv = torch.bmm(mass.mT, dzh)  # (H,n,Tq*B)(H,Tq*B,d): summed over the batch
+        dwv = torch.bmm(_by_head(mass, h, transpose=True), dzh)  # (H,n,Tq*B)(H,Tq*B,d): summed over the batch
         dwk = None
         if wk is None:
             torch.bmm(de, k3t.mT, out=dq.view(b * h, tq, d))
         else:
-            dr = p2b(de, b, consts)  # (H,Tq*B,n)
+            dr = _by_head(pairs_to_buckets(de, onehot), h)  # (Tq,BH,n) -> (H,Tq*B,n) view
             torch.bmm(dr, wk.mT, out=_heads(dq, b, h))  # p2b(dE) W^K
             dq.view(b * h, tq, d).baddbmm_(de, k3t.mT)  # + dE k
             dwk = torch.bmm(_heads(q3, b, h, transpose=True), dr)  # (H,d,Tq*B)(H,Tq*B,n)
         return dq, dk, dv, dwk, dwv, None, None, None
 
 
-def shaw_attention(q, k, v, wk: Optional[torch.Tensor], wv: torch.Tensor, masks, consts: Buckets, drop: float):
-    return ShawAttention.apply(q, k, v, wk, wv, tuple(masks), consts, drop)
+def shaw_attention(q, k, v, wk: Optional[torch.Tensor], wv: torch.Tensor, masks, onehot: OneHot, drop: float):
+    return ShawAttention.apply(q, k, v, wk, wv, tuple(masks), onehot, drop)

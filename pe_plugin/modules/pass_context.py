@@ -23,7 +23,7 @@ completes the context from them (``ready``) and the others find it complete:
 A module called alone (no stack) builds a context per call. ``reference`` (--pe-attention-impl reference) builds
 one per layer, with the masks as the equations read (``reference_mask``): every layer recomputes everything.
 """
-from typing import Any, Optional
+from typing import Any, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -50,6 +50,13 @@ class PassContext:
         self.is_causal = False
         self.causal_mask: Optional[Tensor] = None  # fairseq's (Tq,Tk) mask, for code that cannot pass is_causal
         self._shape = None  # (Tq, Tk, dtype) the context was completed for
+
+    @property
+    def terms(self) -> Tuple[Tensor, ...]:
+        """The masks as additive terms, for code that adds them into its logits itself instead of handing them to
+        the fused kernel: ``mask`` and, where ``is_causal`` stands for it, fairseq's causal mask (each broadcasts
+        to (B,H,Tq,Tk))."""
+        return tuple(t for t in (self.mask, self.causal_mask) if t is not None)
 
     def ready(self, key_padding_mask: Optional[Tensor], attn_mask: Optional[Tensor], tq: int, tk: int,
               dtype: torch.dtype, device, layer: int) -> "PassContext":

@@ -79,9 +79,8 @@ class PEAttention(MultiheadAttention):
             softmax_dtype = torch.promote_types(q.dtype, torch.float32)  # float32 under fp16, float64 stays
             probs = F.softmax(logits, dim=-1, dtype=softmax_dtype).to(q.dtype)
         else:
-            for term in (ctx.mask, ctx.causal_mask, q_bias):  # each broadcasts to the logits: added in place
-                if term is not None:
-                    logits.add_(term)
+            for term in ctx.terms + ((q_bias,) if q_bias is not None else ()):  # each broadcasts to the logits
+                logits.add_(term)
             probs = F.softmax(logits, dim=-1)  # (B,H,Tq,Tk) in the compute dtype: the one copy backward keeps
         dropped = self.dropout_module(probs)
         attn = dropped @ v  # (B,H,Tq,d)
@@ -97,8 +96,7 @@ class PEAttention(MultiheadAttention):
         e.g. Shaw's with its value term and a backward that keeps no (B,H,Tq,Tk) tensor; None where it has none."""
         if not self.pe.uses("attention_core"):
             return None
-        masks = [t for t in (ctx.mask, ctx.causal_mask) if t is not None]
-        return self.pe.attention_core(q, k, v, masks, dropout_p, ctx.ctx, self.layer)
+        return self.pe.attention_core(q, k, v, ctx.terms, dropout_p, ctx.ctx, self.layer)
 
     def forward(
         self,
@@ -163,9 +161,7 @@ class PEAttention(MultiheadAttention):
             else:
                 mask, is_causal = ctx.mask, ctx.is_causal
                 if q_bias is not None:  # the q-dependent term joins the pass's mask: one aligned mask per layer
-                    causal = ctx.causal_mask if is_causal else None
-                    terms = [t for t in (mask, causal) if t is not None]
-                    mask, is_causal = aligned(sum(terms, q_bias)), False
+                    mask, is_causal = aligned(sum(ctx.terms, q_bias)), False
                 attn = sdpa(q, k, v, mask, dropout_p, is_causal)  # F.scaled_dot_product_attention, scale 1
 
         attn = attn.permute(2, 0, 1, 3).reshape(tgt_len, bsz, embed_dim)  # (B,H,Tq,d) -> (Tq,B,C)
