@@ -11,7 +11,7 @@ one-hot O[i, j, b] = [idx(i,j) = b] (Tq,Tk,2k+1), ``relative.clipped_onehot``:
                 R is one bmm per head over q's own memory, (H, Tq*B, d) @ (H, d, 2k+1): q is a view of the
                 (Tq,B,H,d) projection, so no copy of q is made (nor kept for backward)
     value term: P[i, b] = sum_j a_ij O[i, j, b] (B,H,Tq,2k+1): ``relative.pairs_to_buckets``, the adjoint product
-                (a GEMM: accumulated in float32 under fp16); then P W^V
+                (a matrix product in the compute dtype, which the GEMM accumulates in float32); then P W^V
 The two maps are adjoint, so each one's backward is the other: no atomic adds in forward or backward, and the
 result does not depend on the order of a GPU's threads. Training and validation (``attention_core``) run the
 whole product in ``shaw_core``, whose hand-written backward recomputes the probabilities instead of keeping them;
