@@ -221,6 +221,20 @@ def test_ratios_of_fixed_figures():
         (1.0, 1.0, None), (1.5, 0.5, None), (1.0, 1.0, 1.0), (0.25, 1.0, 0.25)]
 
 
+def test_top_kernels_group_by_name_longest_first():
+    """On CUDA each row keeps the device activities that took longest, summed by name (fake profiler events)."""
+    from types import SimpleNamespace
+
+    from pe_tools.bench.models.measure import top_kernels
+
+    def event(name, us):
+        return SimpleNamespace(name=name, time_range=SimpleNamespace(elapsed_us=lambda: us))
+
+    events = [event("gemm", 30), event("softmax", 25), event("gemm", 20), event("copy", 5), event("add", 5)]
+    assert top_kernels(events) == [["gemm", 2, 50e-6], ["softmax", 1, 25e-6], ["add", 1, 5e-6], ["copy", 1, 5e-6]]
+    assert top_kernels(events, n=1) == [["gemm", 2, 50e-6]]
+
+
 def test_unknown_encoding_lists_the_valid_names():
     proc = benchmark("--sizes", "tiny", "--pe", "sape", "no_such_pe")
     assert proc.returncode != 0

@@ -10,6 +10,7 @@ from .build import PAD, build_model, build_optimizer, model_arch, padded_batch, 
 
 # the memory interpreter's environment on a CPU (docs/benchmarks.md §CPU memory): glibc only, ignored elsewhere
 CPU_MEMORY_ENV = {"MALLOC_MMAP_THRESHOLD_": str(128 * 1024)}
+TOP_KERNELS = 12  # device activities kept per row by name (pe-bench models on CUDA, ``top_kernels``)
 # raw figure -> its ratio to SAPE within the same size and length
 RATIOS = {"forward_s": "forward_ratio", "forward_median_s": "forward_median_ratio",
           "step_s": "step_ratio", "step_median_s": "step_median_ratio", "step_cpu_s": "cpu_ratio",
@@ -137,7 +138,19 @@ def device_activity(step) -> dict:
         return {"kernel_error": f"{type(e).__name__}: {e}"}
     if not events:
         return {"kernel_error": "the profiler recorded no device activity"}
-    return {"kernel_s": sum(e.time_range.elapsed_us() for e in events) / 1e6, "kernels": len(events)}
+    return {"kernel_s": sum(e.time_range.elapsed_us() for e in events) / 1e6, "kernels": len(events),
+            "top_kernels": top_kernels(events)}
+
+
+def top_kernels(events, n: int = TOP_KERNELS) -> list:
+    """The ``n`` device activities that took longest in all, by name: [name, count, seconds], longest first (ties
+    by name), so a row that costs the GPU more shows where: which kernels, how many launches."""
+    total, count = {}, {}
+    for e in events:
+        total[e.name] = total.get(e.name, 0.0) + e.time_range.elapsed_us() / 1e6
+        count[e.name] = count.get(e.name, 0) + 1
+    ranked = sorted(total, key=lambda name: (-total[name], name))[:n]
+    return [[name, count[name], total[name]] for name in ranked]
 
 
 def measure_isolated(pe: str, size: str, kwargs: dict) -> dict:
@@ -202,6 +215,9 @@ def summarise(runs):
     )
     if all("kernel_s" in x for x in runs):  # CUDA: the device's own time, fastest round; launches, most of any round
         r.update(kernel_s=min(x["kernel_s"] for x in runs), kernels=max(x["kernels"] for x in runs))
+        fastest = min(runs, key=lambda x: x["kernel_s"])
+        if "top_kernels" in fastest:  # (results recorded before it have none)
+            r["top_kernels"] = fastest["top_kernels"]
     for key in ("malloc_default_peak_bytes", "malloc_default_step_bytes"):  # CPU only
         if key in first:
             r[key] = int(statistics.median(x[key] for x in runs))
