@@ -15,7 +15,8 @@ setup(
     # fairseq is installed by scripts/setup_env.sh (ve-fairseq 0.12.3 --no-deps); listing it here would pull
     # torchaudio and another torch.
     install_requires=["sacrebleu>=2.3", "sacremoses", "subword-nmt", "sentencepiece", "regex", "tqdm"],
-    extras_require={"dev": ["pytest"], "plots": ["matplotlib"]},
+    # triton: the tests run the Triton kernels on the CPU in its interpreter (PyTorch's CUDA wheels ship it already)
+    extras_require={"dev": ["pytest", "triton"], "plots": ["matplotlib"]},
     entry_points={"console_scripts": [
         "pe-prepare = pe_tools.data.cli:main",
         "pe-train = pe_tools.recipes.launch:train_main",

@@ -2,10 +2,12 @@
 # Every GPU benchmark of issue 33 in one go, on a CUDA machine where torch, fairseq and this project are already
 # installed (the offline wheels: docs/benchmarks.md §Offline install); it installs nothing.
 #   scripts/gpu_benchmarks.sh OUTDIR [DATA]
-# OUTDIR receives at most 8 files:
+# OUTDIR receives at most 10 files:
 #   models.md, models.json   pe-bench models: base, L = 20 50 100 200, --max-tokens 4096, fp16, one process, 2 rounds
 #                            of 10 timed steps after 3 warm-up ones, and each row's GPU busy time and kernel count
 #   fp16.json                pe-bench fp16: every encoding's fp16 fast path against its fp32 reference
+#   fp16_triton.json         the same for rpe with --impl triton (Shaw's fused Triton kernels)
+#   models_triton.json       pe-bench models as above for rpe (and sape) with --attention-impl triton
 #   posnet_kernel.json       pe-bench posnet_kernel --device cuda --quick
 #   flex.json                pe-bench flex --quick: FlexAttention vs SDPA for T5 and ALiBi at L = 50 200
 #   train_speed.json         pe-bench train-speed on DATA (a fairseq-preprocess'd folder with a joined dictionary),
@@ -16,7 +18,7 @@
 # its JSON after every measurement, so a step never eats the next one's time and a killed script keeps what it
 # measured. Run the same command again with the same OUTDIR and every JSON that says complete: false is resumed
 # (--resume), complete ones are left alone: a run too long for one device call finishes over several. Budgets sum
-# to 780 s (on one H100 the models step needed 475 s and train-speed 359 s for 5 of its 12 runs: resume).
+# to 900 s (on one H100 the models step needed 475 s and train-speed 359 s for 5 of its 12 runs: resume).
 # PYTHON=python3 by default; steps that fail are reported and the others still run.
 set -uo pipefail
 if [ $# -lt 1 ] || [ $# -gt 2 ]; then
@@ -78,6 +80,13 @@ bstep models "$out/models.json" "${bench[@]}" models --device cuda --fp16 --size
   --json "$out/models.json" --time-budget "$(budget 330)"
 bstep fp16 "$out/fp16.json" "${bench[@]}" fp16 --device cuda --size base --json "$out/fp16.json" \
   --time-budget "$(budget 45)"
+# Shaw's RPE in fused Triton kernels (--pe-attention-impl triton): its fp16 agreement first, then its time
+bstep fp16_triton "$out/fp16_triton.json" "${bench[@]}" fp16 --device cuda --size base --methods rpe --impl triton \
+  --json "$out/fp16_triton.json" --time-budget "$(budget 30)"
+bstep models_triton "$out/models_triton.json" "${bench[@]}" models --device cuda --fp16 --sizes base \
+  --lengths 20 50 100 200 --max-tokens 4096 --rounds 2 --steps 10 --warmup 3 --processes one --pe rpe \
+  --attention-impl triton --out-dir "$work/models_triton" --json "$out/models_triton.json" \
+  --time-budget "$(budget 90)"
 bstep posnet_kernel "$out/posnet_kernel.json" "${bench[@]}" posnet_kernel --device cuda --quick \
   --json "$out/posnet_kernel.json" --time-budget "$(budget 30)"
 bstep flex "$out/flex.json" "${bench[@]}" flex --device cuda --quick --json "$out/flex.json" \

@@ -26,16 +26,17 @@ CONFIGS = {
 }
 
 
-def make(config, side, impl):
+def make(config, side, impl, c=C):
+    """A float64 attention layer (model dimension ``c``, H heads) with Shaw's RPE of ``config``, large random tables."""
     cls = PE_REGISTRY["rpe"]
-    pe = cls.build(cls.config_cls(**CONFIGS[config]), Dims(C, H, LAYERS, 64, 1, side), {})
+    pe = cls.build(cls.config_cls(**CONFIGS[config]), Dims(c, H, LAYERS, 64, 1, side), {})
     torch.manual_seed(0)
     with torch.no_grad():
         for p in pe.parameters():
             p.normal_(0, 1.0)
     pe.attention_impl = impl
     torch.manual_seed(1)
-    return PEAttention(C, H, pe, 1).double()
+    return PEAttention(c, H, pe, 1).double()
 
 
 def padded(side, t=9, lengths=(9, 6, 3)):

@@ -14,7 +14,8 @@ one-hot O[i, j, b] = [idx(i,j) = b] (Tq,Tk,2k+1), ``relative.clipped_onehot``:
                 (a matrix product in the compute dtype, which the GEMM accumulates in float32); then P W^V
 The two maps are adjoint, so each one's backward is the other: no atomic adds in forward or backward, and the
 result does not depend on the order of a GPU's threads. Training and validation (``attention_core``) run the
-whole product in ``shaw_core``, whose hand-written backward recomputes the probabilities instead of keeping them;
+whole product in ``shaw_core``, whose hand-written backward recomputes the probabilities instead of keeping them
+(with --pe-attention-impl triton, in ``shaw_triton``'s fused kernels, which hold no (Tq,Tk) tensor in memory);
 the hooks above serve the explicit product (weights requested, --pe-attention-impl reference) and the key term
 alone (--rpe-no-values, in the fused kernel's mask). The tables are cast and split into layers once per pass
 (``prepare``: one unbind, whose backward is one stack), not selected in every layer.
@@ -136,6 +137,10 @@ class ShawRelativePositionalEncoding(PositionalEncoding):
         wv = ctx.values[layer]  # (H,2k+1,d), or (2k+1,d) expanded to the heads (a view)
         wv = wv if wv.dim() == 3 else wv.expand(q.size(1), -1, -1)
         wk = None if self.key_table is None else ctx.keys[layer]  # (H,d,2k+1)
+        if self.attention_impl == "triton":  # the same product in fused kernels (``shaw_triton``)
+            from .shaw_triton import shaw_attention_triton
+
+            return shaw_attention_triton(q, k, v, wk, wv, masks, ctx.onehot, dropout_p)
         return shaw_attention(q, k, v, wk, wv, masks, ctx.onehot, dropout_p)
 
     def value_bias(self, probs, ctx, layer):

@@ -12,9 +12,10 @@ Everything is done by subclassing and overriding builder hooks:
 Cross-attention is never touched.
 
 The encoder's ``forward`` and the decoder's ``extract_features`` build one ``PassContext`` per pass and hand it to
-each PE attention layer (``modules/pass_context``). ``--pe-attention-impl {auto,reference}`` selects the per-pass
-context with the fused kernels, or the reference formulation recomputed in every layer (``modules/pe_attention``);
-a checkpoint saved without the flag gets ``auto``.
+each PE attention layer (``modules/pass_context``). ``--pe-attention-impl {auto,reference,triton}`` selects the
+per-pass context with the fused kernels, or the reference formulation recomputed in every layer, or auto with an
+encoding's Triton kernels where it has them (``modules/pe_attention``); a checkpoint saved without the flag gets
+``auto``.
 ``--pe-beyond-max {error,clamp}`` (``encodings.limits``) sets what encodings with a position limit do beyond
 it; under ``clamp`` both stacks' ``max_positions()`` report no limit, so that fairseq-generate decodes every
 sentence instead of stopping before the first one that does not fit.
@@ -38,7 +39,7 @@ from ..modules.pe_embedding import DropoutThenEmbed, PositionSlot
 from . import validation
 
 logger = logging.getLogger(__name__)
-ATTENTION_IMPLS = ("auto", "reference")  # --pe-attention-impl, see modules/pe_attention.py
+ATTENTION_IMPLS = ("auto", "reference", "triton")  # --pe-attention-impl, see modules/pe_attention.py
 
 
 def _stack_cfg(args):
@@ -154,7 +155,8 @@ class PETransformerModel(TransformerModel):
                                 "pass; fused attention with no mask, is_causal or one aligned float mask where the "
                                 "encoding adds nothing after the softmax) or reference (every layer recomputes "
                                 "everything and runs the explicit product as the equations read; auto is tested "
-                                "against it)")
+                                "against it) or triton (auto, with an encoding's fused Triton kernels where it has "
+                                "them: Shaw's RPE on CUDA, without attention dropout; not yet timed on a GPU)")
         group.add_argument("--pe-beyond-max", choices=BEYOND_MAX_CHOICES, default="error",
                            help="positions beyond what LAPE / PosNet support (--max-source/target-positions): "
                                 "error (stop; fairseq-generate stops before decoding) or clamp (reuse the last "

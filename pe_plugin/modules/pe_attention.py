@@ -17,7 +17,7 @@ What every layer of a pass shares (the positions, the position bias with the cau
 encoding's ``prepare``: RoPE's angles) comes from the pass's ``PassContext`` (``modules/pass_context``), which the
 stack builds once and sets as ``self.context``; a module called alone builds one per call.
 
-Two implementations (``--pe-attention-impl``):
+Three implementations (``--pe-attention-impl``):
   auto (default)  the per-pass context; when no weights are requested, an encoding's own product where it has
                   one (``attention_core``: Shaw's, with its value term and a hand-written backward that keeps no
                   (B,H,Tq,Tk) tensor, ``encodings/shaw_core``); else, when the encoding has no value bias, the
@@ -27,6 +27,8 @@ Two implementations (``--pe-attention-impl``):
                   with the masks added into the logits in place and the softmax in the compute dtype, so that
                   backward keeps one copy of the probabilities (under fp16 too; Shaw's bucket sums still
                   accumulate in float32)
+  triton          auto, where the encoding's ``attention_core`` has fused Triton kernels (Shaw's, on CUDA, without
+                  attention dropout: ``encodings/shaw_triton``); the encoding reads the choice, attention does not
   reference       every layer builds its own context (positions, bias, masks, ``prepare``) and runs the explicit
                   product as the equations read, masks added as new tensors, softmax in float32 or float64;
                   every ``auto`` path is tested against it in float64 (tests/test_fast_paths.py)

@@ -23,10 +23,10 @@ from ._progress import Progress, ResumeError, add_args as add_progress_args
 NAME = "fp16"
 HELP = "fp16 against the fp32 reference: every encoding's fast attention path in half precision"
 # the arguments the JSON file records as its settings
-SETTINGS = ("device", "size", "batch", "length", "vocab", "tolerance", "methods", "json")
+SETTINGS = ("device", "size", "batch", "length", "vocab", "tolerance", "methods", "impl", "json")
 
 
-def compare(pe: str, size: str, batch: int, length: int, vocab: int, device: str) -> dict:
+def compare(pe: str, size: str, batch: int, length: int, vocab: int, device: str, impl: str = "auto") -> dict:
     import torch
 
     from .models.build import PAD, build_model, padded_batch
@@ -34,10 +34,10 @@ def compare(pe: str, size: str, batch: int, length: int, vocab: int, device: str
     src, lengths, prev, target = padded_batch(batch, length, vocab, device)  # as fairseq batches them
     real = target.ne(PAD)  # (B,T) real target tokens
     out = {}
-    for name, dtype, impl in (("fp32", torch.float32, "reference"), ("fp16", torch.float16, "auto")):
+    for name, dtype, run_impl in (("fp32", torch.float32, "reference"), ("fp16", torch.float16, impl)):
         model, _ = build_model(pe, size, vocab, "none", device)
         for module in (model.encoder.pe, model.decoder.pe):
-            module.attention_impl = impl
+            module.attention_impl = run_impl
         model = model.to(dtype).train()
         for m in model.modules():  # no dropout: the two runs must see the same function
             if isinstance(m, torch.nn.Dropout) or hasattr(m, "apply_during_inference"):
@@ -59,6 +59,7 @@ def add_args(parser):
     import torch
 
     from pe_plugin.encodings import PE_REGISTRY
+    from pe_plugin.models.pe_transformer import ATTENTION_IMPLS
 
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--size", default="base", choices=sorted(SIZES), help="size class of the models")
@@ -67,6 +68,8 @@ def add_args(parser):
     parser.add_argument("--vocab", type=int, default=1000)
     parser.add_argument("--tolerance", type=float, default=0.05, help="largest log-probability difference allowed")
     parser.add_argument("--methods", nargs="+", default=None, choices=list(PE_REGISTRY), metavar="PE")
+    parser.add_argument("--impl", default="auto", choices=[i for i in ATTENTION_IMPLS if i != "reference"],
+                        help="the fp16 run's --pe-attention-impl (default: auto; triton: Shaw's fused kernels)")
     parser.add_argument("--json", default=None, help="also write the rows to this JSON file (after every encoding)")
     add_progress_args(parser)
 
@@ -99,7 +102,7 @@ def run(args) -> int:
                                   **progress.json_fields()})
 
     progress.write = write
-    print(f"fp16 (auto) vs fp32 (reference): device {args.device} "
+    print(f"fp16 ({args.impl}) vs fp32 (reference): device {args.device} "
           f"({fixed['device_name']}), torch {torch.__version__}, "
           f"size {args.size}, batch {args.batch}, lengths {shortest_length(args.length)}-{args.length}, vocab {args.vocab}")
     print("| pe | max abs log-prob diff | argmax agreement | gradient rel. diff | ok |\n|---|---|---|---|---|")
@@ -107,7 +110,7 @@ def run(args) -> int:
         if progress.has((pe,)):
             row = progress.get((pe,))
         else:
-            row = compare(pe, args.size, args.batch, args.length, args.vocab, args.device)
+            row = compare(pe, args.size, args.batch, args.length, args.vocab, args.device, args.impl)
             row["ok"] = row["max_abs_lprob_diff"] <= args.tolerance and row["grad_rel_diff"] <= 0.05
             progress.add((pe,), row)
         print(f"| {pe} | {row['max_abs_lprob_diff']:.4f} | {row['argmax_agreement']:.4f} | "

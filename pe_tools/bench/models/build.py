@@ -27,12 +27,13 @@ def recipe_flags(recipe: str, pe: str) -> list:
     return list(load_table(recipe)["method"].get(pe, {}).get("flags", []))
 
 
-def build_model(pe: str, size: str, vocab: int, recipe: str, device: str, fp16: bool = False):
+def build_model(pe: str, size: str, vocab: int, recipe: str, device: str, fp16: bool = False, impl: str = "auto"):
     """(model on ``device``, fairseq's parsed args): ``model_arch(pe, size)`` with ``recipe``'s flags for ``pe``, a
     joined dictionary of ``vocab`` symbols (fairseq's 4 specials included) and shared embeddings, initialised under
     seed 1. STOCK is built without the plugin's ``--user-dir``. The args also carry the optimizer (Adam, lr 1e-4)
     and, with ``fp16``, ``--fp16`` (and ``--fp16-no-flatten-grads`` off CUDA: fairseq's flat fp32 copy is CUDA
-    only); the model itself stays in fp32 here (``build_optimizer`` halves it)."""
+    only); the model itself stays in fp32 here (``build_optimizer`` halves it). ``impl``: the plugin rows'
+    ``--pe-attention-impl``."""
     import torch
     from fairseq import options, tasks
 
@@ -41,7 +42,7 @@ def build_model(pe: str, size: str, vocab: int, recipe: str, device: str, fp16: 
     with tempfile.TemporaryDirectory() as data:
         for lang in ("src", "tgt"):  # fairseq's Dictionary adds its 4 special symbols to these vocab - 4
             Path(data, f"dict.{lang}.txt").write_text("".join(f"w{i} 1\n" for i in range(vocab - 4)))
-        plugin = [] if pe == STOCK else ["--user-dir", plugin_dir()]
+        plugin = [] if pe == STOCK else ["--user-dir", plugin_dir(), "--pe-attention-impl", impl]
         half = ["--fp16"] + ([] if device == "cuda" else ["--fp16-no-flatten-grads"]) if fp16 else []
         argv = [data, *plugin, "--arch", model_arch(pe, size), "--task", "translation", "-s", "src", "-t", "tgt",
                 "--share-all-embeddings", "--cpu",  # --cpu: the model is placed below

@@ -29,6 +29,7 @@ class _One(argparse.Action):
 
 def add_args(parser):
     from pe_plugin.encodings import PE_REGISTRY
+    from pe_plugin.models.pe_transformer import ATTENTION_IMPLS
 
     names = list(PE_REGISTRY) + [STOCK]
     parser.add_argument("--sizes", nargs="+", choices=list(SIZES), default=["tiny", "base"], metavar="SIZE",
@@ -66,6 +67,9 @@ def add_args(parser):
     parser.add_argument("--recipe", choices=recipe_names("methods") + ["none"], default="wmt14",
                         help="build each encoding with its entry's flags in pe_tools/recipes/RECIPE/methods.toml, e.g. "
                              "PosNet's L_max (default: wmt14); none: the architectures' defaults")
+    parser.add_argument("--attention-impl", choices=ATTENTION_IMPLS, default="auto",
+                        help="--pe-attention-impl of the plugin's rows (default: auto; stock has none), e.g. triton "
+                             "to time Shaw's fused kernels on CUDA")
     parser.add_argument("--out-dir", help=f"write {OUT_NAME}.json, .csv, .md and .png into this folder")
     parser.add_argument("--json", help="also write the JSON results to this file")
     parser.add_argument("--csv", help="also write the CSV results to this file")
@@ -95,7 +99,7 @@ def run(args) -> int:
         batches = {length: batch_size(args.max_tokens, length) for length in lengths}
     processes = args.processes if args.processes != "auto" else "one" if device == "cuda" else "fresh"
     kwargs = dict(vocab=args.vocab, steps=args.steps, warmup=args.warmup, forward_passes=args.forward_passes,
-                  threads=args.threads, device=device, recipe=args.recipe, fp16=args.fp16)
+                  threads=args.threads, device=device, recipe=args.recipe, fp16=args.fp16, impl=args.attention_impl)
     load_start, started = os.getloadavg(), time.time()
     # what a resumed run must share with the stored one (docs/benchmarks.md §Partial runs)
     fixed = dict(sizes=sizes, lengths=lengths, encodings=names, max_tokens=None if args.batch else args.max_tokens,

@@ -20,7 +20,7 @@ RATIOS = {"forward_s": "forward_ratio", "forward_median_s": "forward_median_rati
 
 def measure(pe: str, size: str, batch: int, length: int, vocab: int, steps: int, warmup: int, forward_passes: int,
             threads: int, device: str, recipe: str = "none", fp16: bool = False, memory_only: bool = False,
-            built=None):
+            built=None, impl: str = "auto"):
     """One encoding (or build.STOCK) at one size on one padded batch of ``batch`` sentences of at most ``length``
     tokens, in this (fresh) process: parameter counts, step and forward times, memory; ``memory_only``: the warm-up
     and one step, then only the memory figures. ``fp16``: the model in half precision and fairseq's fp16 step
@@ -34,7 +34,7 @@ def measure(pe: str, size: str, batch: int, length: int, vocab: int, steps: int,
     if threads:
         torch.set_num_threads(threads)
     cuda = device == "cuda"
-    model, args = built or build_model(pe, size, vocab, recipe, device, fp16=fp16)
+    model, args = built or build_model(pe, size, vocab, recipe, device, fp16=fp16, impl=impl)
     opt = build_optimizer(model, args, fp16)
     src, lengths, prev, target = padded_batch(batch, length, vocab, device)
     ntokens = int(target.ne(PAD).sum())
@@ -178,7 +178,8 @@ def measure_in_process(pe: str, size: str, kwargs: dict, cache: dict) -> dict:
 
     device = kwargs["device"]
     if (pe, size) not in cache:
-        model, args = build_model(pe, size, kwargs["vocab"], kwargs["recipe"], device, fp16=kwargs["fp16"])
+        model, args = build_model(pe, size, kwargs["vocab"], kwargs["recipe"], device, fp16=kwargs["fp16"],
+                                  impl=kwargs.get("impl", "auto"))
         cache[pe, size] = (model.to("cpu"), args)
     model, args = cache[pe, size]
     gc.collect()

@@ -1,0 +1,1 @@
+"""Fused GPU kernels (Triton), imported on demand: the plugin runs without Triton."""

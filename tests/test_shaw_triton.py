@@ -1,0 +1,140 @@
+"""Shaw's attention core in Triton kernels (``--pe-attention-impl triton``), run on the CPU by Triton's interpreter,
+against ``shaw_core`` (itself held to the equations by tests/test_shaw_core.py) and the reference path, in float64:
+outputs and every gradient, several key and query tiles, a decoding step, k = 0 and k beyond the length, shared
+tables, no key table, two masks and three; through the attention module on left- and right-padded batches and in
+incremental decoding; and the settings it refuses, each named with its fix."""
+import os
+
+os.environ["TRITON_INTERPRET"] = "1"  # before the kernels are defined: Triton's interpreter, on the CPU
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from pe_plugin.encodings.shaw_core import shaw_attention  # noqa: E402
+from pe_plugin.encodings.shaw_triton import shaw_attention_triton  # noqa: E402
+from test_shaw_core import core_inputs, make as core_make, padded  # noqa: E402
+
+
+def both(shape, masks=None, no_keys=False):
+    """(output, gradients of q, k, v, W^K, W^V) of the core and of the kernels on the same float64 inputs."""
+    q, k, v, wk, wv, given, onehot = core_inputs(**shape)
+    h = q.size(1)
+    masks = given if masks is None else masks(given)
+    results = []
+    for fn in (shaw_attention, lambda *a: shaw_attention_triton(*a, block=16)):
+        wk_h = None if no_keys else wk.expand(h, -1, -1)
+        z = fn(q, k, v, wk_h, wv.expand(h, -1, -1), masks, onehot, 0.0)
+        torch.manual_seed(7)
+        g = torch.randn_like(z)
+        inputs = (q, k, v, wv) if no_keys else (q, k, v, wk, wv)
+        results.append((z, torch.autograd.grad((z * g).sum(), inputs)))
+    return results
+
+
+SHAPES = {"one_tile": dict(d=16), "tiles": dict(d=16, tq=37, tk=37, k=3), "step": dict(d=16, tq=1, tk=6),
+          "k0": dict(d=16, k=0), "k_beyond": dict(d=16, k=9), "shared": dict(d=16, shared=True),
+          "tq_below_tk": dict(d=16, tq=18, tk=21, k=4)}
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_kernels_equal_the_core_in_float64(shape, causal):
+    (z, grads), (ref, ref_grads) = both(SHAPES[shape], None if causal else (lambda m: m[:1]))[::-1]
+    torch.testing.assert_close(z, ref, rtol=1e-10, atol=1e-10)
+    for g, r in zip(grads, ref_grads):
+        torch.testing.assert_close(g, r, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("masks", [lambda m: (), lambda m: m[:1], lambda m: m + (torch.zeros_like(m[1]),)],
+                         ids=["none", "padding", "three"])
+def test_kernels_take_any_number_of_masks(masks):
+    (ref, ref_grads), (z, grads) = both(dict(d=16, tq=7, tk=7), masks)
+    torch.testing.assert_close(z, ref, rtol=1e-10, atol=1e-10)
+    for g, r in zip(grads, ref_grads):
+        torch.testing.assert_close(g, r, rtol=1e-10, atol=1e-10)
+
+
+def test_kernels_without_a_key_table():
+    (ref, ref_grads), (z, grads) = both(dict(d=16, tq=7, tk=7), no_keys=True)
+    torch.testing.assert_close(z, ref, rtol=1e-10, atol=1e-10)
+    for g, r in zip(grads, ref_grads):
+        torch.testing.assert_close(g, r, rtol=1e-10, atol=1e-10)
+
+
+C = 32  # two heads of 16: the kernels' smallest head size
+
+
+def make(side, impl):
+    return core_make("per_head", side, impl, c=C)
+
+
+@pytest.mark.parametrize("side,causal", [("encoder", False), ("decoder", True)])
+def test_module_with_triton_equals_reference(side, causal):
+    """--pe-attention-impl triton against reference through the attention module: padded batches (sources
+    left-padded, targets right-padded), values and the gradients of the input, projections and tables."""
+    torch.manual_seed(2)
+    _, pad = padded(side)
+    x = torch.randn(pad.size(1), pad.size(0), C, dtype=torch.double)
+    outs = []
+    for impl in ("triton", "reference"):
+        attn = make(side, impl).train()
+        xi = x.clone().requires_grad_()
+        mask = torch.full((x.size(0),) * 2, float("-inf"), dtype=x.dtype).triu(1) if causal else None
+        out, _ = attn(xi, xi, xi, key_padding_mask=pad, attn_mask=mask, need_weights=False)
+        real = ~pad.t()
+        loss = (out * torch.linspace(-1, 1, out.numel(), dtype=x.dtype).view_as(out))[real].sum()
+        outs.append((out[real], torch.autograd.grad(loss, [xi] + list(attn.parameters()) + list(attn.pe.parameters()))))
+    (out, grads), (ref, ref_grads) = outs
+    torch.testing.assert_close(out, ref, rtol=1e-10, atol=1e-10)
+    for g, r in zip(grads, ref_grads):
+        torch.testing.assert_close(g, r, rtol=1e-10, atol=1e-10)
+
+
+def test_incremental_decoding_with_triton_equals_the_full_pass():
+    attn = make("decoder", "triton").eval()
+    torch.manual_seed(3)
+    x = torch.randn(5, 2, C, dtype=torch.double)
+    full, _ = attn(x, x, x, attn_mask=torch.full((5, 5), float("-inf"), dtype=x.dtype).triu(1), need_weights=False)
+    state, steps = {}, []
+    for t in range(5):
+        steps.append(attn(x[t:t + 1], x[t:t + 1], x[t:t + 1], incremental_state=state, need_weights=False)[0])
+    torch.testing.assert_close(torch.cat(steps), full, rtol=1e-10, atol=1e-10)
+
+
+def test_float32_close_to_float64():
+    q, k, v, wk, wv, masks, onehot = core_inputs(d=16, tq=20, tk=20, k=3)
+    ref = shaw_attention(q, k, v, wk, wv, masks, onehot, 0.0)
+    f = [t.detach().float() for t in (q, k, v, wk, wv)]
+    onehot32 = type(onehot)(onehot.o.float(), onehot.t.float())
+    z = shaw_attention_triton(*f, [m.float() for m in masks], onehot32, 0.0, block=16)
+    assert z.dtype == torch.float32 and (z.double() - ref).abs().max() < 1e-4
+
+
+def test_refusals_name_the_setting_and_the_fix(monkeypatch):
+    q, k, v, wk, wv, masks, onehot = core_inputs(d=16)
+    with pytest.raises(ValueError, match="--attention-dropout 0"):
+        shaw_attention_triton(q, k, v, wk, wv, masks, onehot, 0.1)
+    q8, k8, v8, wk8, wv8, masks8, onehot8 = core_inputs(d=8)
+    with pytest.raises(ValueError, match="head size that is a power of 2"):
+        shaw_attention_triton(q8, k8, v8, wk8, wv8, masks8, onehot8, 0.0)
+    monkeypatch.delenv("TRITON_INTERPRET")
+    with pytest.raises(ValueError, match="runs on CUDA.*--pe-attention-impl auto"):
+        shaw_attention_triton(q, k, v, wk, wv, masks, onehot, 0.0)
+
+
+def test_model_with_triton_equals_reference_in_a_training_step(data_bin):
+    """A float64 RPE model (1+1 layers, head size 16; the interpreter is slow) built with --pe-attention-impl triton
+    against the same model on the reference path: outputs and every parameter's gradient of a training step on a
+    fairseq batch (sources left-padded, targets right-padded). Decoding: test_incremental_decoding_... above."""
+    import pe_testing
+    from test_fast_paths import SMALL, assert_same_step
+
+    one_layer = SMALL + ["--encoder-layers", "1", "--decoder-layers", "1"]  # (later flags win)
+    models = []
+    for impl in ("triton", "reference"):
+        flags = one_layer + ["--pe-attention-impl", impl, "--attention-dropout", "0"]
+        task, model, _ = pe_testing.build_model(data_bin, "transformer_rpe_wmt_en_de", flags)
+        models.append(model.double())
+    fast, ref = models
+    assert fast.encoder.pe.attention_impl == "triton" and len(fast.encoder.layers) == 1
+    assert_same_step(task, fast, ref, pe_testing.batch(task, "train", n=3))
