@@ -11,7 +11,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from pe_plugin.encodings.shaw_core import shaw_attention  # noqa: E402
-from pe_plugin.encodings.shaw_triton import shaw_attention_triton  # noqa: E402
+from pe_plugin.encodings.shaw_triton import ShawTriton, shaw_attention_triton  # noqa: E402
 from test_shaw_core import core_inputs, make as core_make, padded  # noqa: E402
 
 
@@ -61,6 +61,14 @@ def test_kernels_without_a_key_table():
         torch.testing.assert_close(g, r, rtol=1e-10, atol=1e-10)
 
 
+@pytest.fixture
+def kernel_calls(monkeypatch):
+    """How many times the kernels ran: a module or model test must reach them, not fall back on the core."""
+    calls, apply = [], ShawTriton.apply
+    monkeypatch.setattr(ShawTriton, "apply", lambda *a: calls.append(1) or apply(*a))
+    return calls
+
+
 C = 32  # two heads of 16: the kernels' smallest head size
 
 
@@ -69,7 +77,7 @@ def make(side, impl):
 
 
 @pytest.mark.parametrize("side,causal", [("encoder", False), ("decoder", True)])
-def test_module_with_triton_equals_reference(side, causal):
+def test_module_with_triton_equals_reference(side, causal, kernel_calls):
     """--pe-attention-impl triton against reference through the attention module: padded batches (sources
     left-padded, targets right-padded), values and the gradients of the input, projections and tables."""
     torch.manual_seed(2)
@@ -85,12 +93,13 @@ def test_module_with_triton_equals_reference(side, causal):
         loss = (out * torch.linspace(-1, 1, out.numel(), dtype=x.dtype).view_as(out))[real].sum()
         outs.append((out[real], torch.autograd.grad(loss, [xi] + list(attn.parameters()) + list(attn.pe.parameters()))))
     (out, grads), (ref, ref_grads) = outs
+    assert kernel_calls == [1]
     torch.testing.assert_close(out, ref, rtol=1e-10, atol=1e-10)
     for g, r in zip(grads, ref_grads):
         torch.testing.assert_close(g, r, rtol=1e-10, atol=1e-10)
 
 
-def test_incremental_decoding_with_triton_equals_the_full_pass():
+def test_incremental_decoding_with_triton_equals_the_full_pass(kernel_calls):
     attn = make("decoder", "triton").eval()
     torch.manual_seed(3)
     x = torch.randn(5, 2, C, dtype=torch.double)
@@ -98,6 +107,7 @@ def test_incremental_decoding_with_triton_equals_the_full_pass():
     state, steps = {}, []
     for t in range(5):
         steps.append(attn(x[t:t + 1], x[t:t + 1], x[t:t + 1], incremental_state=state, need_weights=False)[0])
+    assert len(kernel_calls) == 1 + 5  # the full pass and each step
     torch.testing.assert_close(torch.cat(steps), full, rtol=1e-10, atol=1e-10)
 
 
@@ -122,7 +132,7 @@ def test_refusals_name_the_setting_and_the_fix(monkeypatch):
         shaw_attention_triton(q, k, v, wk, wv, masks, onehot, 0.0)
 
 
-def test_model_with_triton_equals_reference_in_a_training_step(data_bin):
+def test_model_with_triton_equals_reference_in_a_training_step(data_bin, kernel_calls):
     """A float64 RPE model (1+1 layers, head size 16; the interpreter is slow) built with --pe-attention-impl triton
     against the same model on the reference path: outputs and every parameter's gradient of a training step on a
     fairseq batch (sources left-padded, targets right-padded). Decoding: test_incremental_decoding_... above."""
@@ -138,3 +148,4 @@ def test_model_with_triton_equals_reference_in_a_training_step(data_bin):
     fast, ref = models
     assert fast.encoder.pe.attention_impl == "triton" and len(fast.encoder.layers) == 1
     assert_same_step(task, fast, ref, pe_testing.batch(task, "train", n=3))
+    assert len(kernel_calls) == 2  # the encoder's and the decoder's self-attention

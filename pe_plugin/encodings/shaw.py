@@ -137,7 +137,8 @@ class ShawRelativePositionalEncoding(PositionalEncoding):
         wv = ctx.values[layer]  # (H,2k+1,d), or (2k+1,d) expanded to the heads (a view)
         wv = wv if wv.dim() == 3 else wv.expand(q.size(1), -1, -1)
         wk = None if self.key_table is None else ctx.keys[layer]  # (H,d,2k+1)
-        if self.attention_impl == "triton":  # the same product in fused kernels (``shaw_triton``)
+        if self.attention_impl == "triton" and ctx.pos.columns:  # the same product in fused kernels (``shaw_triton``,
+            # which take each pair's distance from its columns: queries the last Tq of the Tk keys)
             from .shaw_triton import shaw_attention_triton
 
             return shaw_attention_triton(q, k, v, wk, wv, masks, ctx.onehot, dropout_p)
