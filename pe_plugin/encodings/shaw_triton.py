@@ -41,6 +41,11 @@ def _kernels():
     return shaw_rpe, tl
 
 
+def _strides(x: Optional[torch.Tensor]) -> Tuple[int, ...]:
+    """A 4-D tensor's strides, or zeros for an absent one (its kernel branch is compiled out)."""
+    return (0, 0, 0, 0) if x is None else x.stride()
+
+
 def _mask_views(masks: Sequence[torch.Tensor], b: int, h: int, tq: int, tk: int):
     """Up to two additive masks as (B,H,Tq,Tk) broadcast views (stride 0 where a mask does not vary): the
     pointer and strides each kernel reads; more are summed first."""
@@ -48,28 +53,24 @@ def _mask_views(masks: Sequence[torch.Tensor], b: int, h: int, tq: int, tk: int)
     if len(masks) > 2:
         masks = [sum(masks[1:], masks[0])]
     views = [m.reshape((1,) * (4 - m.dim()) + tuple(m.shape)).expand(b, h, tq, tk) for m in masks]
-    args, flags = [], []
-    for i in range(2):
-        if i < len(views):
-            args += [views[i], *views[i].stride()]
-        else:
-            args += [None, 0, 0, 0, 0]
-        flags.append(i < len(views))
-    return args, flags
+    views += [None] * (2 - len(views))
+    return [x for view in views for x in (view, *_strides(view))], [view is not None for view in views]
 
 
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _query_major_4d(x: torch.Tensor, b: int, h: int) -> torch.Tensor:
-    """(Tq, B*H, n) query-major memory seen as (B,H,Tq,n) (a view)."""
+def _query_major_4d(x: Optional[torch.Tensor], b: int, h: int) -> Optional[torch.Tensor]:
+    """(Tq, B*H, n) query-major memory seen as (B,H,Tq,n) (a view); None stays None."""
+    if x is None:
+        return None
     tq, bh, n = x.shape
     return x.view(tq, b, h, n).permute(1, 2, 0, 3)
 
 
-def _launch_settings(q: torch.Tensor, block: Optional[int]) -> Tuple[int, object, str]:
-    _, tl = _kernels()
+def _launch_settings(q: torch.Tensor, block: Optional[int], tl) -> Tuple[int, object, str]:
+    """(block size, the kernels' accumulation dtype, tl.dot's input precision) for q's dtype and device."""
     dt = tl.float64 if q.dtype == torch.float64 else tl.float32
     prec = "tf32" if q.dtype in (torch.float16, torch.bfloat16) else "ieee"
     return block or (64 if q.is_cuda else 16), dt, prec
@@ -84,18 +85,18 @@ class ShawTriton(torch.autograd.Function):
         b, h, tq, d = q.shape
         tk, n = k.size(2), wv.size(1)
         kc = (n - 1) // 2
-        bm, dt, prec = _launch_settings(q, block)
+        bm, dt, prec = _launch_settings(q, block, tl)
         r = None if wk is None else _per_bucket(q, wk)  # R (Tq,BH,n)
-        r4 = _query_major_4d(r, b, h) if r is not None else None
+        r4 = _query_major_4d(r, b, h)
         mask_args, (m1, m2) = _mask_views(masks, b, h, tq, tk)
         z = _tbhd(b, h, tq, d, q)
-        lse = q.new_empty(b * h, tq, dtype=torch.float64 if dt == tl.float64 else torch.float32)
+        lse = q.new_empty(b * h, tq, dtype=torch.float64 if q.dtype == torch.float64 else torch.float32)
         mass = q.new_empty(tq, b * h, n)  # P, query-major as ``shaw_core`` keeps it
         mass4 = _query_major_4d(mass, b, h)
         grid = (_cdiv(tq, bm), b * h)
         kern.forward[grid](
             q, k, v, r4, wv, mask_args[0], mask_args[5], z, lse, mass4,
-            *q.stride(), *k.stride(), *v.stride(), *(r4.stride() if r4 is not None else (0, 0, 0, 0)), *wv.stride(),
+            *q.stride(), *k.stride(), *v.stride(), *_strides(r4), *wv.stride(),
             *mask_args[1:5], *mask_args[6:10], *z.stride(), *mass4.stride(),
             h, tq, tk, tk - tq, KC=kc, D=d, BLOCK_M=bm, BLOCK_N=bm, DT=dt, PREC=prec,
             HAS_R=r is not None, HAS_M1=m1, HAS_M2=m2)
@@ -111,17 +112,17 @@ class ShawTriton(torch.autograd.Function):
         b, h, tq, d = q.shape
         tk, n = k.size(2), wv.size(1)
         kc = (n - 1) // 2
-        bm, dt, prec = _launch_settings(q, ctx.block)
-        r4 = _query_major_4d(r, b, h) if r is not None else None
+        bm, dt, prec = _launch_settings(q, ctx.block, tl)
+        r4 = _query_major_4d(r, b, h)
         mask_args, (m1, m2) = _mask_views(ctx.masks, b, h, tq, tk)
         g = _per_bucket(dz, wv.mT)  # G = dz W^V^T (Tq,BH,n)
         g4 = _query_major_4d(g, b, h)
         dd = (dz.to(lse.dtype) * z.to(lse.dtype)).sum(-1).reshape(b * h, tq)  # D_i = dz_i . z_i  (BH,Tq)
         dq, dk, dv = _tbhd(b, h, tq, d, dz), _tbhd(b, h, tk, d, dz), _tbhd(b, h, tk, d, dz)
         dr = None if r is None else torch.empty_like(r)  # dR (Tq,BH,n)
-        dr4 = _query_major_4d(dr, b, h) if dr is not None else None
-        common = (*q.stride(), *k.stride(), *v.stride(), *(r4.stride() if r4 is not None else (0, 0, 0, 0)),
-                  *g4.stride(), *mask_args[1:5], *mask_args[6:10], *dz.stride())
+        dr4 = _query_major_4d(dr, b, h)
+        common = (*q.stride(), *k.stride(), *v.stride(), *_strides(r4), *g4.stride(), *mask_args[1:5],
+                  *mask_args[6:10], *dz.stride())
         flags = dict(KC=kc, D=d, BLOCK_M=bm, BLOCK_N=bm, DT=dt, PREC=prec, HAS_R=r is not None, HAS_M1=m1,
                      HAS_M2=m2)
         kern.backward_kv[(_cdiv(tk, bm), b * h)](
