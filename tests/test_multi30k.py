@@ -201,7 +201,10 @@ def test_dry_run_uses_the_recipe_defaults(capsys):
     assert launch.main(["train", "sape", "--recipe", "multi30k", "--dry-run"]) == 0
     cmd = capsys.readouterr().out
     assert "data-bin/multi30k_en_de --user-dir" in cmd and "--save-dir runs/multi30k/sape.en-de.small.seed1" in cmd
-    assert launch.main(["train", "sape", "--recipe", "multi30k", "--gpus", "2", "--dry-run"]) == 2
-    assert "--update-freq 1" in capsys.readouterr().err
+    # two ranks share the recipe's 4,096 tokens per update; three cannot share them equally
+    assert launch.main(["train", "sape", "--recipe", "multi30k", "--gpus", "2", "--dry-run"]) == 0
+    assert "--max-tokens 2048 --update-freq 1" in capsys.readouterr().out
+    assert launch.main(["train", "sape", "--recipe", "multi30k", "--gpus", "3", "--dry-run"]) == 2
+    assert "--gpus 3: 4,096 tokens per update cannot be shared equally" in capsys.readouterr().err
     assert launch.main(["train", "sape", "--recipe", "nope", "--dry-run"]) == 2
     assert "unknown recipe 'nope'; recipes: multi30k, wmt14" in capsys.readouterr().err

@@ -95,7 +95,7 @@ def test_gpus_keep_the_effective_batch(capsys):
     assert cmd[cmd.index("--distributed-world-size") + 1] == "8"
     assert cmd[len(cmd) - 1 - cmd[::-1].index("--update-freq") + 1] == "1"  # the last one wins in argparse
     assert launch.main(["train", "sape", "--gpus", "3", "--dry-run"]) == 2
-    assert "must divide the recipe's --update-freq 8" in capsys.readouterr().err
+    assert "--gpus 3: 32,768 tokens per update cannot be shared equally" in capsys.readouterr().err
 
 
 def test_unknown_method_and_missing_data(capsys, tmp_path):

@@ -60,7 +60,7 @@ def main(argv=None, progs=None) -> int:
     t.add_argument("--size", help=f"a size of the recipe ({size_help()}); default: the recipe's default_size, "
                                   "else base")
     t.add_argument("--seed", type=int, default=1)
-    t.add_argument("--gpus", type=int, default=1, help="world size; the recipe's --update-freq is divided by N")
+    t.add_argument("--gpus", type=int, default=1, help="world size; the recipe's tokens per update are kept, shared by N ranks (pe_tools/recipes/batching.py)")
     t.add_argument("--data", help="fairseq data directory (default: the recipe's, data-bin/RECIPE_SRC_TGT)")
     t.add_argument("--runs-dir", help="parent of the run directory (default: the recipe's runs_dir, else runs)")
     t.add_argument("--dry-run", action="store_true", help="print the fairseq command and stop")

@@ -12,7 +12,7 @@ from typing import Dict, List, Tuple
 from ..common import fail, plugin_dir, write_atomic
 from ..naming import arch_name
 from ..process import tee
-from . import is_recipe, load_table, recipe_names, results, table_pairs
+from . import batching, is_recipe, load_table, recipe_names, results, table_pairs
 
 
 def data_dir(table, recipe: str, pair: str) -> Path:
@@ -23,11 +23,6 @@ def data_dir(table, recipe: str, pair: str) -> Path:
 
 def default_size(table) -> str:
     return table.get("default_size", "base")
-
-
-def update_freq(table) -> int:
-    flags = table["common"]["flags"]
-    return int(flags[flags.index("--update-freq") + 1]) if "--update-freq" in flags else 1
 
 
 def check_pair(table, pair: str) -> None:
@@ -77,8 +72,10 @@ def size_entry(table, size: str, _seen=()) -> dict:
     return {"arch": entry.get("arch", base["arch"]), "flags": flags}
 
 
-def train_argv(table, method, pair, size, seed, data, run_dir, gpus=1, extra=()) -> list:
-    """The fairseq-train argv of one run; raises ValueError naming the valid choices."""
+def train_argv(table, method, pair, size, seed, data, run_dir, gpus=1, extra=(), max_tokens=None) -> list:
+    """The fairseq-train argv of one run; raises ValueError naming the valid choices. The run's tokens per update
+    are those its resolved flags state ([common], then the size's, then the method's); ``gpus`` ranks and micro-batches
+    of at most ``max_tokens`` (default: the recipe's own) share them (``batching.plan``)."""
     methods, sizes = table["method"], table["size"]
     if method not in methods:
         close = difflib.get_close_matches(method, list(methods), n=3, cutoff=0.6)
@@ -88,14 +85,13 @@ def train_argv(table, method, pair, size, seed, data, run_dir, gpus=1, extra=())
     resolved = size_entry(table, size) if size in sizes else {"arch": {}}
     if pair not in resolved["arch"]:
         raise ValueError(f"no size {size!r} for pair {pair!r} in this recipe; sizes: {', '.join(sizes)}")
-    freq = update_freq(table)
-    if gpus < 1 or freq % gpus:
-        raise ValueError(f"--gpus {gpus}: must divide the recipe's --update-freq {freq} to keep its tokens per update")
     entry = methods[method]
     src, tgt = pair.split("-")
-    per_gpu = ["--distributed-world-size", str(gpus), "--update-freq", str(freq // gpus)] if gpus > 1 else []
+    flags = merge_flags(table["common"]["flags"], resolved["flags"], entry["flags"])
+    recipe = batching.recipe_batch(flags)
+    split = batching.plan(recipe.tokens_per_update, gpus, max_tokens or recipe.max_tokens)
+    flags = merge_flags(flags, split.flags())
     fp16 = ["--fp16"] if "--cpu" not in extra and cuda() else []
-    flags = merge_flags(table["common"]["flags"], resolved["flags"], entry["flags"], per_gpu)
     return [str(data), "--user-dir", plugin_dir(),
             "--arch", entry.get("arch") or arch_name(entry.get("pe", method), resolved["arch"][pair]),
             "--source-lang", src, "--target-lang", tgt,
