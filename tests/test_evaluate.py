@@ -527,6 +527,32 @@ def test_markdown_table_marks_follow_p_and_sign(corpus, tmp_path, capsys):
     assert sorted(p.name for p in out.iterdir()) == ["t1.csv", "t1.json", "t1.md", "t1_runs.csv"]  # no temp files
 
 
+def test_marks_and_deltas_point_to_the_better_system(corpus, tmp_path):
+    """By construction "good" perturbs the reference half as much as "base": against base, good's delta is
+    sacrebleu's score of good less base's on the same run and earns '++' in every run, in the summary and in the
+    table; with the roles swapped, base's delta is the opposite and earns '--'. Each summary delta is the mean of
+    the direct differences."""
+    ref = lines_of(corpus / "ref.de")
+    for base, system, sign, want in (("base", "good", 1, "++"), ("good", "base", -1, "--")):
+        out = tmp_path / base
+        assert evaluate(corpus, out, "--baseline", f"{base}={base}1.de,{base}2.de",
+                        "--system", f"{system}={system}1.de,{system}2.de", "--n-samples", "200") == 0
+        rep = by_name(load_json(out))[system]
+        for key, metric in (("bleu", BLEU()), ("chrf", CHRF(word_order=2))):
+            direct = [metric.corpus_score(lines_of(corpus / f"{system}{r}.de"), [ref]).score
+                      - metric.corpus_score(lines_of(corpus / f"{base}{r}.de"), [ref]).score for r in (1, 2)]
+            assert all(sign * d > 5 for d in direct)  # the construction holds, by a clear margin
+            runs = [run["scores"][key] for run in rep["runs"]]
+            assert [x["delta"] for x in runs] == pytest.approx(direct, abs=1e-9)
+            assert [x["mark"] for x in runs] == [want, want] and all(x["p"] < 0.05 for x in runs)
+            assert rep["summary"][key]["delta"] == pytest.approx(statistics.mean(direct), abs=1e-9)
+            assert rep["summary"][key]["mark"] == want
+        row = [line for line in (out / "results.md").read_text(encoding="utf-8").splitlines()
+               if line.startswith(f"| {system} |")]
+        assert len(row) == 1 and row[0].count(f"{want} (") == 3
+        assert ("--" if want == "++" else "++") not in row[0]
+
+
 # ------------------------------------------------------------------------------------------------
 # Scores by source length
 
