@@ -14,7 +14,9 @@ setup(
     python_requires=">=3.11",
     # fairseq is installed by scripts/setup_env.sh (ve-fairseq 0.12.3 --no-deps); listing it here would pull
     # torchaudio and another torch.
-    install_requires=["sacrebleu>=2.3", "sacremoses", "subword-nmt", "sentencepiece", "regex", "tqdm"],
+    # sacrebleu below 2.7: pe_tools/scoring/ngram.py reads a metric's sufficient statistics through its private
+    # _extract_corpus_statistics (the public API gives only scores), written against 2.6; a new minor may change it
+    install_requires=["sacrebleu>=2.3,<2.7", "sacremoses", "subword-nmt", "sentencepiece", "regex", "tqdm"],
     # triton: the tests run the Triton kernels on the CPU in its interpreter (PyTorch's CUDA wheels ship it already)
     extras_require={"dev": ["pytest", "triton"], "plots": ["matplotlib"]},
     entry_points={"console_scripts": [

@@ -41,7 +41,7 @@ need_fairseq=0
 "$VENV/bin/python" -c 'import fairseq' 2>/dev/null || need_fairseq=1
 if [ "$need_fairseq" -eq 1 ]; then
   echo "[setup] installing the runtime dependencies of ve-fairseq==0.12.3"
-  "${PIP[@]}" cffi cython "hydra-core>=1.3.2" omegaconf "numpy>=1.21.3" regex "sacrebleu>=2.3" tqdm bitarray \
+  "${PIP[@]}" cffi cython "hydra-core>=1.3.2" omegaconf "numpy>=1.21.3" regex "sacrebleu>=2.3,<2.7" tqdm bitarray \
     packaging scikit-learn
 fi
 

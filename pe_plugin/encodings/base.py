@@ -189,6 +189,10 @@ def as_positions(pos: Union[Positions, torch.Tensor]) -> Positions:
 
 
 ATTENTION_HOOKS = ("transform_qk", "position_bias", "score_bias", "transform_values", "value_bias", "attention_core")
+# every hook of the interface, in the order the module docstring documents them (docs/design.md and docs/extending.md
+# name the same ones: tests/test_structure.py)
+HOOKS = ("embed", "position_bias", "prepare", "transform_qk", "score_bias", "transform_values", "value_bias",
+         "attention_core")
 
 
 class PositionalEncoding(nn.Module):

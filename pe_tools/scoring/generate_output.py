@@ -21,7 +21,7 @@ effect; the error for missing ids names that flag, or both when the log is not t
 import re
 from typing import Dict, List, Sequence
 
-from .inputs import InputError
+from .errors import InputError
 
 # a hypothesis line of fairseq-generate: kind, id, tab, score, tab, text
 HYPOTHESIS = {"D": re.compile(r"^D-(\d+)\t[^\t]*\t(.*)$"), "H": re.compile(r"^H-(\d+)\t[^\t]*\t(.*)$")}

@@ -6,9 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-
-class InputError(Exception):
-    """Invalid input; reported as one line, and nothing is written."""
+from . import generate_output
+from .errors import InputError
 
 
 @dataclass
@@ -89,8 +88,6 @@ def read_meta(path: str) -> Dict[str, Any]:
 def load_system(value: str, option: str, n_ref: int, ref_file: str) -> System:
     name, files = parse_named(value, option)
     system = System(name, files)
-    from . import generate_output
-
     for path in files:
         text = read_text(path)
         if generate_output.is_generate_output(text):  # fairseq-generate's raw output: its hypotheses by id
