@@ -171,6 +171,33 @@ def test_average_refuses_checkpoint_counts_below_one(flag, capsys, tmp_path):
         assert f"argument {flag}: must be at least 1 (got {n})" in capsys.readouterr().err
 
 
+def test_average_is_the_mean_of_its_inputs(tmp_path, capsys):
+    """pe-average of the newest 3 of 4 checkpoints: each floating-point tensor is the mean of the inputs' (torch's
+    own mean of the stacked tensors, in float64), in the input's dtype; integer tensors and the other state are the
+    newest checkpoint's."""
+    import torch
+
+    from pe_tools import average
+
+    gen = torch.Generator().manual_seed(0)
+    models = []
+    for u in (2, 4, 6, 8):
+        model = {"w": torch.randn(3, 5, generator=gen), "b": torch.randn(5, generator=gen).half(),
+                 "steps": torch.tensor([u, u + 1])}
+        models.append(model)
+        torch.save({"model": model, "extra_state": {"num_updates": u}}, tmp_path / f"checkpoint_1_{u}.pt")
+    out = tmp_path / "avg.pt"
+    assert average.main(["--inputs", str(tmp_path), "--num-update-checkpoints", "3", "--output", str(out)]) == 0
+    assert "averaged 3 checkpoints" in capsys.readouterr().out
+    avg = torch.load(out, weights_only=True)
+    for k in ("w", "b"):
+        mean = torch.stack([m[k].double() for m in models[1:]]).mean(0)
+        assert avg["model"][k].dtype == models[0][k].dtype
+        assert torch.allclose(avg["model"][k].double(), mean, atol=1e-3 if k == "b" else 1e-6)
+        assert not torch.allclose(avg["model"][k].double(), models[-1][k].double(), atol=1e-2)  # not a copy
+    assert torch.equal(avg["model"]["steps"], models[-1]["steps"]) and avg["extra_state"] == {"num_updates": 8}
+
+
 @pytest.mark.slow
 def test_train_resume_and_generate(data_bin, raw_corpus, tmp_path):
     runs = tmp_path / "runs"
