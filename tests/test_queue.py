@@ -155,3 +155,26 @@ def test_bad_lines_are_refused_before_anything_starts(line, words, data_bin, tmp
     err = capsys.readouterr().err
     assert err.startswith(f"error: {q}:4: ") and all(w in err for w in words), err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["q.txt"]  # nothing written, nothing started
+
+
+def test_check_names_every_bad_line_and_both_sides_dictionaries(tmp_path, capsys):
+    """A data folder prepared for en-de (dict.en.txt, dict.de.txt) is refused for an en-fr run (its source's
+    dictionary is there, its target's is not), and `pe-queue check` names every bad line, not only the first."""
+    data = tmp_path / "en_de"
+    data.mkdir()
+    for lang in ("en", "de"):
+        (data / f"dict.{lang}.txt").write_text("a 1\n")
+    q = tmp_path / "q.txt"
+    q.write_text(f"multi30k sape en-de annealed 1 data={data}\n"      # good
+                 f"multi30k rope en-fr annealed 1 data={data}\n"      # no dict.fr.txt
+                 f"multi30k sape en-de annealed one data={data}\n"    # a bad seed
+                 f"multi30k t5 en-fr annealed 1 data={data}\n")       # no dict.fr.txt again
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    assert queue.main(["check", str(q)]) == 2
+    err = capsys.readouterr().err
+    lines = err.strip().split("\n")
+    assert [line.removeprefix("error: ").split(": ")[0] for line in lines[:3]] == [f"{q}:{n}" for n in (2, 3, 4)], err
+    assert "has no dict.fr.txt (pair en-fr)" in lines[0] and "pe-prepare en-fr --recipe multi30k" in lines[0]
+    assert "seed 'one'" in lines[1] and "has no dict.fr.txt" in lines[2]
+    assert lines[3] == f"3 bad lines in {q}"
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before  # nothing written

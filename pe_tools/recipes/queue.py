@@ -8,8 +8,8 @@ reached its last update; up to ``-j`` runs at a time.
 
 QUEUE is a plain text file, one run a line: ``RECIPE METHOD PAIR SIZE SEED`` and optionally ``data=DIR``,
 ``runs-dir=DIR`` and ``into=DIR`` (pe-train's --data and --runs-dir, pe-record's --into); ``#`` starts a comment.
-Every line is checked before anything starts (the recipe, method, pair, size, seed and the prepared data), and an
-error names the line and the fix.
+Every line is checked before anything starts (the recipe, method, pair, size, seed and the prepared data: both
+languages' dict.LANG.txt), and the error names every bad line and its fix.
 
 Interruption: the queue can be killed at any moment, SIGKILL included, and restarted with the same command. On
 start it ends the trainings a killed queue left running (their process groups are listed in QUEUE.pids), repairs
@@ -110,11 +110,9 @@ def parse_queue(path: Path) -> List[Run]:
     path = Path(path)
     if not path.is_file():
         raise QueueError(f"queue file {path} not found; write one run a line: RECIPE METHOD PAIR SIZE SEED")
-    runs, names = [], {}
-    for n, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        text = raw.split("#", 1)[0].strip()
-        if not text:
-            continue
+    runs, names, bad = [], {}, []
+
+    def check_line(n: int, text: str) -> Run:
         where = f"{path}:{n}: {text!r}"
         words = [w for w in text.split() if "=" not in w]
         opts = dict(w.split("=", 1) for w in text.split() if "=" in w)
@@ -141,14 +139,25 @@ def parse_queue(path: Path) -> List[Run]:
         if not seed.isdigit() or int(seed) < 1:
             raise QueueError(f"{where}: seed {seed!r} is not a whole number >= 1")
         run = Run(n, recipe, method, pair, size, int(seed), opts)
-        dict_file = run.data / f"dict.{pair.split('-')[0]}.txt"
-        if not dict_file.is_file():
-            raise QueueError(f"{where}: data folder {run.data} has no {dict_file.name}; prepare it with "
-                             f"pe-prepare {pair} --recipe {recipe}, or give data=DIR on the line")
+        # both sides' dictionaries: a folder prepared for another pair may share the source's
+        missing = [f"dict.{lang}.txt" for lang in pair.split("-") if not (run.data / f"dict.{lang}.txt").is_file()]
+        if missing:
+            raise QueueError(f"{where}: data folder {run.data} has no {' and no '.join(missing)} (pair {pair}); "
+                             f"prepare it with pe-prepare {pair} --recipe {recipe}, or give data=DIR on the line")
         if (run.run_dir, run.recorded) in names:
             raise QueueError(f"{where}: the same run as line {names[run.run_dir, run.recorded]}; remove one")
         names[run.run_dir, run.recorded] = n
-        runs.append(run)
+        return run
+
+    for n, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        text = raw.split("#", 1)[0].strip()
+        if text:
+            try:
+                runs.append(check_line(n, text))
+            except QueueError as e:  # every bad line is named, not only the first
+                bad.append(str(e))
+    if bad:
+        raise QueueError("\n".join(bad) + (f"\n{len(bad)} bad lines in {path}" if len(bad) > 1 else ""))
     if not runs:
         raise QueueError(f"queue file {path} holds no run; write one run a line: RECIPE METHOD PAIR SIZE SEED")
     return runs
