@@ -90,6 +90,51 @@ def test_raw_generate_output_scores_as_the_ordered_file(corpus):
     assert score(json.loads((d / "control" / "results.json").read_text())) != score(plain)
 
 
+def nbest_output(blocks, order, kinds=("H", "D")):
+    """fairseq-generate's lines with --nbest N: per id (in batch ``order``) its S-/T- lines, then for each of its
+    hypotheses (best first) the lines of ``kinds``; ``blocks[i]``: [(tokenised H- text, decoded D- text), ...]."""
+    lines = []
+    for i in order:
+        lines += [f"S-{i}\tsource {i}", f"T-{i}\treference {i}"]
+        for rank, (h, d) in enumerate(blocks[i]):
+            text = {"H": h, "D": d}
+            lines += [f"{k}-{i}\t{-0.25 * (rank + 1)}\t{text[k]}" for k in kinds] + [f"P-{i}\t-0.1 -0.2"]
+    return "\n".join(lines + ["Generate test with beam=4: BLEU4 = 12.34, 50.0/20.0/10.0/5.0 (BP=1.000)"]) + "\n"
+
+
+def tokenised(line):
+    """What the H- line shows of a D- line with --tokenizer moses and --bpe: tokens split, joiners marked."""
+    return " ".join(w[:2] + "@@ " + w[2:] if len(w) > 3 else w for w in line.split()) + " &apos;"
+
+
+def test_decoded_d_lines_are_scored_not_the_tokenised_h_lines(corpus):
+    """The D- line (decoded) is the translation; the H- line (tokenised) is not: they differ here, and the raw
+    output scores as the D- text in corpus order."""
+    from pe_tools.scoring import generate_output as reader
+
+    d, ref, hyp, base, order = corpus
+    text = nbest_output({i: [(tokenised(h), h)] for i, h in enumerate(hyp)}, order)
+    assert all(tokenised(h) != h for h in hyp)
+    assert reader.hypotheses("gen.out", text, len(ref), "ref.de") == hyp
+    (d / "gen.out").write_text(text)
+    assert evaluate(d / "raw", "--baseline", "base=base.de", "--system", "posnet=gen.out")[0] == 0
+    assert evaluate(d / "plain", "--baseline", "base=base.de", "--system", "posnet=hyp.de")[0] == 0
+    raw, plain = (json.loads((d / o / "results.json").read_text()) for o in ("raw", "plain"))
+    scores = lambda r: [[run["scores"] for run in s["runs"]] for s in r["systems"]]  # noqa: E731
+    assert scores(raw) == scores(plain)
+
+
+@pytest.mark.parametrize("kinds", [("H", "D"), ("H",)])
+def test_the_first_of_several_hypotheses_per_id_is_kept(corpus, kinds):
+    """--nbest 3: an id's first hypothesis is its best, the one scored (D- lines, or H- lines where the file has
+    only those); the other two differ from it."""
+    from pe_tools.scoring import generate_output as reader
+
+    d, ref, hyp, base, order = corpus
+    blocks = {i: [(h, h), (f"second {i}", f"second {i}"), (f"third {i}", f"third {i}")] for i, h in enumerate(hyp)}
+    assert reader.hypotheses("gen.out", nbest_output(blocks, order, kinds), len(ref), "ref.de") == hyp
+
+
 @pytest.mark.parametrize("config, named, not_named", [
     ({"required_batch_size_multiple": 8, "skip_invalid_size_inputs_valid_test": False},
      ["--required-batch-size-multiple was 8", "--required-batch-size-multiple 1"], ["--skip-invalid"]),
