@@ -1,7 +1,7 @@
 """pe-train / pe-generate: train and decode a recipe, pe_tools/recipes/RECIPE/methods.toml joined into one fairseq
 command (scripts/launch.py and examples/wmt14/{train,generate}.sh call it too).
 
-    pe-train METHOD [--recipe wmt14] [--pair en-de] [--size base] [--seed 1] [--gpus N] [--dry-run] [-- FLAGS]
+    pe-train METHOD [--recipe wmt14] [--pair en-de] [--size base] [--seed 1] [--gpus N] [--max-tokens-per-gpu auto|N|MEMgb] [--dry-run] [-- FLAGS]
     pe-generate RUN_DIR [--data DIR] [--subset test] [--checkpoints 5] [--no-detok] [--pe-beyond-max {clamp,error}]
     pe-record RUN_DIR [--into DIR]
     pe-report [--recipe multi30k] [--pair en-de] [--size small] [--ref REF] --out-dir DIR [-- PE-EVALUATE FLAGS]
@@ -37,6 +37,17 @@ from .generate import generate
 from .train import check_pair, data_dir, default_size, train
 
 
+def micro_batch_spec(value: str) -> str:
+    """``--max-tokens-per-gpu``'s value, checked (batching.parse_spec)."""
+    from .batching import parse_spec
+
+    try:
+        parse_spec(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return value
+
+
 def size_help() -> str:
     """The sizes of every recipe, e.g. ``multi30k: small; wmt14: base, big, tiny``."""
     return "; ".join(f"{r}: {', '.join(load_table(r)['size'])}" for r in recipe_names())
@@ -61,6 +72,11 @@ def main(argv=None, progs=None) -> int:
                                   "else base")
     t.add_argument("--seed", type=int, default=1)
     t.add_argument("--gpus", type=int, default=1, help="world size; the recipe's tokens per update are kept, shared by N ranks (pe_tools/recipes/batching.py)")
+    t.add_argument("--max-tokens-per-gpu", default="auto", metavar="auto|N|MEMgb", type=micro_batch_spec,
+                   help="the largest micro-batch of one GPU: auto (default: what the free memory of this machine's "
+                        "GPU holds at the size's measured footprint; without CUDA the recipe's --max-tokens), N "
+                        "tokens, or a GPU memory (e.g. 40GB); the recipe's tokens per update are kept "
+                        "(pe_tools/recipes/batching.py)")
     t.add_argument("--data", help="fairseq data directory (default: the recipe's, data-bin/RECIPE_SRC_TGT)")
     t.add_argument("--runs-dir", help="parent of the run directory (default: the recipe's runs_dir, else runs)")
     t.add_argument("--dry-run", action="store_true", help="print the fairseq command and stop")

@@ -98,6 +98,39 @@ def train_argv(table, method, pair, size, seed, data, run_dir, gpus=1, extra=(),
             *flags, "--seed", str(seed), "--save-dir", str(run_dir), *fp16, *extra]
 
 
+def micro_batch(table, method, pair, size, run_dir: Path, gpus: int, extra, spec="auto"):
+    """(BatchPlan, batching.Choice) of one run: the recipe's tokens per update split over ``gpus`` ranks with the
+    micro-batch ``spec`` (``--max-tokens-per-gpu``: auto, tokens or a GPU memory) allows. A run that has a
+    checkpoint_last.pt keeps, under auto, the micro-batch its command.json records; flags after ``--`` that set
+    --max-tokens or --update-freq win in fairseq, so the choice is theirs."""
+    recipe = batching.recipe_batch(train_argv(table, method, pair, size, 1, "data", run_dir))
+    if "--max-tokens" in extra or "--update-freq" in extra:
+        choice = batching.Choice(recipe.max_tokens, "extra", "set by the flags after -- (they win in fairseq)")
+        return batching.plan(recipe.tokens_per_update, gpus, recipe.max_tokens), choice
+    return batching.choose_plan(recipe.tokens_per_update, gpus, spec, size, recipe.max_tokens,
+                                resumed=resumed_max_tokens(run_dir),
+                                memory=lambda: batching.device_memory() if cuda() else None)
+
+
+def resumed_max_tokens(run_dir: Path):
+    """The --max-tokens a run that has a checkpoint_last.pt started with (its command.json), else None."""
+    try:
+        if not (run_dir / "checkpoint_last.pt").is_file():
+            return None
+        recorded = json.loads((run_dir / "command.json").read_text(encoding="utf-8"))
+        return batching.recipe_batch(recorded["argv"]).max_tokens
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def batch_record(split, choice) -> dict:
+    """command.json's ``batch``: the split, its tokens per update and how its micro-batch was chosen."""
+    return {"max_tokens": split.max_tokens, "update_freq": split.update_freq, "world_size": split.world_size,
+            "tokens_per_update": split.tokens_per_update, "cap": choice.cap, "chosen_by": choice.how,
+            "note": choice.note, "memory_bytes": choice.memory_bytes, "device": choice.device,
+            "footprint": choice.footprint}
+
+
 def finished(run_dir: Path, argv) -> bool:
     """Whether the run in ``run_dir`` has trained to this argv's --max-update: fairseq logged "done training" at
     the end of its last segment, at that update, and checkpoint_last.pt exists."""
@@ -126,9 +159,13 @@ def train(a) -> int:
     data = Path(a.data or data_dir(table, a.recipe, a.pair))
     run_dir = Path(a.runs_dir or table.get("runs_dir", "runs")) / f"{a.method}.{a.pair}.{size}.seed{a.seed}"
     try:
-        argv = train_argv(table, a.method, a.pair, size, a.seed, data, run_dir, a.gpus, a.extra)
+        split, choice = micro_batch(table, a.method, a.pair, size, run_dir, a.gpus, a.extra,
+                                    getattr(a, "max_tokens_per_gpu", "auto"))
+        argv = train_argv(table, a.method, a.pair, size, a.seed, data, run_dir, a.gpus, a.extra,
+                          max_tokens=split.max_tokens)
     except ValueError as e:
         return fail(str(e))
+    print(f"pe-train: {split.describe()}; micro-batch cap: {choice.note}", file=sys.stderr, flush=True)
     cmd = [sys.executable, "-m", "fairseq_cli.train", *argv]
     if not a.dry_run and not (data / f"dict.{a.pair.split('-')[0]}.txt").exists():
         return fail(f"data directory {data} has no fairseq dictionary; prepare it with "
@@ -143,9 +180,19 @@ def train(a) -> int:
         print(f"{run_dir} has finished training (update {top} of {top}, "
               f"checkpoint_last.pt saved); nothing to do. Decode it with pe-generate {run_dir}", flush=True)
         return 0
+    launch = cmd
+    if a.gpus > 1 and os.environ.get("SLURM_JOB_ID"):  # in a SLURM job: one srun task per rank
+        from .slurm import SlurmError, srun_command
+
+        try:
+            launch = srun_command(cmd, a.gpus)
+        except SlurmError as e:
+            return fail(str(e))
+        print(f"[train] {a.gpus} ranks under SLURM: {shlex.join(launch[:launch.index(sys.executable)])} ...",
+              flush=True)
     run_dir.mkdir(parents=True, exist_ok=True)
     write_atomic(run_dir / "command.txt", shlex.join(cmd) + "\n")
     write_atomic(run_dir / "command.json", json.dumps(
         {"recipe": a.recipe, "method": a.method, "pair": a.pair, "size": size, "seed": a.seed, "data": str(data),
-         "argv": cmd, **results.machine()}, indent=1))
-    return tee(cmd, run_dir / "train.log")
+         "argv": cmd, "batch": batch_record(split, choice), **results.machine()}, indent=1))
+    return tee(launch, run_dir / "train.log")
