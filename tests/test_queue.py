@@ -138,6 +138,57 @@ def test_repair_resumes_from_the_newest_whole_checkpoint(tmp_path):
     assert (tmp_path / "checkpoint_last.pt").read_bytes() == kept
 
 
+def test_repair_prefers_a_newer_numbered_checkpoint_to_a_whole_older_last(tmp_path):
+    """A whole checkpoint_last.pt older than the newest numbered checkpoint (a kill between fairseq's save of
+    checkpoint_E_U.pt and its copy to checkpoint_last.pt) is replaced by that checkpoint."""
+    import torch
+
+    torch.save({"u": torch.tensor(4)}, tmp_path / "checkpoint_last.pt")
+    torch.save({"u": torch.tensor(6)}, tmp_path / "checkpoint_1_6.pt")
+    os.utime(tmp_path / "checkpoint_last.pt", (1_000_000, 1_000_000))
+    os.utime(tmp_path / "checkpoint_1_6.pt", (2_000_000, 2_000_000))
+    assert queue.readable(tmp_path / "checkpoint_last.pt")  # whole, only older
+    queue.repair(tmp_path, print)
+    assert (tmp_path / "checkpoint_last.pt").read_bytes() == (tmp_path / "checkpoint_1_6.pt").read_bytes()
+    assert torch.load(tmp_path / "checkpoint_last.pt", weights_only=True)["u"] == 6
+
+
+def flip_a_byte_inside(path: Path, member_suffix: str) -> None:
+    """Flip one byte in the middle of the stored data of the zip member whose name ends with ``member_suffix``;
+    the archive's directory stays whole."""
+    import struct
+    import zipfile
+
+    with zipfile.ZipFile(path) as z:
+        (info,) = [i for i in z.infolist() if i.filename.endswith(member_suffix)]
+    data = bytearray(path.read_bytes())
+    name_len, extra_len = struct.unpack("<HH", data[info.header_offset + 26: info.header_offset + 30])
+    at = info.header_offset + 30 + name_len + extra_len + info.compress_size // 2
+    data[at] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def test_a_byte_flipped_inside_a_member_fails_the_crc_check(tmp_path):
+    """A checkpoint whose archive opens but whose tensor data has one byte changed does not read whole, and
+    repair replaces such a checkpoint_last.pt by the newest whole numbered checkpoint."""
+    import zipfile
+
+    import torch
+
+    for name in ("checkpoint_1_2.pt", "checkpoint_last.pt"):
+        torch.save({"w": torch.arange(64, dtype=torch.float32)}, tmp_path / name)
+    os.utime(tmp_path / "checkpoint_1_2.pt", (1_000_000, 1_000_000))  # older than the corrupt last
+    last = tmp_path / "checkpoint_last.pt"
+    flip_a_byte_inside(last, "/data/0")
+    with zipfile.ZipFile(last) as z:  # the control: the directory reads, only the member's CRC is wrong
+        assert len(z.infolist()) > 1 and z.testzip() is not None
+    assert not queue.readable(last) and queue.readable(tmp_path / "checkpoint_1_2.pt")
+    said = []
+    queue.repair(tmp_path, said.append)
+    assert last.read_bytes() == (tmp_path / "checkpoint_1_2.pt").read_bytes()
+    assert "does not read whole" in said[0] and "checkpoint_1_2.pt" in said[0]
+
+
 @pytest.mark.parametrize("line, words", [
     ("multi30k sape en-de annealed", ["4 fields", "RECIPE METHOD PAIR SIZE SEED"]),
     ("multi30k sapee en-de annealed 1", ["unknown method 'sapee'", "methods: ", "sape"]),
