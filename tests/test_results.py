@@ -45,6 +45,34 @@ def test_training_summary_of_a_stock_fairseq_log():
     assert (s["arch"], s["params"], "pe_params" in s) == ("transformer", 1234567, False)
 
 
+# --max-update 7 with --log-interval 2: train_inner logs num_updates=2, 4, 6; update 7 appears only in the '| num_updates
+# 7 |' form of the validation and end-of-epoch lines
+LOG_ODD_END = """\
+2026-01-01 10:00:00 | INFO | fairseq_cli.train | {'_name': None, 'common': {'_name': None}}
+2026-01-01 10:00:04 | INFO | train_inner | epoch 001:      2 / 9 loss=9.5, nll_loss=9.4, ppl=675.6, num_updates=2, lr=1e-07, wall=4
+2026-01-01 10:00:08 | INFO | train_inner | epoch 001:      4 / 9 loss=9.1, nll_loss=9, ppl=512, num_updates=4, lr=2e-07, wall=8
+2026-01-01 10:00:12 | INFO | train_inner | epoch 001:      6 / 9 loss=8.8, nll_loss=8.7, ppl=445, num_updates=6, lr=3e-07, wall=12
+2026-01-01 10:00:14 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 8.5 | nll_loss 8.4 | ppl 338 | wps 40 | wpb 30 | bsz 2 | num_updates 7 | best_loss 8.5
+2026-01-01 10:00:14 | INFO | train | epoch 001 | loss 8.9 | nll_loss 8.8 | ppl 477 | wps 10 | ups 0.5 | wpb 30 | bsz 2 | num_updates 7 | lr 3.5e-07 | gnorm 2.9 | train_wall 13 | wall 14
+2026-01-01 10:00:15 | INFO | fairseq_cli.train | done training in 14.9 seconds
+"""
+
+
+def test_the_last_update_logged_only_in_its_spaced_form_counts(tmp_path):
+    """A run whose --max-update is not a multiple of --log-interval has finished: its last update is read from the
+    '| num_updates 7 |' lines, for the summary, pe-record's check and pe-train's resume."""
+    from pe_tools.recipes import train
+
+    assert "num_updates=7" not in LOG_ODD_END and LOG_ODD_END.count("| num_updates 7 |") == 2
+    argv = ["--arch", "transformer_rope_tiny", "--max-update", "7"]
+    s = results.training_summary(LOG_ODD_END, dict(COMMAND, argv=argv))
+    assert (s["updates"], s["max_update"], s["valid_loss"]) == (7, 7, 8.5)
+    (tmp_path / "train.log").write_text(LOG_ODD_END)
+    (tmp_path / "checkpoint_last.pt").write_bytes(b"x")
+    assert train.finished(tmp_path, argv)
+    assert not train.finished(tmp_path, ["--max-update", "8"])  # the control: one more update asked for
+
+
 def run_log(params: int, seconds: int, updates: int) -> str:
     """A one-segment fairseq-train log of ``params`` parameters that ran ``seconds`` to update ``updates``."""
     end = datetime(2026, 1, 1, 10) + timedelta(seconds=seconds)
