@@ -533,6 +533,8 @@ def test_raw_corpus_end_to_end_with_few_merges(tmp_path):
     ("x y", "a b c d", False),  # either direction
     (" ".join("w" * 250), "w " * 200, True),  # 250 tokens is allowed ...
     (" ".join("w" * 251), " ".join("w" * 251), False),  # ... 251 is not
+    (" ".join("w" * 251), " ".join("w" * 200), False),  # ... in the source alone (ratio 1.255 passes)
+    (" ".join("w" * 200), " ".join("w" * 251), False),  # ... or in the target alone
     ("", "x", False),
     ("a  \t b", "x\u00a0y", True),  # whitespace runs collapse (perl \s: Unicode White_Space)
     ("a " + "b" * 1001, "x y", False),  # a 1001-character word
@@ -544,6 +546,16 @@ def test_clean_corpus_rules(tmp_path, src, tgt, kept):
     assert len(out_en) == 1 + kept and len(lines(tmp_path / "o.de")) == len(out_en)
     if kept:
         assert out_en[1] == re.sub(r"\s+", " ", src).strip()
+
+
+def test_clean_corpus_drops_a_long_source_with_a_short_target_by_its_length(tmp_path):
+    """With the ratio check off (0), a 300-word source beside a 2-word target is dropped for its length alone, and
+    a source of the maximum length (250 words) beside a 1-word target is kept."""
+    write_corpus(tmp_path / "c", ["ok fine", " ".join("w" * 300), " ".join("v" * 250)], ["gut fein", "x y", "u"])
+    stats = data_text.clean_corpus(tmp_path / "c.en", tmp_path / "c.de", tmp_path / "o.en", tmp_path / "o.de",
+                                   1, 250, 0)
+    assert lines(tmp_path / "o.en") == ["ok fine", " ".join("v" * 250)] and lines(tmp_path / "o.de") == ["gut fein", "u"]
+    assert (stats["kept"], stats["length"], stats["ratio"]) == (2, 1, 0)
 
 
 def test_clean_corpus_removes_pipes_unless_factored(tmp_path):
