@@ -647,6 +647,33 @@ def test_length_quantiles_and_several_runs(corpus, tmp_path):
             assert good["sd"] == pytest.approx(statistics.stdev(direct), abs=1e-9)
 
 
+def test_source_words_are_whitespace_runs_not_single_spaces(corpus, tmp_path):
+    """A source whose words are separated by tabs and double spaces, with spaces at the ends: a line's length is
+    its number of words (runs of non-space, counted by a regular expression here), so a bucket holds the lines of
+    that many words and scores as sacrebleu on them."""
+    d = tmp_path / "in"
+    shutil.copytree(corpus, d)
+    rng = random.Random(3)
+    words = [rng.randint(1, 12) for _ in range(N_SEG)]
+    src = ["".join(rng.choice([" ", "  ", "\t", " \t "]) + "w" for _ in range(n)) + rng.choice(["", " ", "\t"])
+           for n in words]
+    (d / "src.en").write_text("".join(line + "\n" for line in src), encoding="utf-8")
+    assert all(len(re.findall(r"\S+", line)) == n for line, n in zip(src, words))
+    assert sum(len(line.split(" ")) != n for line, n in zip(src, words)) > N_SEG / 2  # the control
+    out = tmp_path / "out"
+    assert evaluate(d, out, "--baseline", "base=base1.de", "--system", "good=good1.de", "--source", "src.en",
+                    "--length-buckets", "4,8", "--n-samples", "50") == 0
+    ref, good = lines_of(d / "ref.de"), lines_of(d / "good1.de")
+    buckets = load_json(out)["length_buckets"]["buckets"]
+    assert [b["label"] for b in buckets] == ["≤4", "5-8", "≥9"]
+    for b, (lo, hi) in zip(buckets, [(0, 4), (5, 8), (9, 99)]):
+        pick = [i for i, n in enumerate(words) if lo <= n <= hi]
+        assert b["segments"] == len(pick) > 5
+        system = next(s for s in b["systems"] if s["name"] == "good")["summary"]["bleu"]
+        assert system["mean"] == pytest.approx(BLEU().corpus_score([good[i] for i in pick], [[ref[i] for i in pick]])
+                                               .score, abs=1e-9)
+
+
 def test_empty_length_bucket_is_reported_not_scored(with_source, tmp_path, capsys):
     out = tmp_path / "out"
     assert evaluate(with_source, out, "--baseline", "base=base1.de", "--system", "good=good1.de",
