@@ -347,6 +347,23 @@ def test_computed_gpus_and_update_freq():
         assert row[2] == f"{tokens * freq * gpus:,}"
 
 
+def test_computed_micro_batch_by_memory():
+    """README §Reproducing: one GPU's --max-tokens x --update-freq per memory class and size, as pe-train
+    --max-tokens-per-gpu MEMgb chooses them (pe_tools/recipes/batching.py), 32,768 tokens per update in each."""
+    from pe_tools.recipes import batching, load_table
+    from pe_tools.recipes.train import train_argv
+
+    doc, line, header, rows = marked("micro_batch_by_memory")
+    assert header[1:] == [f"{gb} GB" for gb in batching.MEMORY_CLASSES]
+    assert [r[0] for r in rows] == list(batching.FOOTPRINTS)
+    for row in rows:
+        for gb, cell in zip(batching.MEMORY_CLASSES, row[1:]):
+            split, _ = batching.choose_plan(32768, 1, f"{gb}GB", row[0], 4096)
+            argv = train_argv(load_table("wmt14"), "sape", "en-de", row[0], 1, "data", "run", max_tokens=split.max_tokens)
+            tokens, freq = (int(argv[len(argv) - 1 - argv[::-1].index(f) + 1]) for f in ("--max-tokens", "--update-freq"))
+            assert cell == f"{tokens} × {freq}" and tokens * freq == 32768, (row[0], gb, cell)
+
+
 def test_computed_t5_buckets():
     """docs/encodings.md §T5: the first distance of each log bucket, as tests/test_relative.py checks them."""
     from test_relative import BIDIRECTIONAL_STARTS, CAUSAL_STARTS

@@ -117,7 +117,7 @@ FOOTPRINTS = {
 }
 
 # GPU memory classes the README's table shows (GB as vendors state them; a device's free memory is a little less)
-MEMORY_CLASSES = [(16, "V100, T4"), (24, "RTX 4090, A10"), (40, "A100 40GB"), (80, "A100 80GB, H100"), (141, "H200")]
+MEMORY_CLASSES = [16, 24, 40, 80, 141]  # e.g. V100 or T4; RTX 4090 or A10; A100 40GB; A100 80GB or H100; H200
 
 
 @dataclass(frozen=True)
@@ -222,7 +222,11 @@ def choose_plan(tokens_per_update: int, world_size: int, spec, size: str, recipe
     return plan(tokens_per_update, world_size, choice.cap), choice
 
 
+def memory_class_plan(size: str, memory_gb: int, tokens_per_update: int = 32768) -> BatchPlan:
+    """The one-GPU plan of ``size`` on a GPU of ``memory_gb`` GB (the README's table)."""
+    return plan(tokens_per_update, 1, memory_cap(size, memory_gb * GB))
+
+
 def memory_class_flags(size: str, memory_gb: int, tokens_per_update: int = 32768) -> str:
-    """The one-GPU flags of ``size`` on a GPU of ``memory_gb`` GB (the README's table)."""
-    p = plan(tokens_per_update, 1, memory_cap(size, memory_gb * GB))
+    p = memory_class_plan(size, memory_gb, tokens_per_update)
     return f"--max-tokens {p.max_tokens} --update-freq {p.update_freq}"
