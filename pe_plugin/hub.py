@@ -54,8 +54,10 @@ BPE_FILES = {
 class PEHubInterface(GeneratorHubInterface):
     """fairseq's hub interface, with sentences longer than the model's source positions named before decoding."""
 
-    def __init__(self, cfg, task, models):
+    def __init__(self, cfg, task, models, checkpoint_paths=()):
         super().__init__(cfg, task, models)
+        # the checkpoint file(s) the models were read from (absolute paths), so that translations can be traced
+        self.checkpoint_paths = list(checkpoint_paths)
         if all(m.max_positions() == (UNLIMITED, UNLIMITED) for m in models):
             # --pe-beyond-max clamp: the model lifts its limits, but the task read from the checkpoint keeps the
             # training's --max-source/target-positions; fairseq-generate's task takes the command line's instead
@@ -103,7 +105,7 @@ class PEHubInterface(GeneratorHubInterface):
                 f"per-position table, so a larger limit loads")
 
 
-def from_pretrained(run_dir: str, checkpoint_file: str = "checkpoint_best.pt", data_name_or_path: Optional[str] = None,
+def from_pretrained(run_dir: str, checkpoint_file: Optional[str] = None, data_name_or_path: Optional[str] = None,
                     bpe_codes: Optional[str] = None, source_lang: Optional[str] = None,
                     target_lang: Optional[str] = None, tokenizer: Optional[str] = "moses",
                     bpe: Optional[str] = "subword_nmt", **kwargs) -> GeneratorHubInterface:
@@ -111,7 +113,9 @@ def from_pretrained(run_dir: str, checkpoint_file: str = "checkpoint_best.pt", d
     fairseq's own translation architectures.
 
     run_dir: the folder of the checkpoints (``--save-dir``), or one checkpoint file (then its folder is the run
-    directory). checkpoint_file: a file name in it, or several separated by ``os.pathsep`` (an ensemble). data_name_or_path: the fairseq-preprocess output (its dict.*.txt
+    directory). checkpoint_file: a file name in it, or several separated by ``os.pathsep`` (an ensemble); default
+    the file given as run_dir, else checkpoint_best.pt. The files loaded are logged and kept as
+    ``hub.checkpoint_paths``. data_name_or_path: the fairseq-preprocess output (its dict.*.txt
     files; default: run_dir). bpe_codes: the subword-nmt codes the data was made with (default: run_dir/code,
     run_dir/bpecodes or DATA/text/bpe.codes, whichever exists). source_lang / target_lang: default the
     checkpoint's, else the language pair of the data files; they also set the Moses tokenizer's languages.
@@ -123,6 +127,12 @@ def from_pretrained(run_dir: str, checkpoint_file: str = "checkpoint_best.pt", d
         if old in kwargs:
             raise TypeError(f"{old}= is not read by fairseq 0.12's Moses tokenizer; pass "
                             f"{old.replace('moses_', '')}= (the task's language codes, which the tokenizer uses)")
+    if "user_dir" in kwargs:  # fairseq would import that folder instead of this plugin
+        given = kwargs.pop("user_dir")
+        if os.path.realpath(str(given)) != os.path.realpath(PLUGIN_DIR):
+            raise ValueError(f"user_dir={str(given)!r} is not this pe_plugin ({PLUGIN_DIR}): from_pretrained passes "
+                             f"user_dir={PLUGIN_DIR!r} to fairseq itself; leave user_dir= out (for another plugin's "
+                             f"checkpoint, use fairseq's TransformerModel.from_pretrained(..., user_dir=THAT_PLUGIN))")
     run_dir, checkpoint_file = split_checkpoint_path(os.path.abspath(run_dir), checkpoint_file)
     paths = checkpoint_paths(run_dir, checkpoint_file)
     try:
@@ -146,19 +156,20 @@ def from_pretrained(run_dir: str, checkpoint_file: str = "checkpoint_best.pt", d
     loaded = hub_utils.from_pretrained(
         run_dir, checkpoint_file, data, tokenizer=tokenizer, bpe=bpe, source_lang=source_lang,
         target_lang=target_lang, user_dir=PLUGIN_DIR, **kwargs)
-    return PEHubInterface(loaded["args"], loaded["task"], loaded["models"])
+    logger.info("pe_plugin.hub: loaded %s", ", ".join(paths))
+    return PEHubInterface(loaded["args"], loaded["task"], loaded["models"], paths)
 
 
-DEFAULT_CHECKPOINT = "checkpoint_best.pt"
+DEFAULT_CHECKPOINT = "checkpoint_best.pt"  # what checkpoint_file= means when neither it nor a file is given
 
 
-def split_checkpoint_path(run_dir: str, checkpoint_file: str):
+def split_checkpoint_path(run_dir: str, checkpoint_file: Optional[str]):
     """(run directory, checkpoint file name): a checkpoint file given as the first argument is taken as its folder
-    and its name, as long as checkpoint_file= is left at its default."""
+    and its name; checkpoint_file= may then only repeat that name."""
     if not os.path.isfile(run_dir):
-        return run_dir, checkpoint_file
+        return run_dir, checkpoint_file or DEFAULT_CHECKPOINT
     folder, name = os.path.split(run_dir)
-    if checkpoint_file not in (DEFAULT_CHECKPOINT, name):
+    if checkpoint_file not in (None, name):
         raise ValueError(f"{run_dir} is a checkpoint file, and checkpoint_file={checkpoint_file!r} names another: "
                          f"pass the folder as the first argument and the file as checkpoint_file= "
                          f"(from_pretrained({folder!r}, checkpoint_file={checkpoint_file!r})), or the file alone")

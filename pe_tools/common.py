@@ -13,7 +13,7 @@ import sys
 import tempfile
 import tomllib
 from pathlib import Path
-from typing import Any, Dict, Iterable, Iterator, List, Union
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Union
 
 
 # ------------------------------------------------------------------------------------------ atomic writes
@@ -74,6 +74,43 @@ def plugin_dir() -> str:
     if spec is None or not spec.submodule_search_locations:
         raise ModuleNotFoundError("pe_plugin is not installed: pip install . (or make setup)")
     return str(list(spec.submodule_search_locations)[0])
+
+
+def foreign_user_dir(argv, tool: str) -> Optional[str]:
+    """The error for a ``--user-dir`` in a fairseq argv that ``tool`` starts, where it is not this pe_plugin's
+    folder: fairseq imports the last one given, so the run would lose the plugin (a folder without it ends in
+    fairseq's "Weights only load failed" or "invalid choice" for --arch). None when every --user-dir is ours."""
+    ours = os.path.realpath(plugin_dir())
+    for i, word in enumerate(argv):
+        given = word.split("=", 1)[1] if word.startswith("--user-dir=") else (
+            argv[i + 1] if word == "--user-dir" and i + 1 < len(argv) else None)
+        if given is not None and os.path.realpath(str(given)) != ours:
+            state = "does not exist" if not os.path.exists(str(given)) else "is not this pe_plugin"
+            return (f"--user-dir {given} {state} ({ours} is): {tool} passes --user-dir {ours} to fairseq itself; "
+                    f"leave --user-dir out")
+    return None
+
+
+# fp16 on a CPU (docs/fairseq.md §fp16 and bf16 on CPU): fairseq's flattened fp16 optimizer needs CUDA, and its
+# trainer, on a gradient overflow, calls .cuda() and ends the run; the default loss scale (128) overflows within the
+# first updates of the quick start's tiny models, a scale of 4 did not in their 300 updates
+CPU_FP16_FLAGS = ["--fp16", "--fp16-no-flatten-grads", "--fp16-init-scale", "4"]
+
+
+def cpu_fp16_problem(argv) -> Optional[str]:
+    """The error for a fairseq-train argv that trains in fp16 on a CPU without the flags that keep it running
+    (CPU_FP16_FLAGS); None when it does not train in fp16 or has them."""
+    flags = {w.split("=", 1)[0] for w in map(str, argv)}
+    if not flags & {"--fp16", "--memory-efficient-fp16"}:
+        return None
+    missing = [] if "--memory-efficient-fp16" in flags or "--fp16-no-flatten-grads" in flags else [
+        "--fp16-no-flatten-grads"]
+    missing += [] if "--fp16-init-scale" in flags else ["--fp16-init-scale 4"]
+    if not missing:
+        return None
+    return (f"fp16 on a CPU needs {' '.join(missing)}: without them fairseq-train stops with \"Torch not compiled "
+            f"with CUDA enabled\" (at the first gradient overflow, which the default --fp16-init-scale 128 meets "
+            f"within a few updates; docs/fairseq.md §fp16 and bf16 on CPU). Add them, or leave --fp16 out (fp32)")
 
 
 # ------------------------------------------------------------------------------------------------- JSON

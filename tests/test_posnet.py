@@ -22,6 +22,7 @@ from pe_plugin.encodings.posnet_attention import PosNetAttention, PosNetAttnConf
 from pe_plugin.encodings.posnet_embedding import PosNetEmbedConfig, PosNetEmbedding  # noqa: E402
 from pe_plugin.encodings.posnet_kernels import positional_matmul  # noqa: E402
 from pe_plugin.models.validation import PEConfigError, pe_parameter_count  # noqa: E402
+from pe_tools.common import CPU_FP16_FLAGS  # noqa: E402
 
 EMBED, ATTN = "transformer_posnet_embed_tiny", "transformer_posnet_attn_tiny"
 RELEASED = ["--posnet-sides", "encoder", "--max-source-positions", "512", "--posnet-max-positions", "512"]  # released
@@ -365,8 +366,8 @@ def test_half_precision_matches_float32(cls, cfg_cls, left):
 @pytest.mark.slow
 @pytest.mark.parametrize("arch", [EMBED, ATTN])
 def test_fp16_training_runs(arch, data_bin, tmp_path):
-    log = run("fairseq_cli.train", [data_bin, "--user-dir", PLUGIN, "--arch", arch, *TRAIN_FLAGS, "--fp16",
-                                    "--fp16-no-flatten-grads", "--max-update", "3", "--no-save",
+    log = run("fairseq_cli.train", [data_bin, "--user-dir", PLUGIN, "--arch", arch, *TRAIN_FLAGS, *CPU_FP16_FLAGS,
+                                    "--max-update", "3", "--no-save",
                                     "--save-dir", tmp_path]).stdout
     assert "num_updates 3" in log or "num_updates=3" in log, log[-3000:]
     assert "loss_scale" in log and " nan" not in log.lower()

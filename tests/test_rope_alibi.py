@@ -23,6 +23,7 @@ from pe_plugin.encodings import PE_REGISTRY
 from pe_plugin.encodings.base import Dims, Positions, as_positions
 from pe_plugin.modules import pe_attention
 from pe_plugin.modules.pe_attention import PEAttention
+from pe_tools.common import CPU_FP16_FLAGS
 
 C, H, LAYERS = 16, 2, 2
 D = C // H
@@ -451,7 +452,7 @@ def test_two_half_batches_give_the_gradients_of_the_full_batch(arch, data_bin):
 @pytest.mark.parametrize("arch", ["transformer_rope_tiny", "transformer_alibi_tiny"])
 def test_fp16_training_runs(arch, data_bin, tmp_path):
     log = pe_testing.run("fairseq_cli.train", [
-        data_bin, "--user-dir", pe_testing.PLUGIN, "--arch", arch, *pe_testing.TRAIN_FLAGS, "--fp16",
-        "--fp16-no-flatten-grads", "--max-update", "3", "--no-save", "--save-dir", tmp_path]).stdout
+        data_bin, "--user-dir", pe_testing.PLUGIN, "--arch", arch, *pe_testing.TRAIN_FLAGS, *CPU_FP16_FLAGS,
+        "--max-update", "3", "--no-save", "--save-dir", tmp_path]).stdout
     assert "num_updates 3" in log or "num_updates=3" in log, log[-3000:]
     assert "loss_scale" in log and " nan" not in log.lower()

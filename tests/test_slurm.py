@@ -3,11 +3,22 @@ start in a temporary folder (tests/pe_slurm.py): the queue's runs as SLURM jobs 
 a requeued run resumes, a two-task srun training equals two hand-launched ranks, and bad input is refused before
 anything is submitted. Without root or SLURM these tests skip with how to run them; PE_REQUIRE_SLURM=1 (.ci/run)
 makes them fail instead."""
+import json
+import re
+import shlex
+import shutil
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
 import pe_slurm
+import test_queue
+from pe_testing import REPO, SAFE_ENV
+from pe_tools.recipes import queue
+from pe_tools.recipes.results import SEGMENT_START
 
 
 @pytest.fixture(scope="module")
@@ -33,3 +44,263 @@ def test_the_cluster_runs_batch_jobs_and_array_tasks_side_by_side(slurm, tmp_pat
     wait_gone(slurm, job)
     assert {p.name: p.read_text().split() for p in tmp_path.glob("*.out")} == {
         "3.out": ["3", slurm.node], "5.out": ["5", slurm.node]}
+
+
+# ------------------------------------------------------------------------------------- the queue on SLURM
+def code_copy(root: Path) -> Path:
+    """The working tree's pe_tools and pe_plugin as a pinned copy (--code), so that both queues run the code
+    under test."""
+    code = root / "code"
+    if not (code / "COMMIT").is_file():
+        for pkg in ("pe_tools", "pe_plugin"):
+            shutil.copytree(REPO / pkg, code / pkg, ignore=shutil.ignore_patterns("__pycache__"))
+        (code / "COMMIT").write_text("test-working-tree\n")
+    return code
+
+
+def env_of(cluster) -> dict:
+    return dict(SAFE_ENV, SLURM_CONF=cluster.env["SLURM_CONF"], OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore",
+                PYTHONPATH=str(REPO))
+
+
+def pe_queue(args, cwd: Path, env: dict, timeout: float = 900) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pe_tools.recipes.queue", *map(str, args)], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def jobs_of(q: Path) -> list:
+    return json.loads((q.with_name(q.name + ".slurm") / "jobs.json").read_text())
+
+
+def wait_queue(cluster, q: Path, timeout: float = 900) -> None:
+    for j in jobs_of(q):
+        wait_gone(cluster, j["job"], timeout)
+
+
+@pytest.fixture(scope="module")
+def local_reference(data_bin, tmp_path_factory):
+    """The translations the local queue records for the three tiny runs of tests/test_queue.py."""
+    tmp = tmp_path_factory.mktemp("local")
+    table = test_queue.recipe(tmp, data_bin)
+    q = test_queue.queue_file(tmp, table, "whole")
+    out = pe_queue(["run", q, "-j", "2", "--code", code_copy(tmp)], tmp, dict(SAFE_ENV, OMP_NUM_THREADS="1",
+                                                                              PYTHONWARNINGS="ignore"))
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    return table, test_queue.recorded(q)
+
+
+def weird_queue(tmp: Path, table: Path, methods=test_queue.RUNS) -> Path:
+    """A queue whose runs-dir holds a space, quotes, `;` and a command substitution: it must train there and run
+    nothing else."""
+    q = tmp / "q" / "queue.txt"
+    q.parent.mkdir(parents=True)
+    runs = q.parent / f"runs a;b'c\"d$(touch {q.parent}/PWNED)"
+    q.write_text("".join(f"{table} {m} en-de mini 1 {shlex.quote(f'runs-dir={runs}')} into={q.parent / 'rec'}\n"
+                         for m in methods))
+    return q
+
+
+def test_a_queue_on_slurm_records_what_the_local_queue_records(slurm, local_reference, tmp_path):
+    table, reference = local_reference
+    q = weird_queue(tmp_path, table)
+    started = time.monotonic()
+    out = pe_queue(["run", q, "--slurm", "--code", code_copy(tmp_path)], tmp_path, env_of(slurm))
+    assert out.returncode == 0, out.stdout + out.stderr
+    (job,) = jobs_of(q)
+    assert job["lines"] == [1, 2, 3] and "submitted job" in out.stdout  # one array of three tasks
+    assert "warning: --slurm:" in out.stderr and "run directory" in out.stderr  # /tmp is not shared storage
+    wait_queue(slurm, q)
+    assert test_queue.recorded(q) == reference, [p.read_text()[-2000:] for p in q.parent.rglob("*.out")]
+    assert not (q.parent / "PWNED").exists() and not list(tmp_path.rglob("PWNED"))
+    runs = q.parent / f"runs a;b'c\"d$(touch {q.parent}/PWNED)"
+    assert sorted(p.name for p in runs.iterdir()) == sorted(f"{m}.en-de.mini.seed1" for m in test_queue.RUNS)
+    status = pe_queue(["status", q], tmp_path, env_of(slurm))
+    assert status.returncode == 0, status.stderr
+    rows = status.stdout.splitlines()
+    assert rows[0].split()[-3:] == ["job", "state", "requeues"], status.stdout
+    assert all(r.split()[-3:] == [f"{job['job']}_{n}", "RECORDED", "0"] for n, r in enumerate(rows[1:], 1)), \
+        status.stdout
+    print(f"three runs through SLURM: {time.monotonic() - started:.0f} s")
+
+
+# ------------------------------------------------------------------------------------------- preemption
+def segments(log: Path) -> list:
+    """The updates each segment of a train.log reached (a segment starts at fairseq-train's configuration line)."""
+    text = log.read_text() if log.is_file() else ""
+    parts = text.split(SEGMENT_START)[1:]
+    return [max(map(int, re.findall(r"num_updates=(\d+)", part)), default=0) for part in parts]
+
+
+def wait_for(what, test, timeout: float = 600):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := test():
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"{what}: not after {timeout} s")
+
+
+def test_a_run_requeued_mid_training_resumes_and_records_the_same(slurm, local_reference, tmp_path):
+    """Interrupted twice, as SLURM does it: USR1 before the time limit (the job requeues itself), then an outside
+    `scontrol requeue`; each restart resumes from the last checkpoint, appends to the one train.log, and records
+    what the uninterrupted local queue recorded. Requeued again once recorded, it trains nothing."""
+    table, reference = local_reference
+    q = tmp_path / "q" / "queue.txt"
+    q.parent.mkdir()
+    q.write_text(f"{table} sape en-de mini 1 runs-dir={q.parent / 'runs'} into={q.parent / 'rec'}\n")
+    out = pe_queue(["run", q, "--slurm", "--code", code_copy(tmp_path)], tmp_path, env_of(slurm))
+    assert out.returncode == 0, out.stdout + out.stderr
+    task = f"{jobs_of(q)[0]['job']}_1"
+    run_dir = q.parent / "runs" / "sape.en-de.mini.seed1"
+    log = run_dir / "train.log"
+    wait_for("update 3 in the first segment", lambda: segments(log)[-1:] >= [3])
+    slurm.run("scancel", "--batch", "--signal=USR1", task)  # what SLURM sends --signal-seconds before the limit
+    wait_for("a second segment at update 7", lambda: len(segments(log)) == 2 and segments(log)[-1] >= 7)
+    slurm.run("scontrol", "requeue", task)
+    wait_queue(slurm, q)
+    seg = segments(log)
+    assert len(seg) == 3 and seg[0] < seg[1] < seg[2] == test_queue.MAX_UPDATE, seg  # one log, every segment
+    assert test_queue.recorded(q) == {k: v for k, v in reference.items() if k.startswith("sape.")}
+    state = json.loads((run_dir / "slurm.json").read_text())
+    assert (state["state"], state["restarts"], state["job"]) == ("RECORDED", 2, task), state
+    slurm_log = next((q.parent / "queue.txt.slurm" / "logs").glob("*.out")).read_text()
+    assert "time limit near, requeueing" in slurm_log and slurm_log.count(": job ") == 3, slurm_log[-3000:]
+
+    # requeued once more after it was recorded (an outside scontrol requeue of a finished job): nothing trains
+    before = log.read_bytes()
+    slurm.run("scontrol", "requeue", task)
+    wait_for("the fourth start", lambda: json.loads((run_dir / "slurm.json").read_text())["restarts"] == 3)
+    wait_queue(slurm, q)
+    assert log.read_bytes() == before
+    assert json.loads((run_dir / "slurm.json").read_text())["state"] == "RECORDED"
+
+
+# ------------------------------------------------------------------------------------ ranks under srun
+def first_update(text: str) -> dict:
+    line = next((ln for ln in text.splitlines() if "num_updates=1," in ln), None)
+    assert line is not None, text[-3000:]
+    return {k: v for k, v in re.findall(r"(\w+)=([^,\s]+)", line) if k in ("loss", "nll_loss", "wpb", "bsz", "gnorm")}
+
+
+def test_two_srun_tasks_train_as_two_hand_launched_ranks(slurm, data_bin, tmp_path):
+    """pe-train --gpus 2 in a two-task SLURM job starts one srun task per rank (gloo on CPU): its first update
+    equals that of the two ranks launched by hand (loss, gradient norm, words and sentences)."""
+    table = test_queue.recipe(tmp_path, data_bin)
+    extra = ["--", "--max-update", "1", "--dropout", "0", "--disable-validation", "--no-save"]
+    train = [sys.executable, "-m", "pe_tools.recipes.launch", "train", "sape", "--recipe", str(table), "--pair",
+             "en-de", "--size", "mini", "--gpus", "2", "--data", str(data_bin)]
+    env = env_of(slurm)
+    job = slurm.run("sbatch", "--parsable", "--ntasks=2", "--cpus-per-task=1", "-o", str(tmp_path / "job.out"),
+                    "--chdir", str(tmp_path), "--wrap", shlex.join(train + ["--runs-dir", str(tmp_path / "srun")]
+                                                                    + extra)).stdout.strip()
+    # meanwhile the same command's fairseq argv, with the two ranks' flags added by hand
+    dry = subprocess.run(train + ["--runs-dir", str(tmp_path / "hand"), "--dry-run"] + extra, env=env, cwd=REPO,
+                         capture_output=True, text=True)
+    assert dry.returncode == 0, dry.stderr
+    argv = shlex.split(dry.stdout.strip().splitlines()[-1])
+    assert argv[argv.index("--distributed-world-size") + 1] == "2"
+    port = pe_slurm.free_port()
+    dist = ["--distributed-no-spawn", "--distributed-backend", "gloo", "--ddp-backend", "legacy_ddp",
+            "--distributed-init-method", f"tcp://127.0.0.1:{port}", "--device-id", "0"]
+    hand = [subprocess.Popen(argv + dist + ["--distributed-rank", str(r)], env=env, cwd=tmp_path, text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for r in (0, 1)]
+    outs = [p.communicate(timeout=600)[0] for p in hand]
+    assert [p.returncode for p in hand] == [0, 0], outs[0][-3000:] + outs[1][-3000:]
+    wait_gone(slurm, job, 600)
+    run_log = (tmp_path / "srun" / "sape.en-de.mini.seed1" / "train.log").read_text()
+    assert "srun" in (tmp_path / "job.out").read_text(), (tmp_path / "job.out").read_text()[-3000:]
+    assert "distributed init (rank 1)" in run_log, run_log[-3000:]
+    ours, theirs = first_update(run_log), first_update(outs[0])
+    assert set(ours) == {"loss", "nll_loss", "wpb", "bsz", "gnorm"} and ours == theirs, (ours, theirs)
+
+
+# ------------------------------------------------------------------------------------------- bad input
+@pytest.fixture
+def tiny_queue(data_bin, tmp_path):
+    table = test_queue.recipe(tmp_path, data_bin)
+
+    def write(options: str = "", table_=table) -> Path:
+        q = tmp_path / "q.txt"
+        q.write_text(f"{table_} sape en-de mini 1 runs-dir={tmp_path / 'runs'} into={tmp_path / 'rec'} {options}\n")
+        return q
+    return write
+
+
+def refused(q: Path, args, capsys, *words) -> str:
+    """pe-queue run Q --slurm ARGS fails with an error holding ``words``, and submits nothing."""
+    assert queue.main(["run", str(q), "--slurm", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and all(w in err for w in words), err
+    assert not q.with_name(q.name + ".slurm").exists()
+    return err
+
+
+@pytest.mark.parametrize("case", ["no sbatch", "unknown partition", "controller down", "too many nodes",
+                                  "too many gpus", "too many cpus", "gpus over nodes"])
+def test_bad_input_is_refused_before_anything_is_submitted(case, slurm, tiny_queue, tmp_path, capsys, monkeypatch,
+                                                           data_bin):
+    monkeypatch.setenv("SLURM_CONF", slurm.env["SLURM_CONF"])
+    code = ["--code", str(code_copy(tmp_path))]
+    jobs_before = slurm.run("squeue", "-h", "-o", "%i").stdout
+    if case == "no sbatch":
+        monkeypatch.setenv("PATH", str(Path(sys.executable).parent))
+        refused(tiny_queue(), code, capsys, "sbatch", "not found on PATH", "login node", "--dry-run")
+    elif case == "unknown partition":
+        refused(tiny_queue(), code + ["--partition", "gpu-a100"], capsys, "--partition gpu-a100",
+                "no such partition", f"partitions: {slurm.partition}")
+    elif case == "controller down":
+        dead = tmp_path / "dead.conf"
+        dead.write_text(re.sub(r"SlurmctldPort=\d+", f"SlurmctldPort={pe_slurm.free_port()}", slurm.conf.read_text()))
+        monkeypatch.setenv("SLURM_CONF", str(dead))
+        refused(tiny_queue(), code, capsys, "controller does not answer", "scontrol ping")
+    elif case == "too many nodes":
+        refused(tiny_queue("gpus=2 nodes=2"), code, capsys, "line 1", "2 nodes", f"partition {slurm.partition} has 1",
+                "nodes=")
+    elif case == "too many gpus":  # the shipped recipe trains on GPUs; this cluster's node has none
+        q = tmp_path / "q.txt"
+        q.write_text(f"wmt14 sape en-de base 1 data={data_bin} runs-dir={tmp_path / 'runs'} gpus=8 nodes=1\n")
+        refused(q, code, capsys, "line 1", "8 GPUs per node", "at most 0", "gpus=")
+    elif case == "too many cpus":
+        refused(tiny_queue("cpus=3"), code, capsys, "line 1", "1 ranks x 3 CPUs", "at most 2", "cpus=")
+    elif case == "gpus over nodes":
+        refused(tiny_queue("gpus=3 nodes=2"), code, capsys, "line 1", "gpus= a multiple of nodes=")
+    assert slurm.run("squeue", "-h", "-o", "%i").stdout == jobs_before
+
+
+def test_slurm_options_need_slurm_and_dry_run_prints_quoted_scripts(tiny_queue, tmp_path, capsys):
+    q = tiny_queue()
+    assert queue.main(["run", str(q), "--partition", "x"]) == 2
+    assert "--partition is an option of pe-queue run --slurm" in capsys.readouterr().err
+    weird = tmp_path / "a b;c'd"
+    weird.mkdir()
+    q2 = weird / "queue.txt"
+    q2.write_text(q.read_text().replace(f"runs-dir={tmp_path / 'runs'}", shlex.quote(f"runs-dir={weird / 'r'}")))
+    code = code_copy(tmp_path)
+    assert queue.main(["run", str(q2), "--slurm", "--dry-run", "--code", str(code), "--time", "1:00:00",
+                       "--sbatch=--qos=low prio"]) == 0
+    out, err = capsys.readouterr()
+    script = out.split("\n", 1)[1]
+    assert "#SBATCH --requeue\n" in script and "#SBATCH --open-mode=append\n" in script
+    assert "#SBATCH --signal=B:USR1@300\n" in script and "#SBATCH '--qos=low prio'\n" in script
+    assert f"--output={weird}" not in script and shlex.quote(f"--chdir={Path.cwd()}") in script
+    assert f"PYTHONPATH={shlex.quote(str(code))}" in script
+    (exec_line,) = [ln for ln in script.splitlines() if ln.startswith("exec ")]
+    words = shlex.split(exec_line)  # the shell reads the queue copy's path as one word, whole
+    assert words[5].startswith(f"{weird}/queue.txt.slurm/queue-") and words[5].endswith(".txt"), words
+    for line in script.splitlines():
+        if line.startswith("#SBATCH"):
+            assert len(shlex.split(line)) == 2, line
+    assert "warning: --slurm:" in err and "/tmp" in err
+    assert not q2.with_name("queue.txt.slurm").exists()  # a dry run writes nothing
+
+
+def test_check_without_data_checks_the_paper_queue_files(tmp_path, capsys):
+    """examples/wmt14's Table 1 and Table 2 queue files are valid without prepared data (pe-queue check
+    --no-data); without --no-data the missing data is named."""
+    for name, runs in (("queue_table1.txt", 14), ("queue_table2.txt", 6)):
+        q = REPO / "examples" / "wmt14" / name
+        assert queue.main(["check", str(q), "--no-data"]) == 0
+        assert capsys.readouterr().out.strip() == f"{q}: {runs} runs, all valid"
+        parsed = queue.parse_queue(q, data=False)
+        assert {r.size for r in parsed} == {"base" if "1" in name else "big"}
+        assert {r.pair for r in parsed} == {"en-de", "en-fr"}

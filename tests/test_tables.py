@@ -614,3 +614,101 @@ def test_the_gpu_fp16_check_in_its_readme():
     assert f"largest log-probability difference {max(r['max_abs_lprob_diff'] for r in rows):.4f}" in text
     assert f"argmax agreement at least {min(r['argmax_agreement'] for r in rows):.4f}" in text
     assert f"gradients within {max(r['grad_rel_diff'] for r in rows):.4f} relative" in text
+
+
+
+# ------------------------------------------------------------------------------------------------
+# counts and timings the documents state about the project itself
+
+NUMBER_WORDS = {8: "eight", 9: "nine", 10: "ten", 11: "eleven", 12: "twelve", 13: "thirteen"}
+# how the README's opening sentence names each encoding (a reference written here, not read from the code)
+PROSE_NAMES = {"nope": "no PE", "sape": "sinusoidal (SAPE)", "lape": "learned absolute (LAPE)",
+               "rpe": "relative positions (RPE)", "t5": "the T5 bias", "at5": "Adaptive-T5",
+               "posnet_embed": "**PosNet** at the embedding", "posnet_attn": "and at the attention level",
+               "rope": "RoPE", "alibi": "ALiBi", "kerple": "KERPLE"}
+# a count of encodings below the registry's is about a subset, and its sentence says which
+SUBSET_WORDS = ("trained", "of that commit", "of its commit", "seed-1")
+
+
+def flat(doc: str) -> str:
+    return re.sub(r"\s+", " ", (REPO / doc).read_text(encoding="utf-8"))
+
+
+def test_the_counts_in_the_text():
+    """The README's number of encodings, its lists of them and its number of architectures are the registry's;
+    every "N encodings" of the documents is the registry's count or says which subset it counts."""
+    from pe_plugin.encodings import PE_REGISTRY
+    from pe_plugin.models.architectures import architecture_names
+
+    readme = flat("README.md")
+    assert sorted(PROSE_NAMES) == sorted(PE_REGISTRY), "name the new encoding in PROSE_NAMES and the README"
+    opening = re.search(r"registers Transformer architectures for (\w+) positional encodings(.*?)\.\s", readme)
+    assert opening and opening[1] == NUMBER_WORDS[len(PE_REGISTRY)], opening and opening[1]
+    missing = [pe for pe, name in PROSE_NAMES.items() if name not in opening[2]]
+    assert not missing, f"the README's opening list leaves out {missing}"
+    listed = re.search(r"`pe_plugin\.encodings\.PE_REGISTRY` \(`([a-z0-9_ ]+)`\)", readme)
+    assert listed and listed[1].split() == list(PE_REGISTRY)
+    assert f"`python -m pe_plugin` lists the {len(architecture_names())} architectures" in readme
+    for doc in ALL_DOCS:
+        for m in re.finditer(r"\b(eight|nine|ten|eleven|twelve|thirteen) (?:[\w-]+ ){0,2}encodings\b", flat(doc)):
+            if m[1] != NUMBER_WORDS[len(PE_REGISTRY)]:
+                around = flat(doc)[max(0, m.start() - 150):m.end() + 150]
+                assert any(w in around for w in SUBSET_WORDS), f"{doc}: {m[0]!r} is not the registry's count: {around}"
+
+
+def recorded_timings() -> dict:
+    """{(command, machine): row} of examples/timings.md, each row's time checked against the recorded file it names."""
+    header, rows = recorded_table("examples/timings.md")
+    out = {}
+    for row in rows:
+        r = dict(zip(header, row))
+        out[r["command"].strip("`"), r["machine"]] = r
+        value, unit = r["wall time"].split()
+        source = re.search(r"`((?:examples)/[\w./]+)`", r["printed or recorded"])
+        if source and unit == "min":
+            assert f" {value} min] done" in (REPO / source[1]).read_text(), r
+        elif source:
+            assert f"{value} s in all" in (REPO / source[1]).read_text(), r
+        elif r["command"] == "`make test`":
+            assert re.search(rf" in {value}\.\d\ds \(", r["printed or recorded"]), r
+    return out
+
+
+# every timing of the documents: (document, its text with the figure as a group, row of examples/timings.md); the
+# text names the machine and the load
+TIMED = [
+    ("README.md", r"whole test suite: (\d+) minutes on 2 idle CPU cores \(at 4d62753\)", ("make test", "2 CPU cores")),
+    ("README.md", r"At commit 4d62753 `make test` ended `(.*?)`", ("make test", "2 CPU cores")),
+    ("README.md", r"make demo # ([\d.]+) minutes on an idle 2-core machine", ("make demo", "a 2-core machine")),
+    ("README.md", r"one model at a time, beside a benchmark: ([\d.]+) minutes", ("pe-demo --jobs 1", "a 2-core machine")),
+    ("README.md", r": (\d+) s on 2 idle cores of a 16-core Intel Xeon", ("quick start", "2 cores of a 16-core Intel Xeon")),
+    ("README.md", r", (\d+) s on a 2-core machine at load 3.6 to 4.1", ("quick start", "the project's 2-core machine")),
+    ("docs/demo.md", r"CPU: ([\d.]+) minutes on an idle 2-core machine", ("make demo", "a 2-core machine")),
+    ("docs/demo.md", r"train: ([\d.]+) minutes, beside a benchmark on the other core of a 2-core machine",
+     ("pe-demo --jobs 1", "a 2-core machine")),
+    ("docs/length.md", r"([\d.]+) minutes on 2 idle CPU cores", ("make length", "a 2-core machine")),
+    ("docs/length.md", r"beside other work on the second core of a 2-core machine: ([\d.]+) minutes",
+     ("pe-length --jobs 1", "a 2-core machine")),
+]
+
+
+@pytest.mark.parametrize("doc, text, key", TIMED, ids=[f"{d}:{k[0]}:{i}" for i, (d, _, k) in enumerate(TIMED)])
+def test_timings_in_the_text(doc, text, key):
+    row = recorded_timings()[key]
+    m = re.search(text, flat(doc))
+    assert m, f"{doc} no longer says {text!r}"
+    value, unit = row["wall time"].split()
+    if m[1].startswith(("8", "9")) and " passed" in m[1]:  # the printed summary line
+        assert f"`{m[1]}`" == row["printed or recorded"]
+    elif "minutes" in text and unit == "s":
+        assert m[1] == str(round(float(value) / 60)), (m[1], row)
+    else:
+        assert m[1] == value, (m[1], row)
+
+
+def test_every_timing_of_the_readme_is_checked():
+    """A timing the README states ("N minutes on", "N s on") is one of TIMED's."""
+    readme = flat("README.md")
+    stated = {m.start() for m in re.finditer(r"\b\d+(?:\.\d)? (?:s|minutes) on\b", readme)}
+    checked = {m.start(1) for doc, text, _ in TIMED if doc == "README.md" for m in re.finditer(text, readme)}
+    assert stated <= checked, [readme[i:i + 60] for i in sorted(stated - checked)]

@@ -345,12 +345,39 @@ def test_a_sizing_override_is_explained(tiny_posnet, data_bin, tmp_path):
 
 
 @pytest.mark.slow
-def test_the_hub_takes_a_checkpoint_file(tiny_posnet, data_bin):
-    by_file = pe_hub.from_pretrained(tiny_posnet, data_name_or_path=data_bin, bpe=None, tokenizer=None)
+def test_the_hub_takes_a_checkpoint_file(tiny_posnet, data_bin, caplog):
+    with caplog.at_level("INFO", logger="pe_plugin"):
+        by_file = pe_hub.from_pretrained(tiny_posnet, data_name_or_path=data_bin, bpe=None, tokenizer=None)
     by_dir = pe_hub.from_pretrained(tiny_posnet.parent, "checkpoint_last.pt", data_name_or_path=data_bin, bpe=None,
                                     tokenizer=None)
     sentence = "w3 w1 w7"  # words of the tiny corpus
     assert by_file.translate(sentence, beam=2) == by_dir.translate(sentence, beam=2)
+    # which file was loaded: logged and kept on the hub (the default is checkpoint_best.pt, another file)
+    assert by_file.checkpoint_paths == by_dir.checkpoint_paths == [str(tiny_posnet)]
+    assert f"pe_plugin.hub: loaded {tiny_posnet}" in caplog.text
+    best = pe_hub.from_pretrained(tiny_posnet.parent, data_name_or_path=data_bin, bpe=None, tokenizer=None)
+    assert best.checkpoint_paths == [str(tiny_posnet.parent / "checkpoint_best.pt")]
+
+
+@pytest.mark.parametrize("given", ["checkpoint_best.pt", "checkpoint3.pt"])
+def test_the_hub_refuses_a_checkpoint_file_that_contradicts_the_path(given, tmp_path):
+    """A path to checkpoint_last.pt with checkpoint_file='checkpoint_best.pt' (the old default, given explicitly)
+    is refused, not loaded as `last`."""
+    (tmp_path / "checkpoint_last.pt").write_bytes(b"")
+    with pytest.raises(ValueError, match=rf"checkpoint_last\.pt is a checkpoint file, and checkpoint_file="
+                                         rf"'{re.escape(given)}' names another: pass the folder"):
+        pe_hub.from_pretrained(tmp_path / "checkpoint_last.pt", checkpoint_file=given)
+    assert [p.name for p in tmp_path.iterdir()] == ["checkpoint_last.pt"]
+
+
+@pytest.mark.parametrize("folder", ["empty", "missing", "."])
+def test_the_hub_refuses_a_user_dir_that_is_not_this_plugin(folder, tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError) as e:
+        pe_hub.from_pretrained(tmp_path, user_dir=str(tmp_path / folder))
+    assert f"user_dir={str(tmp_path / folder)!r} is not this pe_plugin ({pe_hub.PLUGIN_DIR})" in str(e.value)
+    assert "leave user_dir= out" in str(e.value)
+    assert [p.name for p in tmp_path.iterdir()] == ["empty"]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -397,3 +424,19 @@ def test_piping_the_architecture_listing_into_head_prints_no_traceback():
                                          "exit ${PIPESTATUS[0]}"], capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 0 and proc.stdout.startswith("transformer_posnet_embed_wmt_en_de: ")
     assert "Traceback" not in proc.stderr and "BrokenPipeError" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.slow
+def test_a_user_dir_without_the_plugin_ends_as_troubleshooting_says(tiny_posnet, data_bin, tmp_path):
+    """Only fairseq sees fairseq-generate's --user-dir: an empty folder ends in the unpickling error that
+    docs/troubleshooting.md quotes, next to the fix (pass pe_plugin's folder)."""
+    (tmp_path / "empty").mkdir()
+    proc = run("fairseq_cli.generate", [data_bin, "--user-dir", tmp_path / "empty", "--path", tiny_posnet, "--cpu",
+                                        "--required-batch-size-multiple", 1], check=False)
+    assert proc.returncode != 0
+    quoted = "Weights only load failed ... Unsupported global: GLOBAL argparse.Namespace"
+    head, tail = quoted.split(" ... ")
+    assert head in proc.stdout and tail in proc.stdout, proc.stdout[-2000:]
+    entry = re.sub(r"\s+", " ", TROUBLESHOOTING.split("**`--user-dir` that is not pe_plugin**")[1].split("\n- **")[0])
+    assert quoted in entry and "Pass the folder `pe_plugin`" in entry
+    assert [p.name for p in tmp_path.iterdir()] == ["empty"]

@@ -8,7 +8,8 @@ Each row runs ``python -m fairseq_cli.train DATA --arch transformer_<pe>_<suffix
 ``transformer_<suffix>`` without ``--user-dir``) with the ``--recipe``'s flags for the encoding, Adam with an inverse
 square-root schedule, label-smoothed cross-entropy, ``--max-tokens``, no checkpoints and no validation, and
 ``--log-format json``. On CUDA it trains with ``--fp16`` as the WMT14 runs do (``--no-fp16`` for fp32); on a CPU
-with ``--cpu`` in fp32 (``--fp16`` there adds ``--fp16-no-flatten-grads``). The speed of a row is the median of
+with ``--cpu`` in fp32 (``--fp16`` there adds ``--fp16-no-flatten-grads --fp16-init-scale 4``,
+pe_tools.common.CPU_FP16_FLAGS: docs/fairseq.md §fp16 and bf16 on CPU). The speed of a row is the median of
 fairseq's own ``wps`` over its ``train_inner`` log records, the first record (warm-up: CUDA context, kernel
 selection, allocator growth) left out; ``ups`` likewise. Rows run in registry order, round-robin over ``--rounds``;
 the fastest round is kept. The outputs are rewritten after every run; ``--resume`` and ``--time-budget``:
@@ -53,12 +54,12 @@ def speed(records: list) -> dict:
 
 def train_argv(pe: str, size: str, args, device: str, fp16: bool) -> list:
     """The fairseq-train arguments of one row."""
-    from ..common import plugin_dir
+    from ..common import CPU_FP16_FLAGS, plugin_dir
     from .models.build import STOCK, model_arch, recipe_flags
 
     plugin = [] if pe == STOCK else ["--user-dir", plugin_dir()]
     place = ["--cpu"] if device == "cpu" else []
-    half = (["--fp16"] + (["--fp16-no-flatten-grads"] if device == "cpu" else [])) if fp16 else []
+    half = (CPU_FP16_FLAGS if device == "cpu" else ["--fp16"]) if fp16 else []
     return [str(args.data), *plugin, "--arch", model_arch(pe, size), *recipe_flags(args.recipe, pe),
             *(["--share-all-embeddings"] if args.share_all_embeddings else []),
             "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", "5e-4", "--lr-scheduler", "inverse_sqrt",
@@ -97,7 +98,8 @@ def add_args(parser):
                         help="auto: cuda when torch sees it (default)")
     half = parser.add_mutually_exclusive_group()
     half.add_argument("--fp16", dest="fp16", action="store_true", default=None,
-                      help="train with --fp16 (the default on CUDA; on a CPU with --fp16-no-flatten-grads)")
+                      help="train with --fp16 (the default on CUDA; on a CPU with --fp16-no-flatten-grads "
+                           "--fp16-init-scale 4)")
     half.add_argument("--no-fp16", dest="fp16", action="store_false", help="train in fp32 (the default on a CPU)")
     ints = [("--max-update", 2, 300, "updates per run"), ("--max-tokens", 1, 4096, "fairseq's --max-tokens"),
             ("--log-interval", 1, 20, "updates per train_inner record (the first record is left out)"),

@@ -51,7 +51,8 @@ from .train import check_pair, data_dir, size_entry
 
 # the decodes of a finished run: (pe-generate --name, --checkpoints); None is the default decode (RUN/gen/)
 DECODES = ((None, 5), ("last", 1))
-OPTIONS = ("data", "runs-dir", "into")
+COUNTS = ("gpus", "cpus", "nodes")  # what one run asks of a cluster (pe-queue run --slurm; gpus= also locally)
+OPTIONS = ("data", "runs-dir", "into") + COUNTS
 COMMIT_ENV = "PE_QUEUE_COMMIT"  # pe-train copies it into command.json (results.machine)
 CHECKOUT = Path(__file__).resolve().parents[2]  # the git checkout --pin reads (this pe_tools' own)
 
@@ -101,12 +102,15 @@ class Run:
             args += ["--data", self.options["data"]]
         if "runs-dir" in self.options:
             args += ["--runs-dir", self.options["runs-dir"]]
+        if "gpus" in self.options:
+            args += ["--gpus", self.options["gpus"]]
         return args
 
 
 # ------------------------------------------------------------------------------------------ the queue file
-def parse_queue(path: Path) -> List[Run]:
-    """The runs of a queue file, each checked; raises QueueError naming the line and the fix."""
+def parse_queue(path: Path, data: bool = True) -> List[Run]:
+    """The runs of a queue file, each checked (without ``data``, all but the prepared data); raises QueueError
+    naming the line and the fix."""
     path = Path(path)
     if not path.is_file():
         raise QueueError(f"queue file {path} not found; write one run a line: RECIPE METHOD PAIR SIZE SEED")
@@ -114,14 +118,20 @@ def parse_queue(path: Path) -> List[Run]:
 
     def check_line(n: int, text: str) -> Run:
         where = f"{path}:{n}: {text!r}"
-        words = [w for w in text.split() if "=" not in w]
-        opts = dict(w.split("=", 1) for w in text.split() if "=" in w)
+        try:  # a path with spaces is quoted: runs-dir='my runs'
+            fields = shlex.split(text)
+        except ValueError as e:
+            raise QueueError(f"{where}: {e}; quote a value with spaces as in data='my data'") from None
+        words = [w for w in fields if "=" not in w]
+        opts = dict(w.split("=", 1) for w in fields if "=" in w)
         if len(words) != 5:
             raise QueueError(f"{where}: {len(words)} fields; a run is RECIPE METHOD PAIR SIZE SEED "
                              f"(e.g. multi30k sape en-de annealed 1), options as data=DIR runs-dir=DIR into=DIR")
         if unknown := sorted(set(opts) - set(OPTIONS)):
             raise QueueError(f"{where}: unknown option {', '.join(unknown)}; options: "
-                             f"{', '.join(o + '=DIR' for o in OPTIONS)}")
+                             f"{', '.join(o + ('=N' if o in COUNTS else '=DIR') for o in OPTIONS)}")
+        if bad_counts := [f"{k}={v}" for k, v in opts.items() if k in COUNTS and not (v.isdigit() and int(v) >= 1)]:
+            raise QueueError(f"{where}: {', '.join(bad_counts)}: give a whole number >= 1")
         recipe, method, pair, size, seed = words
         if not is_recipe(recipe):
             raise QueueError(f"{where}: unknown recipe {recipe!r}; recipes: {', '.join(recipe_names())}, or the "
@@ -141,7 +151,7 @@ def parse_queue(path: Path) -> List[Run]:
         run = Run(n, recipe, method, pair, size, int(seed), opts)
         # both sides' dictionaries: a folder prepared for another pair may share the source's
         missing = [f"dict.{lang}.txt" for lang in pair.split("-") if not (run.data / f"dict.{lang}.txt").is_file()]
-        if missing:
+        if missing and data:
             raise QueueError(f"{where}: data folder {run.data} has no {' and no '.join(missing)} (pair {pair}); "
                              f"prepare it with pe-prepare {pair} --recipe {recipe}, or give data=DIR on the line")
         if (run.run_dir, run.recorded) in names:
@@ -397,8 +407,10 @@ def _zombie(pid: int) -> bool:
 
 
 # ------------------------------------------------------------------------------------------------ status
-def status_table(runs: List[Run]) -> str:
-    rows = [("run", "updates", "valid loss", "s/update", "finish (est.)", "recorded", "commit")]
+def status_table(runs: List[Run], extra: Optional[Dict[str, List[str]]] = None) -> str:
+    """One row per run; ``extra``: more columns, {heading: one value per run} (the SLURM job's, slurm.py)."""
+    extra = extra or {}
+    rows = [("run", "updates", "valid loss", "s/update", "finish (est.)", "recorded", "commit", *extra)]
     for run in runs:
         p = progress(run)
         left = (p["total"] - p["updates"]) * p["sec_per_update"] if "sec_per_update" in p else None
@@ -407,7 +419,8 @@ def status_table(runs: List[Run]) -> str:
         rows.append((run.name, f"{p['updates']}/{p['total']}",
                      f"{p['valid_loss']:.3f}" if p["valid_loss"] is not None else "-",
                      f"{p['sec_per_update']:.2f}" if "sec_per_update" in p else "-", eta,
-                     "yes" if p["recorded"] else "no", (p["commit"] or "-")[:10]))
+                     "yes" if p["recorded"] else "no", (p["commit"] or "-")[:10],
+                     *(values[len(rows) - 1] for values in extra.values())))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
 
@@ -427,22 +440,35 @@ def main(argv=None) -> int:
                                                                   f"runs from ({CHECKOUT}; default: HEAD)")
     code.add_argument("--code", type=Path, metavar="DIR", help="train from this copy of the code (its COMMIT file "
                                                                "names the commit)")
+    from . import slurm  # pe-queue run --slurm, status's SLURM columns, cancel
+
+    slurm.add_run_arguments(r)
+    slurm.add_commands(sub)
     for name in ("status", "check"):
         s = sub.add_parser(name, help={"status": "one row per run: updates, validation loss, time per update, "
                                                  "estimated finish, recorded",
                                        "check": "check the queue file and stop"}[name])
         s.add_argument("queue", type=Path)
+        if name == "check":
+            s.add_argument("--no-data", action="store_true", help="check everything but the prepared data (a queue "
+                                                                  "file written before the data, e.g. on a login node)")
     a = p.parse_args(argv)
+    if a.cmd == "cancel":
+        return slurm.cancel(a.queue)
+    if a.cmd == "run" and not a.slurm and (bad := slurm.slurm_only(a)):
+        return fail(f"{bad} is an option of pe-queue run --slurm; add --slurm, or leave it out to run here")
     try:
-        runs = parse_queue(a.queue)
+        runs = parse_queue(a.queue, data=not getattr(a, "no_data", False))
     except QueueError as e:
         return fail(str(e))
     if a.cmd == "check":
         print(f"{a.queue}: {len(runs)} runs, all valid")
         return 0
     if a.cmd == "status":
-        print(status_table(runs))
+        print(status_table(runs, slurm.status_columns(a.queue, runs)))
         return 0
+    if a.slurm:
+        return slurm.submit(a, runs, a.queue)
     try:
         code = a.code if a.code else pin_code(a.pin, CHECKOUT)
     except QueueError as e:

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Tuple
 
-from ..common import fail, plugin_dir, write_atomic
+from ..common import cpu_fp16_problem, fail, foreign_user_dir, plugin_dir, write_atomic
 from ..naming import arch_name
 from ..process import tee
 from . import batching, is_recipe, load_table, recipe_names, results, table_pairs
@@ -92,10 +92,14 @@ def train_argv(table, method, pair, size, seed, data, run_dir, gpus=1, extra=(),
     split = batching.plan(recipe.tokens_per_update, gpus, max_tokens or recipe.max_tokens)
     flags = merge_flags(flags, split.flags())
     fp16 = ["--fp16"] if "--cpu" not in extra and cuda() else []
-    return [str(data), "--user-dir", plugin_dir(),
+    argv = [str(data), "--user-dir", plugin_dir(),
             "--arch", entry.get("arch") or arch_name(entry.get("pe", method), resolved["arch"][pair]),
             "--source-lang", src, "--target-lang", tgt,
             *flags, "--seed", str(seed), "--save-dir", str(run_dir), *fp16, *extra]
+    on_cpu = "--cpu" in argv or not cuda()
+    if problem := foreign_user_dir(argv, "pe-train") or (cpu_fp16_problem(argv) if on_cpu else None):
+        raise ValueError(problem)
+    return argv
 
 
 def micro_batch(table, method, pair, size, run_dir: Path, gpus: int, extra, spec="auto"):

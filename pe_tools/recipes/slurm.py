@@ -1,0 +1,513 @@
+"""pe-queue on a SLURM cluster: each run of a queue file as one SLURM job (a job array per resource shape), running
+the local queue's own chain (train -> decode twice -> record, ``queue.Queue.process``) from the pinned copy of the
+code; several ranks of one run started with srun; the jobs' state kept in their run directories. docs/cluster.md
+is the user's guide.
+
+    pe-queue run QUEUE --slurm [--partition P] [--account A] [--time T] [--gpus N] [--cpus N] [--nodes N]
+                               [--sbatch ARG ...] [--signal-seconds S] [--dry-run]
+    pe-queue status QUEUE          (SLURM columns: job id, state, requeues)
+    pe-queue cancel QUEUE          (scancel of this queue's jobs, nothing else)
+
+Submission writes QUEUE.slurm/ beside the queue file: a copy of the queue file named by its content (the jobs read
+that copy, so an edit to QUEUE does not reach submitted jobs), one batch script per job array, logs/ (SLURM's
+output of each job, appended across restarts) and jobs.json (the ids submitted, which status and cancel read).
+
+Batch scripts are written here, not through submitit: a batch script is a file the user can read, resubmit and
+adapt, and the traps of submitit on clusters without accounting (states read UNKNOWN, waits on jobs cancelled
+from outside, SIGTERM ignored) do not arise: each job writes its own state into RUN/slurm.json.
+
+Preemption and time limits: every job asks for ``--requeue --open-mode=append --signal=B:USR1@S``. On USR1 (S
+seconds before its time limit) the job requeues itself (``scontrol requeue``); SLURM then ends its processes and
+starts it again, as it does after a preemption or an outside ``scontrol requeue``. A restarted job runs the same
+chain: the queue's repair makes checkpoint_last.pt the newest checkpoint that reads whole, pe-train resumes from it
+(train.log appended), a finished run is not trained again, and decoding and recording happen only at the last
+update. A run loses at most the updates since its last checkpoint.
+"""
+import argparse
+import hashlib
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from ..common import fail, int_at_least, write_atomic
+from . import load_table
+from . import queue as local
+from .train import merge_flags, size_entry
+
+STATE_FILE = "slurm.json"  # in each run directory: the job's id, state and restart count
+NOT_SHARED = ("/tmp", "/var/tmp", "/dev/shm", "/run")  # node-local on most clusters
+SLURM_TOOLS = ("sbatch", "scontrol", "squeue", "sinfo", "scancel")
+INSTALL_HINT = ("run pe-queue on a login node of your cluster (where sbatch works), or load SLURM's module "
+                "(e.g. `module load slurm`); on Debian/Ubuntu the client is `apt-get install slurm-client`; "
+                "--dry-run prints the batch scripts without SLURM")
+
+
+class SlurmError(ValueError):
+    """Bad input or a cluster that cannot take the queue; the message names the flag or line and the fix."""
+
+
+# ------------------------------------------------------------------------------------------ command line
+def add_run_arguments(r: argparse.ArgumentParser) -> None:
+    """pe-queue run's SLURM options."""
+    g = r.add_argument_group("SLURM (--slurm: one job per run, docs/cluster.md)")
+    g.add_argument("--slurm", action="store_true", help="submit each run as a SLURM job instead of running it here")
+    g.add_argument("--partition", help="SLURM partition (default: the cluster's default partition)")
+    g.add_argument("--account", help="SLURM account to charge")
+    g.add_argument("--time", metavar="LIMIT", help="time limit per job, as sbatch --time takes it (e.g. 24:00:00); "
+                                                    "a run past it requeues itself and resumes")
+    g.add_argument("--gpus", type=int_at_least(1), default=1, metavar="N",
+                   help="GPUs (ranks) per run unless its line says gpus=N (default: 1); a recipe with --cpu gets "
+                        "N CPU ranks and no GPU")
+    g.add_argument("--cpus", type=int_at_least(1), default=1, metavar="N",
+                   help="CPUs per rank unless the line says cpus=N (default: 1); also the torch threads of a run")
+    g.add_argument("--nodes", type=int_at_least(1), default=1, metavar="N",
+                   help="nodes per run unless the line says nodes=N (default: 1); must divide its GPUs")
+    g.add_argument("--sbatch", action="append", default=[], metavar="ARG",
+                   help="one more sbatch argument for every job, e.g. --sbatch=--qos=high (repeatable)")
+    g.add_argument("--signal-seconds", type=int_at_least(60), default=300, metavar="S",
+                   help="SLURM signals a job S seconds before its time limit, and the job requeues itself "
+                        "(default: 300; SLURM may signal up to 60 s early)")
+    g.add_argument("--dry-run", action="store_true", help="with --slurm: print the batch scripts, submit nothing")
+
+
+def slurm_only(a) -> Optional[str]:
+    """The first SLURM option given to pe-queue run without --slurm (None if none)."""
+    for flag in ("partition", "account", "time", "sbatch", "dry_run"):
+        if getattr(a, flag):
+            return "--" + flag.replace("_", "-")
+    for flag, default in (("gpus", 1), ("cpus", 1), ("nodes", 1), ("signal_seconds", 300)):
+        if getattr(a, flag) != default:
+            return "--" + flag.replace("_", "-")
+    return None
+
+
+def add_commands(sub) -> None:
+    c = sub.add_parser("cancel", help="cancel the SLURM jobs this queue submitted (scancel), and nothing else")
+    c.add_argument("queue", type=Path)
+
+
+# ------------------------------------------------------------------------------------------------ shapes
+@dataclass(frozen=True)
+class Shape:
+    """What one run asks of the cluster."""
+    gpus: int  # ranks of the run (world size)
+    cpus: int  # CPUs per rank
+    nodes: int
+    cpu_only: bool  # the recipe trains with --cpu: ranks without GPUs
+
+    @property
+    def per_node(self) -> int:
+        return self.gpus // self.nodes
+
+    def sbatch_options(self) -> List[str]:
+        opts = [f"--nodes={self.nodes}", f"--ntasks={self.gpus}", f"--ntasks-per-node={self.per_node}",
+                f"--cpus-per-task={self.cpus}"]
+        return opts + ([] if self.cpu_only else [f"--gres=gpu:{self.per_node}"])
+
+    def describe(self) -> str:
+        ranks = f"{self.gpus} {'CPU rank' if self.cpu_only else 'GPU'}{'s' if self.gpus > 1 else ''}"
+        return f"{ranks} on {self.nodes} node{'s' if self.nodes > 1 else ''}, {self.cpus} CPU(s) per rank"
+
+
+def run_flags(run) -> List[str]:
+    table = load_table(run.recipe)
+    return merge_flags(table["common"]["flags"], size_entry(table, run.size)["flags"],
+                       table["method"][run.method]["flags"])
+
+
+def shape_of(run, a) -> Shape:
+    """The run's shape: its line's gpus=/cpus=/nodes=, else the command line's."""
+    def count(name: str, default: int) -> int:
+        value = run.options.get(name)
+        if value is None:
+            return default
+        if not value.isdigit() or int(value) < 1:
+            raise SlurmError(f"{run.name} (line {run.line}): {name}={value} is not a whole number >= 1")
+        return int(value)
+
+    shape = Shape(count("gpus", a.gpus), count("cpus", a.cpus), count("nodes", a.nodes), "--cpu" in run_flags(run))
+    if shape.gpus % shape.nodes:
+        raise SlurmError(f"{run.name} (line {run.line}): {shape.gpus} GPUs cannot be spread evenly over "
+                         f"{shape.nodes} nodes; give gpus= a multiple of nodes= (e.g. gpus=8 nodes=2)")
+    return shape
+
+
+# -------------------------------------------------------------------------------------- the cluster's size
+def _slurm(*cmd: str, what: str) -> str:
+    try:
+        out = subprocess.run(list(cmd), capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        raise SlurmError(f"{what}: `{shlex.join(cmd)}` got no answer in 120 s; is the controller up? "
+                         f"(`scontrol ping`)") from None
+    if out.returncode:
+        raise SlurmError(f"{what}: `{shlex.join(cmd)}` failed: {(out.stderr or out.stdout).strip()}")
+    return out.stdout
+
+
+def check_cluster(partition: Optional[str]) -> dict:
+    """The partition's nodes, CPUs and GPUs per node; raises SlurmError naming the fix when SLURM's tools are
+    missing, the controller does not answer or the partition does not exist."""
+    if lacking := [t for t in SLURM_TOOLS if not shutil.which(t)]:
+        raise SlurmError(f"--slurm: {', '.join(lacking)} not found on PATH; {INSTALL_HINT}")
+    ping = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=120)
+    if ping.returncode or "DOWN" in ping.stdout:
+        raise SlurmError(f"--slurm: the SLURM controller does not answer (`scontrol ping`: "
+                         f"{(ping.stdout + ping.stderr).strip()}); wait until it is up, or ask the cluster's admins")
+    parts = [p for p in _slurm("sinfo", "-h", "-o", "%P", what="--partition").split()]
+    names = [p.rstrip("*") for p in parts]
+    if partition is None:
+        default = [p.rstrip("*") for p in parts if p.endswith("*")]
+        if not default:
+            raise SlurmError(f"--partition: the cluster has no default partition; pass one of {', '.join(names)}")
+        partition = default[0]
+    elif partition not in names:
+        raise SlurmError(f"--partition {partition}: no such partition on this cluster; its partitions: "
+                         f"{', '.join(names)} (sinfo)")
+    rows = _slurm("sinfo", "-h", "-N", "-p", partition, "-o", "%N|%c|%G", what=f"--partition {partition}").split()
+    nodes: Dict[str, Tuple[int, int]] = {}
+    for row in rows:
+        name, cpus, gres = row.split("|")
+        gpus = sum(int(m.group(1)) for m in re.finditer(r"gpu(?::[^:,(]+)?:(\d+)", gres))
+        nodes[name] = (int(cpus), gpus)
+    return {"partition": partition, "nodes": len(nodes),
+            "cpus": max((c for c, _ in nodes.values()), default=0),
+            "gpus": max((g for _, g in nodes.values()), default=0)}
+
+
+def check_fits(run, shape: Shape, part: dict) -> None:
+    p, where = part["partition"], f"{run.name} (line {run.line})"
+    if shape.nodes > part["nodes"]:
+        raise SlurmError(f"{where}: asks for {shape.nodes} nodes, partition {p} has {part['nodes']}; give nodes= "
+                         f"at most {part['nodes']} (or --partition with more nodes)")
+    if not shape.cpu_only and shape.per_node > part["gpus"]:
+        raise SlurmError(f"{where}: asks for {shape.per_node} GPUs per node, partition {p}'s nodes have at most "
+                         f"{part['gpus']}; give gpus= at most {part['gpus'] * part['nodes']} with enough nodes=, or "
+                         f"--partition with GPUs (a recipe with --cpu runs on CPUs alone)")
+    if shape.per_node * shape.cpus > part["cpus"]:
+        raise SlurmError(f"{where}: asks for {shape.per_node} ranks x {shape.cpus} CPUs per node, partition {p}'s "
+                         f"nodes have at most {part['cpus']} CPUs; lower cpus= or gpus=, or raise nodes=")
+
+
+def not_shared(paths: Dict[str, Path]) -> Optional[str]:
+    """A warning naming the paths the jobs need that lie where the nodes of a cluster usually do not share
+    (/tmp and the like), or None."""
+    local_paths = {}
+    for what, path in paths.items():
+        resolved = str(Path(path).resolve())
+        if any(resolved == top or resolved.startswith(top + "/") for top in NOT_SHARED):
+            local_paths.setdefault(resolved, what)
+    if not local_paths:
+        return None
+    return (f"warning: --slurm: {len(local_paths)} path(s) the jobs need lie under {', '.join(NOT_SHARED)}, which "
+            f"the nodes of a cluster usually do not share: "
+            + "; ".join(f"{what} {path}" for path, what in local_paths.items())
+            + ". Put them on storage every node mounts (a home or project folder): runs-dir=, into=, data= on the "
+              "queue line, $PE_QUEUE_CODE_ROOT for the code")
+
+
+# -------------------------------------------------------------------------------------------- submission
+def submit_dir(queue_path: Path) -> Path:
+    return queue_path.with_name(queue_path.name + ".slurm")
+
+
+def batch_script(name: str, shape: Shape, lines: Sequence[int], snapshot: Path, code: Path, commit: str, a,
+                 part: Optional[str], cwd: Path, logs: Path) -> str:
+    """A batch script for the runs on ``lines`` (its array tasks are the line numbers); every value quoted."""
+    q = shlex.quote
+    opts = [f"--job-name={name}", *shape.sbatch_options(), f"--array={','.join(map(str, lines))}",
+            "--requeue", "--open-mode=append", f"--signal=B:USR1@{a.signal_seconds}",
+            f"--output={logs / '%x_%A_%a.out'}", f"--chdir={cwd}"]
+    opts += [f"--partition={part}"] * bool(part) + [f"--account={a.account}"] * bool(a.account)
+    opts += [f"--time={a.time}"] * bool(a.time)
+    head = "".join(f"#SBATCH {q(o)}\n" for o in opts + list(a.sbatch))
+    job = [sys.executable, "-m", "pe_tools.recipes.slurm", "job", str(snapshot), "--code", str(code),
+           "--gpus", str(shape.gpus), "--threads", str(shape.cpus)]
+    return (f"#!/bin/bash\n# pe-queue --slurm: the runs on lines {','.join(map(str, lines))} of {q(str(snapshot))},"
+            f" one array task each ({shape.describe()})\n{head}set -eu\ncd {q(str(cwd))}\n"
+            f"export PYTHONPATH={q(str(code))} PYTHONSAFEPATH=1 PE_QUEUE_COMMIT={q(commit)} "
+            f"OMP_NUM_THREADS={shape.cpus} PYTHONUNBUFFERED=1\n"
+            f"exec {shlex.join(job)} --line \"$SLURM_ARRAY_TASK_ID\"\n")
+
+
+def load_jobs(queue_path: Path) -> List[dict]:
+    f = submit_dir(queue_path) / "jobs.json"
+    return json.loads(f.read_text()) if f.is_file() else []
+
+
+def live_states(job_ids: Sequence[str]) -> Dict[str, str]:
+    """{array task id "JOB_TASK" or job id: SLURM state} of the jobs SLURM still knows; {} without squeue."""
+    if not job_ids or not shutil.which("squeue"):
+        return {}
+    out = subprocess.run(["squeue", "-h", "-r", "-j", ",".join(job_ids), "-o", "%i|%T"], capture_output=True,
+                         text=True, timeout=120)
+    if out.returncode:
+        return {}
+    return dict(line.split("|", 1) for line in out.stdout.split())
+
+
+def submit(a, runs, queue_path: Path) -> int:
+    """pe-queue run QUEUE --slurm: check everything, then one sbatch per shape; returns the exit status."""
+    queue_path = Path(queue_path)
+    try:
+        shapes = {run.line: shape_of(run, a) for run in runs}
+        part = None if a.dry_run else check_cluster(a.partition)
+        if part:
+            for run in runs:
+                check_fits(run, shapes[run.line], part)
+        code = Path(a.code if a.code else local.pin_code(a.pin, local.CHECKOUT)).resolve()
+    except (SlurmError, local.QueueError) as e:
+        return fail(str(e))
+    if not (code / "pe_tools" / "recipes" / "slurm.py").is_file():
+        return fail(f"--code {code}: no pe_tools/recipes/slurm.py there; give a copy of the project made with --pin")
+    commit = local.code_commit(code)
+    subdir = submit_dir(queue_path).resolve()
+    paths = {"the code": code, "the submission folder": subdir, "the working folder": Path.cwd()}
+    for run in runs:
+        paths.update({f"{run.name}'s run directory": run.run_dir, f"{run.name}'s data": run.data,
+                      f"{run.name}'s results folder": run.into})
+    if warning := not_shared(paths):
+        print(warning, file=sys.stderr, flush=True)
+
+    # the runs still to do: not recorded by this code, and not already queued or running
+    earlier = load_jobs(queue_path)
+    live = live_states([j["job"] for j in earlier]) if not a.dry_run else {}
+    busy = {run_dir: f"{j['job']}_{line}" for j in earlier for line, run_dir in j["snapshot_lines"].items()
+            if f"{j['job']}_{line}" in live}
+    todo = []
+    for run in runs:
+        if local.recorded_commit(run) == commit and run.recorded.is_dir():
+            print(f"[queue] {run.name}: recorded already, not submitted")
+        elif str(run.run_dir.resolve()) in busy:
+            print(f"[queue] {run.name}: job {busy[str(run.run_dir.resolve())]} has it already, not submitted")
+        else:
+            todo.append(run)
+    if not todo:
+        print(f"[queue] nothing to submit: every run of {queue_path} is recorded or queued")
+        return 0
+
+    text = queue_path.read_text(encoding="utf-8")
+    digest = hashlib.sha256(text.encode()).hexdigest()[:12]
+    snapshot, logs = subdir / f"queue-{digest}.txt", subdir / "logs"
+    groups: Dict[Shape, List[int]] = {}
+    for run in todo:
+        groups.setdefault(shapes[run.line], []).append(run.line)
+    stem = re.sub(r"[^A-Za-z0-9_.-]", "_", queue_path.stem)[:40] or "queue"
+    scripts = []
+    for k, (shape, lines) in enumerate(groups.items()):
+        name = f"pe-{stem}-{k}"
+        script = batch_script(name, shape, lines, snapshot, code, commit, a, part and part["partition"] or
+                              a.partition, Path.cwd().resolve(), logs)
+        scripts.append((subdir / f"{name}-{digest}.sh", script, shape, lines))
+    if a.dry_run:
+        for path, script, shape, lines in scripts:
+            print(f"# {path} ({len(lines)} run(s), each {shape.describe()}); submitted with: sbatch --parsable "
+                  f"{shlex.quote(str(path))}\n{script}")
+        return 0
+
+    logs.mkdir(parents=True, exist_ok=True)
+    if not snapshot.is_file():
+        write_atomic(snapshot, text)
+    by_line = {run.line: str(run.run_dir.resolve()) for run in runs}
+    records = list(earlier)
+    for path, script, shape, lines in scripts:
+        write_atomic(path, script)
+        out = subprocess.run(["sbatch", "--parsable", str(path)], capture_output=True, text=True, timeout=120)
+        if out.returncode:
+            _save_jobs(subdir, records)
+            return fail(f"sbatch {path} failed: {(out.stderr or out.stdout).strip()}; nothing more submitted")
+        job = out.stdout.strip().split(";")[0]
+        records.append({"job": job, "script": str(path), "snapshot": str(snapshot), "lines": lines,
+                        "snapshot_lines": {str(n): by_line[n] for n in lines}, "submitted": _now()})
+        _save_jobs(subdir, records)
+        print(f"[queue] submitted job {job}: {len(lines)} run(s) (lines {','.join(map(str, lines))}), each "
+              f"{shape.describe()}; logs in {logs}")
+    print(f"[queue] code {commit} ({code}); watch with: pe-queue status {shlex.quote(str(queue_path))}")
+    return 0
+
+
+def _save_jobs(subdir: Path, records: List[dict]) -> None:
+    write_atomic(subdir / "jobs.json", json.dumps(records, indent=1) + "\n")
+
+
+def _now() -> str:
+    return datetime.now().strftime("%Y-%m-%d %H:%M:%S")
+
+
+def cancel(queue_path: Path) -> int:
+    """pe-queue cancel QUEUE: scancel the jobs this queue submitted (their ids in QUEUE.slurm/jobs.json)."""
+    jobs = [j["job"] for j in load_jobs(queue_path)]
+    if not jobs:
+        return fail(f"{queue_path}: no SLURM jobs were submitted for it ({submit_dir(queue_path) / 'jobs.json'} "
+                    f"is missing); nothing to cancel")
+    if not shutil.which("scancel"):
+        return fail(f"scancel not found on PATH; {INSTALL_HINT}")
+    live = live_states(jobs)
+    ids = sorted({k.split("_")[0] for k in live})
+    if not ids:
+        print(f"[queue] no job of {queue_path} is queued or running")
+        return 0
+    out = subprocess.run(["scancel", *ids], capture_output=True, text=True, timeout=120)
+    if out.returncode:
+        return fail(f"scancel {' '.join(ids)} failed: {(out.stderr or out.stdout).strip()}")
+    print(f"[queue] cancelled job(s) {', '.join(ids)} ({len(live)} array task(s))")
+    return 0
+
+
+# ------------------------------------------------------------------------------------------------ status
+def status_columns(queue_path: Path, runs) -> Optional[Dict[str, List[str]]]:
+    """The status table's SLURM columns (job, state, requeues), or None when the queue was not submitted."""
+    jobs = load_jobs(queue_path)
+    if not jobs:
+        return None
+    live = live_states([j["job"] for j in jobs])
+    latest: Dict[str, str] = {}  # run directory -> its newest array task id
+    for j in jobs:
+        for line, run_dir in j["snapshot_lines"].items():
+            latest[run_dir] = f"{j['job']}_{line}"
+    cols: Dict[str, List[str]] = {"job": [], "state": [], "requeues": []}
+    for run in runs:
+        f = run.run_dir / STATE_FILE
+        state = json.loads(f.read_text()) if f.is_file() else {}
+        job = latest.get(str(run.run_dir.resolve())) or state.get("job") or "-"
+        cols["job"].append(job)
+        cols["state"].append(live.get(job) or state.get("state") or ("-" if job == "-" else "GONE"))
+        cols["requeues"].append(str(state.get("restarts", 0)) if state else "-")
+    return cols
+
+
+def write_state(run_dir: Path, state: str, message: str = "") -> None:
+    env = os.environ
+    job = (f"{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}" if env.get("SLURM_ARRAY_TASK_ID")
+           else env.get("SLURM_JOB_ID", "-"))
+    write_atomic(Path(run_dir) / STATE_FILE, json.dumps(
+        {"job": job, "job_id": env.get("SLURM_JOB_ID"), "state": state,
+         "restarts": int(env.get("SLURM_RESTART_COUNT") or 0), "node": env.get("SLURMD_NODENAME"),
+         "time": _now(), "message": message}, indent=1) + "\n")
+
+
+# -------------------------------------------------------------------------------------------- in the job
+def job_main(argv=None) -> int:
+    """One array task: the run on line --line of the queue copy, through the local queue's chain."""
+    p = argparse.ArgumentParser(prog="python -m pe_tools.recipes.slurm job")
+    p.add_argument("snapshot", type=Path)
+    p.add_argument("--line", type=int, required=True)
+    p.add_argument("--code", type=Path, required=True)
+    p.add_argument("--gpus", type=int, default=1)
+    p.add_argument("--threads", type=int, default=1)
+    a = p.parse_args(argv)
+    try:
+        (run,) = [r for r in local.parse_queue(a.snapshot) if r.line == a.line]
+    except (local.QueueError, ValueError) as e:
+        print(f"[queue] error: line {a.line} of {a.snapshot}: {e}", flush=True)
+        return 2
+    if a.gpus > 1:
+        run.options["gpus"] = str(a.gpus)
+    queue = JobQueue(a.snapshot, [run], a.code, 1, a.threads)
+    run.run_dir.mkdir(parents=True, exist_ok=True)
+
+    def requeue(*_):  # SLURM's signal before the time limit: requeue this job, SLURM then ends it
+        write_state(run.run_dir, "REQUEUEING", "time limit near: requeued itself")
+        print(f"[queue] {run.name}: time limit near, requeueing job {os.environ.get('SLURM_JOB_ID')}", flush=True)
+        subprocess.run(["scontrol", "requeue", os.environ.get("SLURM_JOB_ID", "")], check=False)
+
+    def ended(*_):  # SLURM ends the job (preemption, requeue, cancel): its trainings get SIGTERM too
+        write_state(run.run_dir, "ENDED", "ended by SLURM (preempted, requeued or cancelled)")
+        queue.stop()
+
+    signal.signal(signal.SIGUSR1, requeue)
+    signal.signal(signal.SIGTERM, ended)
+    restarts = int(os.environ.get("SLURM_RESTART_COUNT") or 0)
+    print(f"[queue] {run.name}: job {os.environ.get('SLURM_JOB_ID')}, start {restarts + 1}, code {queue.commit}",
+          flush=True)
+    write_state(run.run_dir, "RUNNING")
+    try:
+        state = queue.process(run)
+    except local.QueueError as e:
+        state = f"refused: {e}"
+    write_state(run.run_dir, "RECORDED" if state == "recorded" else "FAILED", state)
+    print(f"[queue] {run.name}: {state}", flush=True)
+    return 0 if state == "recorded" else 1
+
+
+class JobQueue(local.Queue):
+    """The local queue's chain for one run in a SLURM job: no QUEUE.pids file (SLURM owns the processes)."""
+
+    def _save_pids(self) -> None:
+        pass
+
+
+# ------------------------------------------------------------------------------------ ranks under srun
+def in_allocation() -> bool:
+    return bool(os.environ.get("SLURM_JOB_ID"))
+
+
+def srun_command(cmd: Sequence[str], world: int) -> List[str]:
+    """``cmd`` (python -m fairseq_cli.train ARGV) as one srun task per rank inside a SLURM allocation; each task
+    adds its rank, world size and rendezvous from the SLURM variables (``rank_main``). Raises SlurmError when the
+    allocation has fewer tasks than ranks."""
+    tasks = int(os.environ.get("SLURM_NTASKS") or 1)
+    if tasks < world:
+        raise SlurmError(f"--gpus {world}: this SLURM allocation has {tasks} task(s); submit it with "
+                         f"--ntasks={world} (one task per GPU), or pass --gpus {tasks}")
+    extra = [f"--cpus-per-task={os.environ['SLURM_CPUS_PER_TASK']}"] if os.environ.get("SLURM_CPUS_PER_TASK") else []
+    return ["srun", "--kill-on-bad-exit=1", f"--ntasks={world}", *extra, sys.executable, "-m",
+            "pe_tools.recipes.slurm", "rank", "--", *cmd]
+
+
+def rank_flags(argv: Sequence[str], env=os.environ) -> List[str]:
+    """fairseq-train's distributed flags of this srun task: rank and world size from SLURM_PROCID / SLURM_NTASKS,
+    the device from SLURM_LOCALID, the rendezvous at the first node of the job (its NodeAddr) on a port taken
+    from the job id. On CPU (--cpu): gloo and legacy_ddp (fairseq's c10d DDP wants a GPU)."""
+    rank, world = int(env["SLURM_PROCID"]), int(env["SLURM_NTASKS"])
+    host = env.get("PE_MASTER_ADDR") or first_node_addr(env)
+    port = int(env.get("PE_MASTER_PORT") or 20000 + int(env.get("SLURM_JOB_ID", "0")) % 20000)
+    flags = ["--distributed-world-size", str(world), "--distributed-rank", str(rank), "--distributed-no-spawn",
+             "--distributed-init-method", f"tcp://{host}:{port}", "--device-id",
+             "0" if "--cpu" in argv else env.get("SLURM_LOCALID", "0")]
+    if "--cpu" in argv:
+        flags += ["--distributed-backend", "gloo", "--ddp-backend", "legacy_ddp"]
+    return flags
+
+
+def first_node_addr(env=os.environ) -> str:
+    nodes = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or ""
+    first = subprocess.run(["scontrol", "show", "hostnames", nodes], capture_output=True, text=True
+                           ).stdout.split()[:1] or [nodes]
+    info = subprocess.run(["scontrol", "show", "node", "-o", first[0]], capture_output=True, text=True).stdout
+    m = re.search(r"\bNodeAddr=(\S+)", info)
+    return m.group(1) if m else first[0]
+
+
+def rank_main(argv: Sequence[str]) -> int:
+    """``python -m pe_tools.recipes.slurm rank -- CMD``: exec CMD with this task's distributed flags."""
+    cmd = list(argv[1:] if argv and argv[0] == "--" else argv)
+    if not cmd:
+        return fail("rank: give the command after --")
+    full = cmd + rank_flags(cmd)
+    sys.stdout.flush()
+    os.execvp(full[0], full)
+    return 1  # not reached
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["job"]:
+        return job_main(argv[1:])
+    if argv[:1] == ["rank"]:
+        return rank_main(argv[1:])
+    return fail("python -m pe_tools.recipes.slurm {job,rank} ...: the parts pe-queue --slurm runs on a node; "
+                "submit with pe-queue run QUEUE --slurm")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
