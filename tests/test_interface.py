@@ -242,16 +242,24 @@ def test_pe_attention_applies_every_hook_in_training_mode(need_weights):
 def test_pe_attention_incremental_equals_full_pass():
     torch.manual_seed(0)
     attn = PEAttention(16, 4, ToyBias(None, _dims("decoder", dim=16)), layer=0).eval()
-    x = torch.randn(5, 2, 16)
-    full, _ = attn(x, x, x, attn_mask=torch.triu(torch.full((5, 5), float("-inf")), 1), need_weights=False)
+    x = torch.randn(5, 3, 16)
+    future = torch.triu(torch.full((5, 5), float("-inf")), 1)
+    full, _ = attn(x, x, x, attn_mask=future, need_weights=False)
+    order = torch.tensor([2, 0, 0])  # as beam search reorders: rows moved and one duplicated
+    # after the reordering row b continues the prefix of row order[b]: the full pass over that spliced input
+    spliced = torch.cat([x[:3, order], x[3:]])
+    full_reordered, _ = attn(spliced, spliced, spliced, attn_mask=future, need_weights=False)
     state, steps = {}, []
     for t in range(5):
         y, _ = attn(x[t: t + 1], x[t: t + 1], x[t: t + 1], incremental_state=state, need_weights=False)
         steps.append(y)
         if t == 2:  # beam reordering permutes the cache along the batch
-            attn.reorder_incremental_state(state, torch.tensor([0, 1]))
-    torch.testing.assert_close(torch.cat(steps), full, atol=1e-5, rtol=1e-5)
-    ref = _naive(attn, x, torch.zeros(2, 5, dtype=torch.bool), causal=True, pe=True)
+            attn.reorder_incremental_state(state, order)
+    steps = torch.cat(steps)
+    torch.testing.assert_close(steps[:3], full[:3], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(steps[3:], full_reordered[3:], atol=1e-5, rtol=1e-5)
+    assert (full_reordered[3:] - full[3:]).abs().max() > 1e-3  # the reordering mattered
+    ref = _naive(attn, x, torch.zeros(3, 5, dtype=torch.bool), causal=True, pe=True)
     torch.testing.assert_close(full, ref, atol=1e-5, rtol=1e-5)
 
 

@@ -20,7 +20,7 @@ from pe_testing import (PLUGIN, TRAIN_FLAGS, assert_micro_batches_add_up, batch,
 from pe_plugin.encodings.base import Dims, Positions  # noqa: E402
 from pe_plugin.encodings.posnet_attention import PosNetAttention, PosNetAttnConfig  # noqa: E402
 from pe_plugin.encodings.posnet_embedding import PosNetEmbedConfig, PosNetEmbedding  # noqa: E402
-from pe_plugin.encodings.posnet_kernels import positional_matmul  # noqa: E402
+from pe_plugin.encodings.posnet_kernels import positional_matmul, rotation_index  # noqa: E402
 from pe_plugin.models.validation import PEConfigError, pe_parameter_count  # noqa: E402
 from pe_tools.common import CPU_FP16_FLAGS  # noqa: E402
 
@@ -70,6 +70,25 @@ def test_positional_matmul_matches_per_token_loop_and_gradients(lengths, left):
         torch.testing.assert_close(g, r, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("lengths,left", [([7, 5, 1, 3], True), ([7, 5, 1, 3], False), ([6, 2], True), ([6, 6], False)])
+def test_positional_matmul_rotated_path_matches_per_token_loop(lengths, left):
+    """Positions made from a padding mask, as in every padded pass: the rotated product (``rotation_index``), not
+    the gather of positions given as values, against the per-token loop; values and gradients."""
+    torch.manual_seed(0)
+    t, b, n, d = max(lengths), len(lengths), 2, 4
+    values, nonpad = padded_positions(lengths, t, left)
+    pos = Positions.from_mask(nonpad, t, t, "cpu")
+    assert rotation_index(pos) is not None and pos.start is None  # the rotated path
+    u = torch.randn(t, b, n, d, dtype=torch.double, requires_grad=True)
+    phi = torch.randn(9, d, 3, dtype=torch.double, requires_grad=True)
+    mask = nonpad.t().reshape(t, b, 1, 1)
+    y, ref = positional_matmul(u, phi, pos) * mask, loop_matmul(u, phi, values, nonpad)
+    torch.testing.assert_close(y, ref, rtol=1e-12, atol=1e-12)
+    w = torch.randn_like(y)
+    for g, r in zip(torch.autograd.grad((y * w).sum(), (u, phi)), torch.autograd.grad((ref * w).sum(), (u, phi))):
+        torch.testing.assert_close(g, r, rtol=1e-12, atol=1e-12)
+
+
 def test_positional_matmul_decoding_step_uses_its_own_position():
     torch.manual_seed(0)
     u, phi = torch.randn(1, 3, 1, 4), torch.randn(9, 4, 4)
@@ -113,6 +132,28 @@ def test_attn_transform_values_equals_per_token_loop():
                 torch.testing.assert_close(got[b, h, t], v[b, h, t] + F.relu(v[b, h, t] @ phi[pos[b, t]]))
     ctx = pe.prepare(pos, v.dtype)
     assert not torch.allclose(pe.transform_values(v, ctx, 0), pe.transform_values(v, ctx, 1))  # per-layer kernels
+
+
+@pytest.mark.parametrize("from_mask", [True, False], ids=["rotated", "gathered"])
+def test_attn_training_applies_its_dropout_to_the_branch_only(from_mask):
+    """v' = v + Dropout(ReLU(v phi_p)) in training (--posnet-dropout 0.3): the reference draws the same mask from
+    the same seed (a dropout of ones of v's shape) and applies it to the per-token loop's branch, not to v."""
+    pe = _module(PosNetAttention, PosNetAttnConfig, posnet_dropout=0.3)
+    pe.train()
+    torch.manual_seed(0)
+    v = torch.randn(3, 2, 6, 8)  # (B,H,T,d)
+    values, nonpad = padded_positions([6, 4, 1], 6, left=True)
+    pos = Positions.from_mask(nonpad, 6, 6, "cpu") if from_mask else Positions(values, values, nonpad)
+    torch.manual_seed(7)
+    mask = F.dropout(torch.ones_like(v), 0.3, training=True)  # 0 or 1 / 0.7
+    torch.manual_seed(7)
+    got = pe.transform_values(v, pe.prepare(pos, v.dtype), 0)
+    phi = pe.kernels["phi"][0].detach()
+    for b, t in nonpad.nonzero().tolist():
+        for h in (0, 1):
+            branch = F.relu(v[b, h, t] @ phi[values[b, t]])
+            torch.testing.assert_close(got[b, h, t], v[b, h, t] + branch * mask[b, h, t])
+    assert (mask == 0).any() and (got[nonpad.unsqueeze(1).expand(3, 2, 6)] != 0).all()  # v itself is never dropped
 
 
 @pytest.mark.parametrize("from_mask", [True, False], ids=["rotated", "gathered"])

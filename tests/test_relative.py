@@ -308,6 +308,27 @@ def test_incremental_steps_equal_full_pass(case, name, overrides):
     assert (torch.cat(steps) - full).abs().max() < 1e-5
 
 
+def assert_value_term_depends_only_on_distance(pe):
+    """Shaw's value term sum_j a_ij W^V[clip(j - i) + k] with all of query i's weight on key i + s: the same row
+    W^V[clip(s) + k] for every query i and every shift of the positions, a different one for each |s| <= k."""
+    rows = {}
+    for shift in (0, 5):
+        pos = Positions(torch.arange(12)[None] + shift, torch.arange(12)[None] + shift)
+        ctx = pe.prepare(pos, torch.float32)
+        for s in range(-11, 12):
+            probs = torch.zeros(1, H, 12, 12)
+            queries = [i for i in range(12) if 0 <= i + s < 12]
+            for i in queries:
+                probs[0, :, i, i + s] = 1.0
+            z = pe.value_bias(probs, ctx, 1)[0][:, queries]  # (H, queries, d)
+            torch.testing.assert_close(z, z[:, :1].expand_as(z), rtol=1e-6, atol=1e-6)  # the same for every i
+            rows.setdefault(s, z[:, 0])
+            torch.testing.assert_close(z[:, 0], rows[s], rtol=1e-6, atol=1e-6)  # and for every shift
+    distinct = [rows[s] for s in range(-pe.k, pe.k + 1)]
+    assert all(not torch.allclose(a, b) for i, a in enumerate(distinct) for b in distinct[i + 1:])
+    assert all(torch.allclose(rows[s], rows[max(-pe.k, min(pe.k, s))]) for s in rows)  # clipped beyond k
+
+
 @pytest.mark.parametrize("side", ["encoder", "decoder"])
 @pytest.mark.parametrize("case,name,overrides", CASES, ids=[c[0] for c in CASES])
 def test_bias_depends_only_on_distance(case, name, overrides, side):
@@ -316,8 +337,10 @@ def test_bias_depends_only_on_distance(case, name, overrides, side):
     pe = make_pe(name, side, **overrides)
     q = torch.randn(1, H, 1, D).expand(2, H, 12, D)
     full = logit_bias(pe, q, Positions(torch.arange(12)[None], torch.arange(12)[None]), 1)
-    if full is None:
-        return  # values-only Shaw: no logit term
+    if full is None:  # values-only Shaw: no logit term; its value term is the property's subject
+        assert name == "rpe" and pe.uses("value_bias")
+        assert_value_term_depends_only_on_distance(pe)
+        return
     full = full.expand(2, H, 12, 12)
     # Toeplitz up to float rounding: a matmul may round rows differently by CPU kernel (AVX2 vs AVX-512
     # tails), so bitwise equality across rows is not a property of the math. A wrong row index moves a
@@ -621,3 +644,59 @@ def test_rpe_help_states_the_defaults_each_size_builds_with(data_bin, suffix):
     cfg = model.encoder.pe.cfg  # the values the flags took (the printed ones)
     assert cfg.rpe_per_head == (SIZES[suffix] in on) and cfg.rpe_shared_heads is False
     assert model.encoder.pe.key_table.size(1) == (args.encoder_attention_heads if cfg.rpe_per_head else 1)
+
+
+# ---- issue 44: behaviours a planted bug could change unseen -------------------------------------------------
+# (N, max distance, bidirectional, n = i - j): n / e = (D / e)^(k / (N' - e)) exactly, so ln(n/e) / ln(D/e) (N' - e)
+# is an integer k in exact arithmetic; float32 lands on it or above (bucket e + k), float64 just below (e + k - 1)
+T5_FLOAT32_BOUNDARIES = [(10, 160, False, 10), (10, 160, False, 20), (10, 160, False, 80), (20, 160, True, 10),
+                         (20, 320, False, 40)]
+
+
+@pytest.mark.parametrize("num_buckets,max_distance,bidirectional,n", T5_FLOAT32_BOUNDARIES)
+def test_t5_bucket_takes_the_logarithm_in_float32(num_buckets, max_distance, bidirectional, n):
+    """The docstring's claim: on a bucket boundary the float32 logarithm of the references (HF, numpy float32
+    here) and float64 disagree by one, and t5_bucket gives the float32 bucket."""
+    nb = num_buckets // 2 if bidirectional else num_buckets
+    exact = nb // 2
+    in_float64 = exact + int(math.log(n / exact) / math.log(max_distance / exact) * (nb - exact))
+    expected = hf_bucket(-n, bidirectional, num_buckets, max_distance)  # key n to the left
+    assert expected == in_float64 + 1  # a boundary indeed: the precision decides
+    assert t5_bucket(torch.tensor([-n]), bidirectional, num_buckets, max_distance).tolist() == [expected]
+
+
+@pytest.mark.parametrize("side", ["encoder", "decoder"])
+@pytest.mark.parametrize("from_mask", [True, False], ids=["columns", "values"])
+def test_at5_training_bias_applies_the_mlp_dropout_after_the_first_sigmoid(side, from_mask):
+    """In training, g(f) = W3 sigmoid(W2 drop(sigmoid(W1 f + c1)) + c2) + c3 with the default dropout 0.5, one mask
+    per (side, head, offset, unit): the reference draws the same mask from the same seed (a dropout of ones of the
+    (S,H,R,l1) shape) and evaluates the MLP per offset and head in float64."""
+    pe = make_pe("at5", side)  # default --at5-mlp-dropout 0.5
+    pe.train()
+    t = 7
+    pos = Positions.from_mask(None, t, t, "cpu") if from_mask else Positions(torch.arange(t)[None], torch.arange(t)[None])
+    offsets = torch.arange(1 - t, t)  # r = j - i of the pass, in order (R,)
+    s, l1 = pe.slope.size(0), pe.w1.size(-1)
+    torch.manual_seed(5)
+    mask = F.dropout(torch.ones(s, H, len(offsets), l1), 0.5, training=True).double()  # 0 or 1 / (1 - p)
+    torch.manual_seed(5)
+    with torch.no_grad():
+        got = pe.position_bias(pos)[0].double()  # (H,T,T)
+    p = {n: v.detach().double() for n, v in pe.named_parameters()}
+    ref = torch.zeros(H, t, t, dtype=torch.float64)
+    for h in range(H):
+        for ri, r in enumerate(offsets.tolist()):
+            side_ = 0 if r <= 0 else 1
+            if side_ >= s:
+                continue  # causal: future keys get 0 (masked)
+            f = 1 - math.exp(-max(p["slope"][side_, h, 0].item(), 0.0) / pe.max_length * abs(r))
+            x = torch.sigmoid(f * p["w1"][side_, h, 0] + p["c1"][side_, h, 0]) * mask[side_, h, ri]  # (l1,)
+            x = torch.sigmoid(x @ p["w2"][side_, h] + p["c2"][side_, h, 0])  # (l2,)
+            g = x @ p["w3"][side_, h][:, 0] + p["c3"][side_, h, 0, 0]
+            for i in range(t):
+                if 0 <= i + r < t:
+                    ref[h, i, i + r] = g
+    keep = torch.ones(t, t, dtype=torch.bool) if side == "encoder" else torch.ones(t, t).tril().bool()
+    torch.testing.assert_close(got[:, keep], ref[:, keep], rtol=1e-5, atol=1e-5)
+    pe.eval()  # and the dropout is what made the difference: without it the bias is another
+    assert (pe.position_bias(pos)[0].double() - got)[:, keep].abs().max() > 1e-3

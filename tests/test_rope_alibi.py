@@ -82,9 +82,12 @@ def rope_qk(pe, q, k, pos):
     return pe.transform_qk(q, k, pe.prepare(as_positions(pos), q.dtype), 0)
 
 
-@pytest.mark.parametrize("fraction,base,rotary_dim", [(1.0, 10000.0, 8), (0.5, 10000.0, 4), (0.3, 500.0, 2)])
+@pytest.mark.parametrize("fraction,base,rotary_dim", [(1.0, 10000.0, 8), (0.5, 10000.0, 4), (0.3, 500.0, 2),
+                                                       (1.0, 137.0, 8), (0.5, 2.5, 4)])
 def test_rope_equals_a_naive_pairwise_rotation(fraction, base, rotary_dim):
-    """Padded positions (from the mask) and positions far beyond the initial table (it grows)."""
+    """Padded positions (from the mask) and positions far beyond the initial table (it grows). The non-default
+    bases rotate several pairs (theta_i = base^(-2i/r) differs from 10000's for i > 0), so --rope-base counts both
+    in the first tables and in the grown ones."""
     pe = make_pe("rope", "encoder", max_positions=4, rope_fraction=fraction, rope_base=base)
     torch.manual_seed(0)
     q, k = torch.randn(3, H, 6, D), torch.randn(3, H, 6, D)
