@@ -1,0 +1,432 @@
+"""A mutation check: plant one small bug at a time in a module, run the tests that cover that module, and record
+whether they caught it (``scripts/mutation_check.py``; docs/testing.md).
+
+Mutants (``generate``), one change each, made on the module's syntax tree and written back as source text:
+  comparison   <  <=  >  >=  ==  !=  is  is not  in  not in   each turned into its neighbour (< to <=, == to !=, ...)
+  arithmetic   + and - swapped, * and / swapped, // to /, % to //, ** to *; a + b and a - b lose their right term
+  augmented    += and -= swapped, *= and /= swapped
+  unary        -x to x, not x to x
+  boolean      and / or swapped
+  constant     an integer n to n + 1 (0 to 1, 1 to 2: off by one), a float x to 2x (0.0 to 1.0), True / False swapped
+Strings are never changed, nor anything inside a ``raise`` (messages), a logging / print / warnings call, an
+f-string, an annotation or a docstring; a line with ``# pragma: no mutate`` is skipped.
+
+Each mutant runs in a temporary copy of the repository (``git archive`` of a commit, HEAD by default: the working
+tree is never written), with that copy first on the import path (checked before any mutant runs), running only the
+tests the module's entry in ``TEST_MAP`` names, with ``-x`` and a timeout. A mutant is *killed* when those tests
+fail (or do not import, or time out) and *survives* when they pass; the unmutated module must pass them first
+(else its mutants are not run). Results are appended to ``results.jsonl`` as they come (an interrupted run
+resumes where it stopped: a mutant is keyed by its file's content, its place and its change), and ``summary.md``
+gives the kill rate per module and every survivor, with the reason it is equivalent where ``equivalent.json``
+explains it (keys: ``path|line text|change``, so they survive edits elsewhere in the file).
+"""
+import ast
+import copy
+import hashlib
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGES = ("pe_plugin/encodings", "pe_plugin/modules", "pe_tools/scoring", "pe_tools/recipes")
+NO_MUTATE = "pragma: no mutate"
+
+# ---- which tests cover which module ------------------------------------------------------------------------
+# module (path relative to the repository) -> pytest arguments (files, node ids, -k expressions), run with
+# -m "not slow" -x. None: not run, with the reason in NOT_RUN. Chosen to exercise the module in seconds, not to be
+# every test that touches it: a survivor means these tests miss the change.
+_REL = ["tests/test_relative.py"]
+_ROPE = ["tests/test_rope_alibi.py", "-k", "rope or fused or incremental or padding"]
+_POSNET = ["tests/test_posnet.py"]
+TEST_MAP: Dict[str, Optional[List[str]]] = {
+    "pe_plugin/encodings/__init__.py": ["tests/test_interface.py", "-k", "not listed_flag and not module_cli"],
+    "pe_plugin/encodings/adaptive_t5.py": _REL + ["-k", "at5"],
+    "pe_plugin/encodings/alibi.py": ["tests/test_rope_alibi.py", "-k", "alibi", "tests/test_kerple.py"],
+    "pe_plugin/encodings/base.py": ["tests/test_interface.py", "-k", "not listed_flag and not module_cli",
+                                    "tests/test_rope_alibi.py", "-k", "rope"],
+    "pe_plugin/encodings/kerple.py": ["tests/test_kerple.py"],
+    "pe_plugin/encodings/learned.py": ["tests/test_interface.py", "tests/test_baseline_parity.py"],
+    "pe_plugin/encodings/limits.py": ["tests/test_position_limits.py"],
+    "pe_plugin/encodings/none.py": ["tests/test_interface.py"],
+    "pe_plugin/encodings/posnet_attention.py": _POSNET + ["-k", "attn"],
+    "pe_plugin/encodings/posnet_embedding.py": _POSNET + ["-k", "embed"],
+    "pe_plugin/encodings/posnet_kernels.py": _POSNET,
+    "pe_plugin/encodings/relative.py": _REL,
+    "pe_plugin/encodings/rope.py": _ROPE,
+    "pe_plugin/encodings/shaw.py": _REL + ["-k", "rpe", "tests/test_shaw_core.py"],
+    "pe_plugin/encodings/shaw_core.py": ["tests/test_shaw_core.py"],
+    "pe_plugin/encodings/shaw_triton.py": None,
+    "pe_plugin/encodings/sinusoidal.py": ["tests/test_interface.py"],
+    "pe_plugin/encodings/t5_bias.py": _REL + ["-k", "t5"],
+    "pe_plugin/modules/pass_context.py": ["tests/test_fast_paths.py"],
+    "pe_plugin/modules/pe_attention.py": ["tests/test_interface.py", "-k", "attention or hook",
+                                          "tests/test_relative.py", "-k", "module or incremental or gradients"],
+    "pe_plugin/modules/pe_embedding.py": ["tests/test_interface.py"],
+    "pe_plugin/modules/sdpa.py": ["tests/test_relative.py", "-k", "module or fused",
+                                  "tests/test_rope_alibi.py", "-k", "fused"],
+    "pe_tools/scoring/agreement.py": ["tests/test_agreement.py"],
+    "pe_tools/scoring/cli.py": ["tests/test_evaluate.py", "tests/test_mutation_kills.py"],
+    "pe_tools/scoring/generate_output.py": ["tests/test_evaluate.py", "tests/test_mutation_kills.py"],
+    "pe_tools/scoring/inputs.py": ["tests/test_evaluate.py", "tests/test_mutation_kills.py"],
+    "pe_tools/scoring/length.py": ["tests/test_evaluate.py", "tests/test_mutation_kills.py",
+                                   "tests/test_benchmark_partial.py"],
+    "pe_tools/scoring/metrics.py": ["tests/test_evaluate.py", "tests/test_mutation_kills.py"],
+    "pe_tools/scoring/ngram.py": ["tests/test_evaluate.py", "tests/test_mutation_kills.py"],
+    "pe_tools/scoring/report.py": ["tests/test_evaluate.py", "tests/test_mutation_kills.py"],
+    "pe_tools/scoring/significance.py": ["tests/test_evaluate.py", "tests/test_mutation_kills.py"],
+    "pe_tools/scoring/style.py": ["tests/test_evaluate.py"],
+    "pe_tools/recipes/__init__.py": ["tests/test_recipes.py"],
+    "pe_tools/recipes/batching.py": ["tests/test_batching.py"],
+    "pe_tools/recipes/curves.py": ["tests/test_annealed.py"],
+    "pe_tools/recipes/generate.py": ["tests/test_recipes.py"],
+    "pe_tools/recipes/launch.py": ["tests/test_recipes.py"],
+    "pe_tools/recipes/queue.py": ["tests/test_queue.py"],
+    "pe_tools/recipes/results.py": ["tests/test_results.py"],
+    "pe_tools/recipes/train.py": ["tests/test_recipes.py", "tests/test_batching.py"],
+    "pe_tools/recipes/slurm.py": ["tests/test_slurm.py"],
+}
+NOT_RUN = {"pe_plugin/encodings/shaw_triton.py": "Triton kernels: their tests need a GPU (skipped on CPU)"}
+
+
+def pytest_argv(selection: Sequence[str]) -> List[List[str]]:
+    """A TEST_MAP entry as one pytest argument list per (files, -k) group: ``-k`` applies to the files before it,
+    so ``a.py -k x b.py`` runs ``a.py -k x`` then ``b.py``."""
+    groups, files = [], []
+    items = list(selection)
+    i = 0
+    while i < len(items):
+        if items[i] == "-k":
+            groups.append(files + ["-k", items[i + 1]])
+            files, i = [], i + 2
+        else:
+            files.append(items[i])
+            i += 1
+    if files:
+        groups.append(files)
+    return groups
+
+
+# ---- mutants -----------------------------------------------------------------------------------------------
+@dataclass
+class Mutant:
+    path: str  # relative to the repository
+    line: int
+    col: int
+    end_line: int
+    end_col: int
+    kind: str  # comparison, arithmetic, ...
+    original: str  # the source text replaced
+    replacement: str  # the text put in its place
+    line_text: str  # the original line, stripped (for the equivalence keys)
+    file_sha: str  # sha1 of the unmutated file
+
+    @property
+    def change(self) -> str:
+        return f"{_one_line(self.original)} -> {self.replacement}"
+
+    @property
+    def key(self) -> str:
+        """Identity in the results: the file's content, the place and the change."""
+        return hashlib.sha1(f"{self.file_sha}|{self.line}|{self.col}|{self.change}".encode()).hexdigest()[:16]
+
+    @property
+    def equivalence_key(self) -> str:
+        return f"{self.path}|{self.line_text}|{self.change}"
+
+    def apply(self, source: str) -> str:
+        """The source with this mutant's span replaced."""
+        lines = source.splitlines(keepends=True)
+        offsets = [0]
+        for text in lines:
+            offsets.append(offsets[-1] + len(text.encode()))
+        data = source.encode()
+        start = offsets[self.line - 1] + self.col
+        end = offsets[self.end_line - 1] + self.end_col
+        return (data[:start] + self.replacement.encode() + data[end:]).decode()
+
+
+_COMPARE = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq, ast.NotEq: ast.Eq,
+            ast.Is: ast.IsNot, ast.IsNot: ast.Is, ast.In: ast.NotIn, ast.NotIn: ast.In}
+_BINOP = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult, ast.FloorDiv: ast.Div,
+          ast.Mod: ast.FloorDiv, ast.Pow: ast.Mult}
+_AUG = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult}
+_QUIET_CALLS = {"print", "debug", "info", "warning", "warn", "error", "exception", "critical", "log"}
+
+
+def _skipped_nodes(tree: ast.AST) -> set:
+    """ids of the nodes whose subtrees are never mutated (messages, logging, f-strings, annotations, docstrings)."""
+    skip = set()
+
+    def mark(node):
+        for sub in ast.walk(node):
+            skip.add(id(sub))
+
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Raise, ast.JoinedStr)):
+            mark(node)
+        elif isinstance(node, ast.Call):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+            if name in _QUIET_CALLS:
+                mark(node)
+            for kw in node.keywords:
+                if kw.arg == "metadata":  # dataclass help texts
+                    mark(kw.value)
+        elif isinstance(node, ast.AnnAssign):
+            mark(node.annotation)
+        elif isinstance(node, ast.arg) and node.annotation is not None:
+            mark(node.annotation)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if node.returns is not None:
+                mark(node.returns)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                mark(body[0])
+    return skip
+
+
+def _variants(node: ast.AST) -> Iterable[Tuple[str, ast.AST, bool]]:
+    """(kind, replacement node, whether it needs parentheses) for one node."""
+    if isinstance(node, ast.Compare):
+        for i, op in enumerate(node.ops):
+            if type(op) in _COMPARE:
+                new = copy.deepcopy(node)
+                new.ops[i] = _COMPARE[type(op)]()
+                yield "comparison", new, True
+    elif isinstance(node, ast.BinOp):
+        if type(node.op) in _BINOP:
+            new = copy.deepcopy(node)
+            new.op = _BINOP[type(node.op)]()
+            yield "arithmetic", new, True
+        if isinstance(node.op, (ast.Add, ast.Sub)):
+            yield "dropped term", copy.deepcopy(node.left), True
+    elif isinstance(node, ast.AugAssign):
+        if type(node.op) in _AUG:
+            new = copy.deepcopy(node)
+            new.op = _AUG[type(node.op)]()
+            yield "augmented", new, False
+    elif isinstance(node, ast.UnaryOp):
+        if isinstance(node.op, (ast.USub, ast.Not)):
+            yield "unary", copy.deepcopy(node.operand), True
+    elif isinstance(node, ast.BoolOp):
+        new = copy.deepcopy(node)
+        new.op = ast.Or() if isinstance(node.op, ast.And) else ast.And()
+        yield "boolean", new, True
+    elif isinstance(node, ast.Constant):
+        v = node.value
+        if isinstance(v, bool):
+            yield "constant", ast.Constant(not v), False
+        elif isinstance(v, int):
+            yield "constant", ast.Constant(v + 1), False
+        elif isinstance(v, float):
+            yield "constant", ast.Constant(v * 2 if v else 1.0), False
+
+
+def generate(path: Path, root: Path = REPO) -> List[Mutant]:
+    """Every mutant of one file, in source order; each compiles and changes the syntax tree."""
+    source = path.read_text()
+    rel = str(path.relative_to(root))
+    sha = hashlib.sha1(source.encode()).hexdigest()
+    tree = ast.parse(source)
+    skip = _skipped_nodes(tree)
+    lines = source.splitlines()
+    original_dump = ast.dump(tree)
+    mutants = []
+    for node in ast.walk(tree):
+        if id(node) in skip or not hasattr(node, "lineno") or node.end_lineno is None:
+            continue
+        if any(NO_MUTATE in lines[n - 1] for n in range(node.lineno, node.end_lineno + 1)):
+            continue
+        segment = ast.get_source_segment(source, node)
+        if segment is None:
+            continue
+        for kind, new, parens in _variants(node):
+            text = ast.unparse(new)
+            text = f"({text})" if parens else text
+            m = Mutant(rel, node.lineno, node.col_offset, node.end_lineno, node.end_col_offset, kind,
+                       segment, text, lines[node.lineno - 1].strip(), sha)
+            try:
+                mutated = ast.parse(m.apply(source))
+            except SyntaxError:
+                continue
+            if ast.dump(mutated) != original_dump:
+                mutants.append(m)
+    mutants.sort(key=lambda m: (m.line, m.col, m.kind, m.replacement))
+    return mutants
+
+
+def sample(mutants: List[Mutant], n: Optional[int], seed: int = 0) -> List[Mutant]:
+    """At most n mutants, drawn reproducibly (the same draw for the same file and seed), in source order."""
+    if n is None or len(mutants) <= n:
+        return list(mutants)
+    rng = random.Random(f"{seed}|{mutants[0].path}|{mutants[0].file_sha}")
+    return sorted(rng.sample(mutants, n), key=lambda m: (m.line, m.col, m.kind, m.replacement))
+
+
+# ---- running ------------------------------------------------------------------------------------------------
+def make_copy(dest: Path, root: Path = REPO, commit: str = "HEAD", files: Optional[Dict[str, str]] = None) -> str:
+    """Write the tree of ``commit`` under dest (``git archive``), or the given {path: text} files; returns the
+    commit's hash (or "files")."""
+    dest.mkdir(parents=True, exist_ok=True)
+    if files is not None:
+        for rel, text in files.items():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            (dest / rel).write_text(text)
+        return "files"
+    sha = subprocess.run(["git", "-C", str(root), "rev-parse", commit], check=True, capture_output=True,
+                         text=True).stdout.strip()
+    archive = subprocess.run(["git", "-C", str(root), "archive", sha], check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    return sha
+
+
+def copy_env(copy_root: Path) -> Dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH",)}
+    env.update(PYTHONPATH=str(copy_root), OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1",
+               PYTHONWARNINGS="ignore")
+    return env
+
+
+def check_imports_from(copy_root: Path, packages: Sequence[str]) -> None:
+    """Fail unless the copy's packages are the ones its tests import (not the working tree's editable install)."""
+    code = "import importlib, sys; print('\\n'.join(importlib.import_module(p).__file__ for p in sys.argv[1:]))"
+    out = subprocess.run([sys.executable, "-c", code, *packages], cwd=copy_root, env=copy_env(copy_root),
+                         capture_output=True, text=True, check=True).stdout.split()
+    outside = [f for f in out if not Path(f).resolve().is_relative_to(copy_root.resolve())]
+    if outside:
+        raise RuntimeError(f"the copy's tests would import {outside}, not the copy under {copy_root}")
+
+
+def run_tests(copy_root: Path, selection: Sequence[str], timeout: float) -> Tuple[str, float, str]:
+    """Run the selection in the copy: ("passed" | "failed" | "timeout", seconds, last lines of output)."""
+    start = time.monotonic()
+    tail = ""
+    for group in pytest_argv(selection):
+        left = timeout - (time.monotonic() - start)
+        cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-m", "not slow", *group]
+        try:
+            proc = subprocess.run(cmd, cwd=copy_root, env=copy_env(copy_root), capture_output=True, text=True,
+                                  timeout=max(left, 1))
+        except subprocess.TimeoutExpired:
+            return "timeout", time.monotonic() - start, tail
+        tail = proc.stdout[-1500:]
+        if proc.returncode == 5:  # nothing collected: a selection error, not a verdict
+            raise RuntimeError(f"no tests selected by {group}:\n{tail}")
+        if proc.returncode != 0:
+            return "failed", time.monotonic() - start, tail
+    return "passed", time.monotonic() - start, tail
+
+
+def load_results(path: Path) -> Dict[str, dict]:
+    results = {}
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            if line.strip():
+                rec = json.loads(line)
+                results[rec["key"]] = rec
+    return results
+
+
+def run_check(modules: Sequence[str], out: Path, max_per_module: Optional[int] = None, seed: int = 0,
+              timeout: Optional[float] = None, root: Path = REPO, commit: str = "HEAD",
+              test_map: Optional[Dict[str, Optional[List[str]]]] = None, files: Optional[Dict[str, str]] = None,
+              rerun_survivors: bool = False, log=print) -> Dict[str, dict]:
+    """Run the mutants of ``modules`` (paths relative to root) and append their results to out/results.jsonl;
+    returns every recorded result by key. ``files`` replaces the git copy (tests of this module)."""
+    test_map = TEST_MAP if test_map is None else test_map
+    out.mkdir(parents=True, exist_ok=True)
+    results_path = out / "results.jsonl"
+    results = load_results(results_path)
+    with tempfile.TemporaryDirectory(prefix="pe_mutation_") as tmp:
+        copy_root = Path(tmp) / "repo"
+        source_id = make_copy(copy_root, root, commit, files)
+        check_imports_from(copy_root, sorted({m.split("/")[0] for m in modules}))
+        for module in modules:
+            selection = test_map.get(module)
+            if selection is None:
+                log(f"{module}: not run ({NOT_RUN.get(module, 'no tests mapped')})")
+                continue
+            target = copy_root / module
+            if not target.is_file():
+                log(f"{module}: not in the copied tree ({source_id}); skipped")
+                continue
+            original = target.read_text()
+            mutants = sample(generate(target, copy_root), max_per_module, seed)
+            todo = [m for m in mutants if m.key not in results
+                    or (rerun_survivors and results[m.key]["status"] == "survived")]
+            if not todo:
+                log(f"{module}: {len(mutants)} mutants already recorded")
+                continue
+            status, base_s, tail = run_tests(copy_root, selection, timeout=timeout or 1800)
+            if status != "passed":
+                log(f"{module}: its tests do not pass unmutated ({status}); skipped\n{tail}")
+                continue
+            limit = timeout or max(60.0, 3 * base_s)
+            log(f"{module}: {len(todo)} of {len(mutants)} mutants to run (tests {base_s:.0f}s unmutated, "
+                f"timeout {limit:.0f}s)")
+            for m in todo:
+                target.write_text(m.apply(original))
+                try:
+                    status, secs, _ = run_tests(copy_root, selection, limit)
+                finally:
+                    target.write_text(original)
+                verdict = "survived" if status == "passed" else "killed"
+                rec = {"key": m.key, "module": module, "status": verdict, "how": status, "seconds": round(secs, 1),
+                       "source": source_id, **asdict(m), "change": m.change}
+                results[m.key] = rec
+                with results_path.open("a") as f:
+                    f.write(json.dumps(rec) + "\n")
+                log(f"  {verdict:8s} {module}:{m.line} {m.kind}: {m.change}  ({secs:.0f}s)")
+    return results
+
+
+# ---- the record -------------------------------------------------------------------------------------------
+def summarize(results: Dict[str, dict], equivalent: Dict[str, str]) -> Tuple[List[dict], str]:
+    """Per-module rows (mutants, killed, survived, equivalent, kill rate) and the markdown record."""
+    by_module: Dict[str, List[dict]] = {}
+    for rec in results.values():
+        by_module.setdefault(rec["module"], []).append(rec)
+    rows, survivors = [], []
+    for module in sorted(by_module):
+        recs = by_module[module]
+        killed = sum(r["status"] == "killed" for r in recs)
+        surv = [r for r in recs if r["status"] == "survived"]
+        eq = [r for r in surv if _eq_key(r) in equivalent]
+        rows.append({"module": module, "mutants": len(recs), "killed": killed, "survived": len(surv),
+                     "equivalent": len(eq), "kill_rate": killed / len(recs),
+                     "kill_rate_non_equivalent": killed / max(len(recs) - len(eq), 1)})
+        survivors += sorted(surv, key=lambda r: (r["line"], r["col"]))
+    lines = ["| module | mutants | killed | survived | of which equivalent | kill rate | "
+             "kill rate (equivalent excluded) |", "|---|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['module']} | {r['mutants']} | {r['killed']} | {r['survived']} | {r['equivalent']} | "
+                     f"{100 * r['kill_rate']:.0f}% | {100 * r['kill_rate_non_equivalent']:.0f}% |")
+    lines += ["", "## Survivors", ""]
+    if not survivors:
+        lines.append("None.")
+    for r in survivors:
+        why = equivalent.get(_eq_key(r))
+        verdict = f"equivalent: {why}" if why else "NOT KILLED (a gap in the tests)"
+        lines.append(f"* `{r['path']}:{r['line']}` ({r['kind']}) `{_one_line(r['original'])}` -> "
+                     f"`{r['replacement']}`: {verdict}")
+    return rows, "\n".join(lines) + "\n"
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _eq_key(rec: dict) -> str:
+    return f"{rec['path']}|{rec['line_text']}|{_one_line(rec['original'])} -> {rec['replacement']}"
+
+
+def all_modules(root: Path = REPO) -> List[str]:
+    return sorted(str(p.relative_to(root)) for pkg in PACKAGES for p in (root / pkg).glob("*.py"))
