@@ -42,46 +42,48 @@ NO_MUTATE = "pragma: no mutate"
 # module (path relative to the repository) -> pytest arguments (files, node ids, -k expressions), run with
 # -m "not slow" -x. None: not run, with the reason in NOT_RUN. Chosen to exercise the module in seconds, not to be
 # every test that touches it: a survivor means these tests miss the change.
+_FAST_REL = "not help_states and not slopes_are_divided and not base_tables_are_per_layer"
 _REL = ["tests/test_relative.py"]
+_IFACE = ["tests/test_interface.py", "-k", "not module_cli and not share_all and not unknown and not flag_of_another "
+          "and not stock_position and not encoding_and_architecture and not listed_flag"]
 _ROPE = ["tests/test_rope_alibi.py", "-k", "rope or fused or incremental or padding"]
-_POSNET = ["tests/test_posnet.py"]
+_POSNET = ["tests/test_posnet.py", "-k", "not lmax_is_capped and not max_positions_reach and not sides_and_flag "
+           "and not per-layer"]
+_SHAW_CORE = ["tests/test_shaw_core.py", "-k", "not gradcheck"]
+_SCORING = ["tests/test_evaluate.py", "tests/test_mutation_kills.py"]
 TEST_MAP: Dict[str, Optional[List[str]]] = {
-    "pe_plugin/encodings/__init__.py": ["tests/test_interface.py", "-k", "not listed_flag and not module_cli"],
-    "pe_plugin/encodings/adaptive_t5.py": _REL + ["-k", "at5"],
+    "pe_plugin/encodings/__init__.py": _IFACE,
+    "pe_plugin/encodings/adaptive_t5.py": _REL + ["-k", f"at5 and ({_FAST_REL})"],
     "pe_plugin/encodings/alibi.py": ["tests/test_rope_alibi.py", "-k", "alibi", "tests/test_kerple.py"],
-    "pe_plugin/encodings/base.py": ["tests/test_interface.py", "-k", "not listed_flag and not module_cli",
-                                    "tests/test_rope_alibi.py", "-k", "rope"],
+    "pe_plugin/encodings/base.py": _IFACE + _ROPE,
     "pe_plugin/encodings/kerple.py": ["tests/test_kerple.py"],
-    "pe_plugin/encodings/learned.py": ["tests/test_interface.py", "tests/test_baseline_parity.py"],
+    "pe_plugin/encodings/learned.py": _IFACE + ["tests/test_baseline_parity.py"],
     "pe_plugin/encodings/limits.py": ["tests/test_position_limits.py"],
-    "pe_plugin/encodings/none.py": ["tests/test_interface.py"],
-    "pe_plugin/encodings/posnet_attention.py": _POSNET + ["-k", "attn"],
-    "pe_plugin/encodings/posnet_embedding.py": _POSNET + ["-k", "embed"],
+    "pe_plugin/encodings/none.py": _IFACE,
+    "pe_plugin/encodings/posnet_attention.py": ["tests/test_posnet.py", "-k", "attn and not per-layer"],
+    "pe_plugin/encodings/posnet_embedding.py": ["tests/test_posnet.py", "-k", "embed and not lmax_is_capped"],
     "pe_plugin/encodings/posnet_kernels.py": _POSNET,
-    "pe_plugin/encodings/relative.py": _REL,
+    "pe_plugin/encodings/relative.py": _REL + ["-k", _FAST_REL],
     "pe_plugin/encodings/rope.py": _ROPE,
-    "pe_plugin/encodings/shaw.py": _REL + ["-k", "rpe", "tests/test_shaw_core.py"],
-    "pe_plugin/encodings/shaw_core.py": ["tests/test_shaw_core.py"],
+    "pe_plugin/encodings/shaw.py": _REL + ["-k", f"rpe and ({_FAST_REL})"] + _SHAW_CORE,
+    "pe_plugin/encodings/shaw_core.py": _SHAW_CORE,
     "pe_plugin/encodings/shaw_triton.py": None,
-    "pe_plugin/encodings/sinusoidal.py": ["tests/test_interface.py"],
-    "pe_plugin/encodings/t5_bias.py": _REL + ["-k", "t5"],
+    "pe_plugin/encodings/sinusoidal.py": _IFACE,
+    "pe_plugin/encodings/t5_bias.py": _REL + ["-k", f"t5 and ({_FAST_REL})"],
     "pe_plugin/modules/pass_context.py": ["tests/test_fast_paths.py"],
-    "pe_plugin/modules/pe_attention.py": ["tests/test_interface.py", "-k", "attention or hook",
-                                          "tests/test_relative.py", "-k", "module or incremental or gradients"],
-    "pe_plugin/modules/pe_embedding.py": ["tests/test_interface.py"],
-    "pe_plugin/modules/sdpa.py": ["tests/test_relative.py", "-k", "module or fused",
-                                  "tests/test_rope_alibi.py", "-k", "fused"],
+    "pe_plugin/modules/pe_attention.py": _IFACE + _REL + ["-k", "module or incremental or gradients"],
+    "pe_plugin/modules/pe_embedding.py": _IFACE,
+    "pe_plugin/modules/sdpa.py": _REL + ["-k", "module or fused"] + ["tests/test_rope_alibi.py", "-k", "fused"],
     "pe_tools/scoring/agreement.py": ["tests/test_agreement.py"],
-    "pe_tools/scoring/cli.py": ["tests/test_evaluate.py", "tests/test_mutation_kills.py"],
-    "pe_tools/scoring/generate_output.py": ["tests/test_evaluate.py", "tests/test_mutation_kills.py"],
-    "pe_tools/scoring/inputs.py": ["tests/test_evaluate.py", "tests/test_mutation_kills.py"],
-    "pe_tools/scoring/length.py": ["tests/test_evaluate.py", "tests/test_mutation_kills.py",
-                                   "tests/test_benchmark_partial.py"],
-    "pe_tools/scoring/metrics.py": ["tests/test_evaluate.py", "tests/test_mutation_kills.py"],
-    "pe_tools/scoring/ngram.py": ["tests/test_evaluate.py", "tests/test_mutation_kills.py"],
-    "pe_tools/scoring/report.py": ["tests/test_evaluate.py", "tests/test_mutation_kills.py"],
-    "pe_tools/scoring/significance.py": ["tests/test_evaluate.py", "tests/test_mutation_kills.py"],
-    "pe_tools/scoring/style.py": ["tests/test_evaluate.py"],
+    "pe_tools/scoring/cli.py": _SCORING,
+    "pe_tools/scoring/generate_output.py": _SCORING,
+    "pe_tools/scoring/inputs.py": _SCORING,
+    "pe_tools/scoring/length.py": _SCORING + ["tests/test_benchmark_partial.py"],
+    "pe_tools/scoring/metrics.py": _SCORING,
+    "pe_tools/scoring/ngram.py": _SCORING,
+    "pe_tools/scoring/report.py": _SCORING,
+    "pe_tools/scoring/significance.py": _SCORING,
+    "pe_tools/scoring/style.py": _SCORING,
     "pe_tools/recipes/__init__.py": ["tests/test_recipes.py"],
     "pe_tools/recipes/batching.py": ["tests/test_batching.py"],
     "pe_tools/recipes/curves.py": ["tests/test_annealed.py"],
