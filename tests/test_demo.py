@@ -16,16 +16,19 @@ SMALL = ["--train", "200", "--heldout", "12", "--updates", "6", "--no-extra", "-
 def test_demo_runs_the_recipe_and_resumes(tmp_path):
     out = tmp_path / "demo"
     first = subprocess.run([*DEMO, "--out", out, *SMALL], capture_output=True, text=True, cwd=tmp_path)
-    # after 6 updates no model translates, so the demo's own check (no-PE clearly worse) may say so; the
-    # pipeline is what is tested here
-    assert first.returncode in (0, 1), first.stdout[-3000:] + first.stderr[-3000:]
-    assert "no-PE BLEU" in first.stdout
+    # after 6 updates no model translates, so the demo's own check (no-PE 10 BLEU or more below every encoding)
+    # may fail: its verdict and exit status must be the ones the recorded scores call for
+    report = json.loads((out / "results" / "results.json").read_text())
+    bleu = {s["name"]: s["summary"]["bleu"]["mean"] for s in report["systems"]}
+    gap = min(b for m, b in bleu.items() if m != "nope") - bleu["nope"]
+    assert first.returncode == (0 if gap >= 10 else 1), first.stdout[-3000:] + first.stderr[-3000:]
+    assert f"no-PE BLEU {bleu['nope']:.1f}; " in first.stdout and f": {gap:+.1f} (" in first.stdout
+    assert ("(as expected)" if gap >= 10 else "(UNEXPECTED: ") in first.stdout
     for step in ("prepare: pe-prepare raw", "nope: train transformer_nope_tiny",
                  "sape: train transformer_sape_tiny", "posnet_embed: train transformer_posnet_embed_tiny",
                  "evaluate: BLEU, chrF++, paired bootstrap"):
         assert step in first.stdout, first.stdout[-3000:]
 
-    report = json.loads((out / "results" / "results.json").read_text())
     assert report["baseline"] == "sape" and report["segments"] == 12
     assert [s["name"] for s in report["systems"]] == ["sape", "nope", "posnet_embed"]
     for s in report["systems"]:
@@ -49,3 +52,18 @@ def test_bad_flags_name_the_flag(tmp_path):
     for flag, value in (("--updates", "2"), ("--jobs", "0"), ("--heldout", "3")):
         out = subprocess.run([*DEMO, "--out", tmp_path, flag, value], capture_output=True, text=True)
         assert out.returncode == 2 and flag in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize("bleu, code, verdict", [
+    ({"sape": 30.0, "nope": 5.0, "posnet_embed": 15.0}, 0, "no-PE BLEU 5.0; the weakest encoding (posnet_embed) 15.0: "
+                                                          "+10.0 (as expected)"),
+    ({"sape": 30.0, "nope": 5.0, "posnet_embed": 14.9}, 1, "+9.9 (UNEXPECTED: every encoding should lead by 10 BLEU"),
+    ({"sape": 3.0, "nope": 5.0, "posnet_embed": 40.0}, 1, "(sape) 3.0: -2.0 (UNEXPECTED"),
+])
+def test_the_verdict_is_no_pe_against_the_weakest_encoding(bleu, code, verdict, capsys):
+    """The demo's check: no-PE 10 BLEU or more below every encoding, exit status 0; else 1 and UNEXPECTED."""
+    from pe_tools import demo
+
+    report = {"systems": [{"name": m, "summary": {"bleu": {"mean": b}}} for m, b in bleu.items()]}
+    assert demo.check_order_matters(report) == code
+    assert verdict in capsys.readouterr().out
