@@ -351,6 +351,7 @@ def run_check(modules: Sequence[str], out: Path, max_per_module: Optional[int] =
         copy_root = Path(tmp) / "repo"
         source_id = make_copy(copy_root, root, commit, files)
         check_imports_from(copy_root, sorted({m.split("/")[0] for m in modules}))
+        baselines: Dict[tuple, Tuple[str, float, str]] = {}
         for module in modules:
             selection = test_map.get(module)
             if selection is None:
@@ -367,7 +368,9 @@ def run_check(modules: Sequence[str], out: Path, max_per_module: Optional[int] =
             if not todo:
                 log(f"{module}: {len(mutants)} mutants already recorded")
                 continue
-            status, base_s, tail = run_tests(copy_root, selection, timeout=timeout or 1800)
+            if tuple(selection) not in baselines:  # the unmutated tests, once per selection
+                baselines[tuple(selection)] = run_tests(copy_root, selection, timeout=timeout or 1800)
+            status, base_s, tail = baselines[tuple(selection)]
             if status != "passed":
                 log(f"{module}: its tests do not pass unmutated ({status}); skipped\n{tail}")
                 continue

@@ -34,8 +34,9 @@ def main(argv=None):
     args = ap.parse_args(argv)
 
     every = mutation.all_modules()
-    modules = every if not args.modules else [m for m in every if any(
-        fnmatch.fnmatch(m, pat) or m.startswith(pat.rstrip("/") + "/") or m == pat for pat in args.modules)]
+    modules = every if not args.modules else list(dict.fromkeys(  # in the order the patterns are given
+        m for pat in args.modules for m in every
+        if fnmatch.fnmatch(m, pat) or m.startswith(pat.rstrip("/") + "/") or m == pat))
     if args.modules and not modules:
         ap.error(f"no module matches {args.modules}")
     if args.list:

@@ -87,17 +87,20 @@ def rope_qk(pe, q, k, pos):
 def test_rope_equals_a_naive_pairwise_rotation(fraction, base, rotary_dim):
     """Padded positions (from the mask) and positions far beyond the initial table (it grows). The non-default
     bases rotate several pairs (theta_i = base^(-2i/r) differs from 10000's for i > 0), so --rope-base counts both
-    in the first tables and in the grown ones."""
-    pe = make_pe("rope", "encoder", max_positions=4, rope_fraction=fraction, rope_base=base)
+    in the first tables (64 rows: the padded positions fit) and in the grown ones (4 rows: they grow at once)."""
     torch.manual_seed(0)
     q, k = torch.randn(3, H, 6, D), torch.randn(3, H, 6, D)
     nonpad = torch.tensor([[0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1], [1, 1, 1, 0, 0, 0]], dtype=torch.bool)
-    for pos in (Positions.from_padding(nonpad, 6, "cpu"), torch.arange(2990, 2996)[None]):
-        rq, rk = rope_qk(pe, q, k, pos)
-        torch.testing.assert_close(rq.double(), naive_rotate(q, pos, base, rotary_dim), rtol=0, atol=2e-5)
-        torch.testing.assert_close(rk.double(), naive_rotate(k, pos, base, rotary_dim), rtol=0, atol=2e-5)
-        assert torch.equal(rq[..., rotary_dim:], q[..., rotary_dim:])  # the unrotated part passes through
-    assert pe.cos.size(0) >= 2996  # grown from 4 rows
+    for rows in (64, 4):
+        pe = make_pe("rope", "encoder", max_positions=rows, rope_fraction=fraction, rope_base=base)
+        for pos in (Positions.from_padding(nonpad, 6, "cpu"), torch.arange(2990, 2996)[None]):
+            grows = int(pos.max()) >= pe.cos.size(0)
+            assert grows == (rows == 4 or pos.max() > 6)
+            rq, rk = rope_qk(pe, q, k, pos)
+            torch.testing.assert_close(rq.double(), naive_rotate(q, pos, base, rotary_dim), rtol=0, atol=2e-5)
+            torch.testing.assert_close(rk.double(), naive_rotate(k, pos, base, rotary_dim), rtol=0, atol=2e-5)
+            assert torch.equal(rq[..., rotary_dim:], q[..., rotary_dim:])  # the unrotated part passes through
+        assert pe.cos.size(0) >= 2996  # grown from 4 or 64 rows
 
 
 @pytest.mark.parametrize("fraction,rotary_dim", [(1.0, 8), (0.3, 2)])
