@@ -10,19 +10,38 @@ import pe_testing  # noqa: E402
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: end-to-end runs of the fairseq command-line tools")
-    config.addinivalue_line("markers", "needs_multi30k: checks against the Multi30k test reference, which is not in "
-                                       "the repository; run where it exists (PE_MULTI30K_REF=FILE or the recipe's "
-                                       "prepared data), deselected elsewhere")
+    config.addinivalue_line("markers", "needs_multi30k: checks against the Multi30k test set, which is not in the "
+                                       "repository; run where it is found (PE_MULTI30K_REF=FILE, the recipe's "
+                                       "prepared data, or ../shared/data/multi30k as under CI), deselected elsewhere "
+                                       "with the reason in the report")
+
+
+def pytest_report_header(config):
+    why = pe_testing.multi30k_missing()
+    return f"needs_multi30k: {why}: those tests are deselected" if why else (
+        f"needs_multi30k: Multi30k test set from {pe_testing.multi30k_test_file('de')}")
 
 
 def pytest_collection_modifyitems(config, items):
-    """Deselect (not skip) the optional checks whose data is absent: the suite never depends on the corpus."""
-    if pe_testing.MULTI30K_REFERENCE.is_file():
+    """Deselect (not skip) the optional checks whose data is absent: the suite never depends on the corpus; the
+    report says which were deselected and why."""
+    why = pe_testing.multi30k_missing()
+    if not why:
         return
-    kept = [item for item in items if item.get_closest_marker("needs_multi30k") is None]
-    if len(kept) < len(items):
-        config.hook.pytest_deselected(items=[item for item in items if item not in kept])
-        items[:] = kept
+    dropped = [item for item in items if item.get_closest_marker("needs_multi30k") is not None]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = [item for item in items if item.get_closest_marker("needs_multi30k") is None]
+        config._pe_multi30k_deselected = (why, [item.nodeid for item in dropped])
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    found = getattr(config, "_pe_multi30k_deselected", None)
+    if found:
+        why, ids = found
+        terminalreporter.write_line(f"{len(ids)} needs_multi30k tests did not run: {why}", yellow=True)
+        for nodeid in ids:
+            terminalreporter.write_line(f"  {nodeid}")
 
 
 @pytest.fixture(scope="session")

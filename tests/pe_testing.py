@@ -17,9 +17,40 @@ REPO = Path(__file__).resolve().parents[1]
 from pe_tools.synthetic.toy import write_corpus  # noqa: E402,F401  (re-exported for the tests)
 
 PLUGIN = str(REPO / "pe_plugin")
-# the Multi30k test reference, not in the repository: tests marked needs_multi30k run only where it exists
-MULTI30K_REFERENCE = Path(os.environ.get("PE_MULTI30K_REF",
-                                         REPO / "data-bin" / "multi30k_en_de" / "work" / "raw.test.de"))
+# The Multi30k test set (test_2016_flickr), not in the repository: tests marked needs_multi30k run only where it is
+# found, the first of: PE_MULTI30K_REF=FILE (the German reference; its English source beside it as raw.test.en), the
+# recipe's prepared data (data-bin/multi30k_en_de/work/raw.test.*), the raw corpus of the shared checkout beside the
+# repository (../shared/data/multi30k/test_2016_flickr.*.gz, as under CI).
+MULTI30K_PREPARED = REPO / "data-bin" / "multi30k_en_de" / "work"
+MULTI30K_RAW = REPO.parent / "shared" / "data" / "multi30k"
+
+
+def multi30k_test_file(lang: str):
+    """The file holding the Multi30k test set's untokenised ``lang`` side (plain or gzipped), or None."""
+    given = os.environ.get("PE_MULTI30K_REF")
+    candidates = ([Path(given).with_name(f"raw.test.{lang}")] if lang != "de" else [Path(given)]) if given else []
+    candidates += [MULTI30K_PREPARED / f"raw.test.{lang}", MULTI30K_RAW / f"test_2016_flickr.{lang}.gz"]
+    return next((p for p in candidates if p.is_file()), None)
+
+
+def multi30k_missing() -> str:
+    """Why the needs_multi30k tests cannot run here ('' when the test set's German and English sides are found)."""
+    if multi30k_test_file("de") and multi30k_test_file("en"):
+        return ""
+    where = [f"PE_MULTI30K_REF={os.environ['PE_MULTI30K_REF']}"] if os.environ.get("PE_MULTI30K_REF") else []
+    where += [str(MULTI30K_PREPARED / "raw.test.{de,en}"), str(MULTI30K_RAW / "test_2016_flickr.{de,en}.gz")]
+    return "no Multi30k test set (looked for " + ", ".join(where) + ")"
+
+
+def multi30k_test(lang: str) -> list:
+    """The lines of the Multi30k test set's untokenised ``lang`` side (1,000 of them)."""
+    import gzip
+
+    path = multi30k_test_file(lang)
+    if path is None:
+        raise FileNotFoundError(multi30k_missing())
+    data = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+    return data.decode("utf-8").rstrip("\n").split("\n")
 
 # flags every tiny training run shares (dropout off unless a test turns it on)
 TRAIN_FLAGS = [

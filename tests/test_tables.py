@@ -19,6 +19,7 @@ The outputs the documents show are checked the same way, with ``<!-- output: PAT
 """
 import csv
 import json
+import math
 import os
 import re
 import shutil
@@ -466,34 +467,69 @@ def test_the_cpu_cross_check_in_the_text():
 # ------------------------------------------------------------------------------------------------
 # the recorded reports are what pe-report makes of the recorded runs
 
-REFERENCE = pe_testing.MULTI30K_REFERENCE
+def recorded_runs_with_reference(tmp_path, results):
+    """A folder like the checkout for pe-report: a copy of examples/multi30k/RESULTS and the test reference where
+    the recipe keeps it (data-bin/multi30k_en_de/work/raw.test.de), written from the Multi30k test set found."""
+    shutil.copytree(REPO / "examples" / "multi30k" / results, tmp_path / "examples" / "multi30k" / results)
+    (tmp_path / "data-bin" / "multi30k_en_de" / "work").mkdir(parents=True)
+    (tmp_path / "data-bin" / "multi30k_en_de" / "work" / "raw.test.de").write_text(
+        "".join(line + "\n" for line in pe_testing.multi30k_test("de")), encoding="utf-8")
+
+
+def assert_same_reports(recorded, out, skip=("ngram",)):
+    """Every table and CSV of the recorded report folder is the one just made, byte for byte (n-gram CSVs and
+    what is not a score table, named by ``skip``, left out)."""
+    compared = 0
+    for f in sorted([*recorded.glob("*.md"), *recorded.glob("*.csv")]):
+        if not any(word in f.name for word in skip):
+            assert (out / f.name).read_text() == f.read_text(), f.name
+            compared += 1
+    assert compared >= 3
+
+
+def run_ok(argv, cwd):
+    proc = subprocess.run([sys.executable, "-m", *argv], cwd=cwd, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
 
 
 @pytest.mark.slow
-@pytest.mark.needs_multi30k  # collected only where the reference exists (conftest.py): tests never need the corpus
+@pytest.mark.needs_multi30k  # collected only where the test set is found (conftest.py): tests never need the corpus
 @pytest.mark.parametrize("results, report", [("results", "report"), ("results_cpu", "report_cpu")])
 def test_recorded_report_is_what_pe_report_makes(results, report, tmp_path):
     """pe-report of the recorded runs gives the recorded tables (the bootstrap is seeded): under a minute each."""
-    shutil.copytree(REPO / "examples" / "multi30k" / results, tmp_path / "examples" / "multi30k" / results)
-    (tmp_path / "data-bin" / "multi30k_en_de" / "work").mkdir(parents=True)
-    shutil.copy(REFERENCE, tmp_path / "data-bin" / "multi30k_en_de" / "work" / "raw.test.de")
-    proc = subprocess.run([sys.executable, "-m", "pe_tools.recipes.launch", "report", "--recipe", "multi30k",
-                           "--results", f"examples/multi30k/{results}", "--out-dir", "out"],
-                          cwd=tmp_path, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    recorded_runs_with_reference(tmp_path, results)
+    run_ok(["pe_tools.recipes.launch", "report", "--recipe", "multi30k", "--results", f"examples/multi30k/{results}",
+            "--out-dir", "out"], tmp_path)
     if report == "report":  # stock fairseq's learned positions against ours, the two seeds both have
         hyps = {s: ",".join(f"examples/multi30k/{results}/{s}.en-de.small.seed{i}/hyp.detok.de" for i in (1, 2))
                 for s in ("lape", "fairseq_transformer_lape")}
-        subprocess.run([sys.executable, "-m", "pe_tools.scoring.cli", "--ref", "data-bin/multi30k_en_de/work/raw.test.de",
-                        "--trg-lang", "de", "--baseline", f"lape={hyps['lape']}", "--system",
-                        f"fairseq_transformer_lape={hyps['fairseq_transformer_lape']}", "--prefix", "lape_parity",
-                        "--out-dir", "out"], cwd=tmp_path, check=True, capture_output=True)
-    recorded = REPO / "examples" / "multi30k" / report
-    for md in sorted(recorded.glob("*.md")):
-        assert (tmp_path / "out" / md.name).read_text() == md.read_text(), md.name
-    for csv_file in sorted(recorded.glob("*.csv")):
-        if "ngram" not in csv_file.name:
-            assert (tmp_path / "out" / csv_file.name).read_text() == csv_file.read_text(), csv_file.name
+        run_ok(["pe_tools.scoring.cli", "--ref", "data-bin/multi30k_en_de/work/raw.test.de", "--trg-lang", "de",
+                "--baseline", f"lape={hyps['lape']}", "--system",
+                f"fairseq_transformer_lape={hyps['fairseq_transformer_lape']}", "--prefix", "lape_parity",
+                "--out-dir", "out"], tmp_path)
+    assert_same_reports(REPO / "examples" / "multi30k" / report, tmp_path / "out")
+
+
+@pytest.mark.slow
+@pytest.mark.needs_multi30k
+def test_recorded_annealed_report_is_what_pe_report_makes(tmp_path):
+    """The README's headline tables (examples/multi30k/report_annealed/, docs/results.md §Trained models): pe-report
+    --size annealed of the recorded runs, for the averaged and the last checkpoint, and the budget check (SAPE's
+    6,000 against 3,000 updates, pe-evaluate on the two runs). The validation curves come from the training logs,
+    not from the translations: not re-made here."""
+    recorded_runs_with_reference(tmp_path, "results")
+    report = ["pe_tools.recipes.launch", "report", "--recipe", "multi30k", "--size", "annealed", "--results",
+              "examples/multi30k/results", "--out-dir", "out"]
+    run_ok(report, tmp_path)
+    run_ok(report + ["--decode", "last"], tmp_path)
+    runs = "examples/multi30k/results/sape.en-de"
+    for prefix, decode in (("budget", ""), ("budget_last", "last/")):
+        run_ok(["pe_tools.scoring.cli", "--ref", "data-bin/multi30k_en_de/work/raw.test.de", "--trg-lang", "de",
+                "--baseline", f"annealed={runs}.annealed.seed1/{decode}hyp.detok.de",
+                "--system", f"annealed6k={runs}.annealed6k.seed1/{decode}hyp.detok.de", "--prefix", prefix,
+                "--out-dir", "out"], tmp_path)
+    assert_same_reports(REPO / "examples" / "multi30k" / "report_annealed", tmp_path / "out",
+                        skip=("ngram", "curves"))
 
 
 def test_the_long_split_lengths_in_the_text(monkeypatch):
@@ -563,7 +599,6 @@ PROSE_SOURCES = {
 # figures of a page that are not read from a file, and why
 NOT_RECORDED = {
     "README.md": {"2.13": "torch's version", "0.12": "fairseq's version", "3.11": "Python's", "3.12": "Python's"},
-    "docs/results.md": {"0.42": "the difference of two means of the table (-0.34 - -0.76)"},
     "docs/recipes.md": {"0.98": "Adam's beta 2, a setting", "29.29": "fairseq's authors' compound-split BLEU, quoted "
                                                                     "(docs/evaluation.md)"},
     "docs/encodings.md": {"0.12": "fairseq's version", "0.088": "Xavier's std of one 128 x 128 kernel, a formula",
@@ -589,8 +624,113 @@ def recorded_figures(paths) -> set:
     return out
 
 
-@pytest.mark.parametrize("doc", sorted(PROSE_SOURCES))
+# A pinned page: each figure of its prose, in the order of the page, with the one recorded value it states (not any
+# number of any file: a random two-decimal figure would match one of those more often than not). A row is (figure,
+# source file, column, the key columns naming one row, format): format "" x, "+" x signed, "-" -x (a deficit
+# stated as "below"), "p" a p-value to two significant digits; a source "computed:NAME" is a figure of COMPUTED.
+PROSE_FIGURE = re.compile(r"(?<![\w.])[+-]?\d+\.\d{2,3}(?=[xM]?(?![\w]|\.\d))")  # also before a full stop
+THRESHOLDS = re.compile(r"p < 0\.(05|10)\b")  # the significance levels, not results
+M30K_REPORT = "examples/multi30k/report/"
+PINNED = {
+    "docs/results.md": [
+        ("0.82", "computed:small_lr_at_the_end", None, {}, ""),
+        ("33.38", M30K_REPORT + "results_seeds.csv", "bleu", {"system": "sape"}, ""),
+        ("+2.24", M30K_REPORT + "results_seeds.csv", "bleu_delta", {"system": "rope"}, "+"),
+        ("+1.09", M30K_REPORT + "results_seeds.csv", "bleu_delta", {"system": "rpe"}, "+"),
+        ("-0.62", M30K_REPORT + "results_seeds.csv", "bleu_delta", {"system": "alibi"}, "+"),
+        ("-0.34", M30K_REPORT + "results_seeds.csv", "bleu_delta", {"system": "posnet_embed_lmax256"}, "+"),
+        ("-0.97", M30K_REPORT + "results_seeds.csv", "bleu_delta", {"system": "t5"}, "+"),
+        ("-1.70", M30K_REPORT + "results_seeds.csv", "bleu_delta", {"system": "at5"}, "+"),
+        ("-2.69", M30K_REPORT + "results_seeds.csv", "bleu_delta", {"system": "lape"}, "+"),
+        ("6.92", M30K_REPORT + "results_seeds.csv", "bleu_delta", {"system": "nope"}, "-"),
+        ("2.18", M30K_REPORT + "results.csv", "bleu_delta", {"system": "posnet_attn"}, "-"),
+        ("2.33", "examples/multi30k/report_cpu/results.csv", "bleu_delta", {"system": "posnet_attn"}, "-"),
+        ("-4.50", M30K_REPORT + "results_seeds_ngram.csv", "gap",
+         {"analysis": "bleu", "order": "1", "system": "nope"}, "+"),
+        ("-6.92", M30K_REPORT + "results_seeds_ngram.csv", "gap",
+         {"analysis": "bleu", "order": "4", "system": "nope"}, "+"),
+        ("+2.48", M30K_REPORT + "results_seeds_ngram.csv", "gap",
+         {"analysis": "bleu", "order": "2", "system": "rope"}, "+"),
+        ("+1.30", M30K_REPORT + "results_seeds_ngram.csv", "gap",
+         {"analysis": "bleu", "order": "8", "system": "rope"}, "+"),
+        ("2.69", M30K_REPORT + "results_seeds.csv", "bleu_delta", {"system": "lape"}, "-"),
+        ("30.31", M30K_REPORT + "lape_parity_runs.csv", "bleu", {"system": "fairseq_transformer_lape", "run": "1"}, ""),
+        ("31.17", M30K_REPORT + "lape_parity_runs.csv", "bleu", {"system": "fairseq_transformer_lape", "run": "2"}, ""),
+        ("30.27", M30K_REPORT + "lape_parity_runs.csv", "bleu", {"system": "lape", "run": "1"}, ""),
+        ("31.11", M30K_REPORT + "lape_parity_runs.csv", "bleu", {"system": "lape", "run": "2"}, ""),
+        ("-1.70", M30K_REPORT + "results_seeds.csv", "bleu_delta", {"system": "at5"}, "+"),
+        ("-0.97", M30K_REPORT + "results_seeds.csv", "bleu_delta", {"system": "t5"}, "+"),
+        ("0.76", M30K_REPORT + "results_seeds.csv", "bleu_delta", {"system": "posnet_embed_user"}, "-"),
+        ("0.26", M30K_REPORT + "results_seeds_runs.csv", "bleu_p", {"system": "posnet_embed_user", "run": "1"}, "p"),
+        ("0.023", M30K_REPORT + "results_seeds_runs.csv", "bleu_p", {"system": "posnet_embed_user", "run": "2"}, "p"),
+        ("0.001", M30K_REPORT + "results_seeds_runs.csv", "bleu_p", {"system": "posnet_embed_user", "run": "3"}, "p"),
+        ("0.42", "computed:user_default_less_lmax256", None, {}, ""),
+        ("0.51", M30K_REPORT + "results_seeds.csv", "bleu_sd", {"system": "sape"}, ""),
+        ("32.64", "examples/multi30k/report_cpu/results.csv", "bleu", {"system": "sape"}, ""),
+        ("32.89", M30K_REPORT + "results.csv", "bleu", {"system": "sape"}, ""),
+        ("32.21", "examples/multi30k/report_cpu/results.csv", "bleu", {"system": "posnet_embed_dp64"}, ""),
+        ("31.75", M30K_REPORT + "results.csv", "bleu", {"system": "posnet_embed_dp64"}, ""),
+        ("31.20", "examples/multi30k/report_cpu/results.csv", "bleu", {"system": "posnet_embed_drop03"}, ""),
+        ("31.53", M30K_REPORT + "results.csv", "bleu", {"system": "posnet_embed_drop03"}, ""),
+        ("0.36", "examples/multi30k/report_cpu/results.csv", "bleu_delta", {"system": "posnet_embed"}, "-"),
+        ("0.14", "examples/multi30k/report_cpu/results.csv", "bleu_p", {"system": "posnet_embed"}, ""),
+        ("0.10", "examples/multi30k/report_cpu/results.csv", "chrf_p", {"system": "posnet_embed"}, ""),
+        ("2.33", "examples/multi30k/report_cpu/results.csv", "bleu_delta", {"system": "posnet_attn"}, "-"),
+        ("0.001", "examples/multi30k/report_cpu/results.csv", "bleu_p", {"system": "posnet_attn"}, "p"),
+    ],
+}
+
+
+def _small_lr_at_the_end() -> float:
+    """The learning rate at the last update of size small (inverse-sqrt after linear warm-up) over its peak."""
+    from pe_tools.recipes import load_table
+
+    flags = load_table("multi30k")["size"]["small"]["flags"]
+    value = lambda flag: float(flags[len(flags) - 1 - flags[::-1].index(flag) + 1])  # noqa: E731  (the last one)
+    assert flags[flags.index("--lr-scheduler") + 1] == "inverse_sqrt"
+    return math.sqrt(value("--warmup-updates") / value("--max-update"))
+
+
+def _user_default_less_lmax256() -> float:
+    """What capping L_max at 256 (posnet_embed_lmax256) gains over PosNet-Embed's old default (posnet_embed_user):
+    the difference of their three-seed mean BLEU deltas."""
+    rows = {r["system"]: r for r in read_csv(REPO / M30K_REPORT / "results_seeds.csv")}
+    return float(rows["posnet_embed_lmax256"]["bleu_delta"]) - float(rows["posnet_embed_user"]["bleu_delta"])
+
+
+COMPUTED = {"small_lr_at_the_end": _small_lr_at_the_end, "user_default_less_lmax256": _user_default_less_lmax256}
+
+
+def stated_value(source: str, column, where: dict) -> float:
+    if source.startswith("computed:"):
+        return COMPUTED[source.split(":", 1)[1]]()
+    rows = [r for r in read_csv(REPO / source) if all(r[k] == v for k, v in where.items())]
+    assert len(rows) == 1, (source, where, len(rows))
+    return float(rows[0][column])
+
+
+def prose_figures(doc: str) -> list:
+    """The figures of a page's prose (tables, code and inline code left out), significance levels removed."""
+    text = (REPO / doc).read_text(encoding="utf-8")
+    prose = re.sub(r"```.*?```", "", "\n".join(line for line in text.split("\n") if not line.startswith("|")), flags=re.S)
+    return PROSE_FIGURE.findall(THRESHOLDS.sub("", re.sub(r"`[^`]*`", "", prose)))
+
+
+@pytest.mark.parametrize("doc", sorted(PINNED))
+def test_each_figure_of_the_prose_is_the_value_it_states(doc):
+    """Every figure of the page's prose, in order, is listed in PINNED, and each is its one recorded (or computed)
+    value as rounded: a figure gone stale, added without a source or pointing at another row fails."""
+    assert prose_figures(doc) == [f for f, *_ in PINNED[doc]]
+    fmt = {"": "{:.2f}", "+": "{:+.2f}", "-": "{:.2f}", "p": "{:.2g}"}
+    wrong = [(f, source, column, where, fmt[form].format(-x if form == "-" else x))
+             for f, source, column, where, form in PINNED[doc]
+             for x in [stated_value(source, column, where)] if fmt[form].format(-x if form == "-" else x) != f]
+    assert not wrong, f"{doc}: figures that are not the value they state: {wrong}"
+
+
+@pytest.mark.parametrize("doc", sorted(set(PROSE_SOURCES) - set(PINNED)))
 def test_figures_in_the_prose_are_recorded(doc):
+    """The weaker check of the pages not PINNED yet: each figure is some number of the listed files."""
     text = (REPO / doc).read_text(encoding="utf-8")
     sources = list(PROSE_SOURCES[doc]) + [m.partition("#")[0] for _, _, m, _, _ in
                                           [t for t in doc_tables() if t[0] == doc] if m and "/" in m]
@@ -614,7 +754,6 @@ def test_the_gpu_fp16_check_in_its_readme():
     assert f"largest log-probability difference {max(r['max_abs_lprob_diff'] for r in rows):.4f}" in text
     assert f"argmax agreement at least {min(r['argmax_agreement'] for r in rows):.4f}" in text
     assert f"gradients within {max(r['grad_rel_diff'] for r in rows):.4f} relative" in text
-
 
 
 # ------------------------------------------------------------------------------------------------
