@@ -6,7 +6,8 @@ from setuptools import find_packages, setup
 setup(
     name="pe_plugin",
     version="0.1.0",
-    description="Positional encodings for fairseq NMT: no-PE, SAPE, LAPE, RPE, T5, Adaptive-T5, PosNet",
+    description="Positional encodings for fairseq NMT: no-PE, SAPE, LAPE, RPE, T5, Adaptive-T5, PosNet-Embed, PosNet-Attn, "
+                "RoPE, ALiBi, KERPLE",
     packages=find_packages(include=["pe_plugin", "pe_plugin.*", "pe_tools", "pe_tools.*"]),
     # the recipe tables, found with importlib.resources (pe_tools.recipes)
     package_data={"pe_tools.recipes": ["*/methods.toml", "*/corpora.toml"]},

@@ -70,18 +70,28 @@ def test_every_block_is_marked():
     assert {doc for doc, *_ in RUN_BLOCKS} >= {"README.md", "docs/recipes.md"}  # the quick start and the toy recipe
 
 
+def test_run_blocks_start_from_a_fresh_clone():
+    """A fresh clone has no .venv: a run block's first line sets it up (`make setup`) before it activates it."""
+    for doc, n, text, _, _ in RUN_BLOCKS:
+        first = commands(text)[0]
+        assert first.startswith("make setup &&") or ". .venv/bin/activate" not in text, f"{doc}:{n}: {first}"
+
+
 def test_every_decode_command_keeps_every_sentence():
-    """fairseq-generate everywhere in the documentation: --required-batch-size-multiple 1, and never
-    --skip-invalid-size-inputs-valid-test (it drops test sentences beyond the model's positions)."""
+    """fairseq-generate and fairseq-validate everywhere in the documentation: --required-batch-size-multiple 1, and
+    never --skip-invalid-size-inputs-valid-test (it drops test sentences beyond the model's positions);
+    fairseq-validate also names its task and batch size (docs/fairseq.md §fairseq-validate)."""
     checked = 0
     for doc in ALL_DOCS:
         for n, _, text, _, _ in bash_blocks(doc):
             for command in commands(text):
                 for part in command.split("|"):
                     words = part.split()
-                    if words[:1] != ["fairseq-generate"]:
+                    if words[:1] not in (["fairseq-generate"], ["fairseq-validate"]):
                         continue
                     checked += 1
+                    if words[0] == "fairseq-validate":
+                        assert {"--task", "--max-tokens"} <= set(words), f"{doc}:{n}: {part.strip()}"
                     at = words.index("--required-batch-size-multiple") if "--required-batch-size-multiple" in words else -1
                     assert at > 0 and words[at + 1] == "1", f"{doc}:{n}: {part.strip()}"
                     assert "--skip-invalid-size-inputs-valid-test" not in words, f"{doc}:{n}: {part.strip()}"
@@ -112,6 +122,11 @@ def fresh_clone(dest):
             (dest / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dest / name)
     (dest / ".venv").symlink_to(sys.prefix)
+    # `make setup` in the copy finds this environment set up: its stamp newer than the copy's setup files (else it
+    # would install the copy, editable, into this environment)
+    stamp = (dest / ".venv" / ".pe_plugin_setup_v2").stat().st_mtime
+    for name in ("setup.py", "scripts/setup_env.sh"):
+        os.utime(dest / name, (stamp - 1, stamp - 1))
 
 
 def shape(line: str) -> str:
@@ -143,3 +158,11 @@ def test_run_block_runs_as_written(doc, n, text, output, shown, tmp_path):
     assert bleu and bleu[0] > 60, printed  # the toy task is learnt
     saved = {p.name for p in (tmp_path / "checkpoints").glob("*/*.pt")}
     assert saved and not any(re.fullmatch(r"checkpoint\d+\.pt", name) for name in saved), saved
+    # the document's Python blocks that use what the block trained (the hub on its checkpoints) run too
+    save_dirs = {m[1] for c in steps for m in re.finditer(r"--save-dir (\S+)", c)}
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", (REPO / doc).read_text(), flags=re.S)
+              if any(d in b for d in save_dirs)]
+    assert blocks or doc != "README.md", "the README's hub example on the quick start's model"
+    for block in blocks:
+        py = subprocess.run([sys.executable, "-c", block], cwd=tmp_path, env=env, capture_output=True, text=True)
+        assert py.returncode == 0 and py.stdout.strip(), py.stderr[-3000:]

@@ -133,7 +133,8 @@ def help_text(prog: str) -> str:
 
 
 FAIRSEQ_PARSERS = {"fairseq-train": "get_training_parser", "fairseq-generate": "get_generation_parser",
-                   "fairseq-interactive": "get_interactive_generation_parser", "fairseq-preprocess": "get_preprocessing_parser"}
+                   "fairseq-interactive": "get_interactive_generation_parser", "fairseq-preprocess": "get_preprocessing_parser",
+                   "fairseq-validate": "get_validation_parser"}
 
 
 def fairseq_rejects(prog: str, words) -> str:

@@ -788,6 +788,12 @@ def test_the_counts_in_the_text():
     listed = re.search(r"`pe_plugin\.encodings\.PE_REGISTRY` \(`([a-z0-9_ ]+)`\)", readme)
     assert listed and listed[1].split() == list(PE_REGISTRY)
     assert f"`python -m pe_plugin` lists the {len(architecture_names())} architectures" in readme
+    short = {"nope": "no-PE", "sape": "SAPE", "lape": "LAPE", "rpe": "RPE", "t5": "T5", "at5": "Adaptive-T5",
+             "posnet_embed": "PosNet-Embed", "posnet_attn": "PosNet-Attn", "rope": "RoPE", "alibi": "ALiBi",
+             "kerple": "KERPLE"}  # setup.py's description names every encoding
+    described = re.search(r'description="([^"]*)"\s*(?:"([^"]*)")?', (REPO / "setup.py").read_text())
+    names = re.split(r", ", (described[1] + (described[2] or "")).split(": ", 1)[1])
+    assert sorted(short) == sorted(PE_REGISTRY) and names == [short[pe] for pe in PE_REGISTRY], names
     for doc in ALL_DOCS:
         for m in re.finditer(r"\b(eight|nine|ten|eleven|twelve|thirteen) (?:[\w-]+ ){0,2}encodings\b", flat(doc)):
             if m[1] != NUMBER_WORDS[len(PE_REGISTRY)]:
