@@ -26,7 +26,6 @@ Every step runs the installed modules (``python -m pe_tools...``): no checkout i
 import argparse
 import json
 import os
-import re
 import sys
 import threading
 import time
@@ -36,6 +35,7 @@ from pathlib import Path
 from .common import write_atomic
 from .naming import BASELINE, arch_name
 from .process import tee
+from .recipes import training_log
 from .synthetic import grammar as grammar_corpus
 
 CORE = ("nope", BASELINE, "posnet_embed")  # always trained: the demo's point is their comparison
@@ -118,9 +118,10 @@ class Pipeline:
         t0 = time.time()
 
         def progress(line: str) -> None:
-            m = re.search(r"valid on 'valid' subset \| loss ([\d.]+) \| nll_loss ([\d.]+).*num_updates (\d+)", line)
-            if m and int(m[3]) % self.interval == 0:  # the validations of the checkpoints, not those at epoch ends
-                self.say(f"{method:13s} update {int(m[3]):4d}/{self.a.updates}  valid loss {m[1]}  nll {m[2]}")
+            v = training_log.parse_line(line)
+            if v and v.kind == "valid" and v.updates % self.interval == 0:  # the checkpoints' validations, not the epochs'
+                self.say(f"{method:13s} update {v.updates:4d}/{self.a.updates}  valid loss {v.stats['loss']}  "
+                         f"nll {v.stats['nll_loss']}")
 
         self.say(f"{method}: train {arch_name(method, 'tiny')} ({self.a.updates} updates)")
         launch = [sys.executable, "-m", "pe_tools.recipes.launch"]

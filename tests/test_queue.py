@@ -14,7 +14,7 @@ import pytest
 
 from pe_testing import REPO, SAFE_ENV
 
-from pe_tools.recipes import queue
+from pe_tools.recipes import queue, training_log
 
 RUNS = ("sape", "rope", "t5")
 MAX_UPDATE = 12
@@ -61,8 +61,7 @@ def recorded(q: Path) -> dict:
 
 
 def updates(log: Path) -> int:
-    found = re.findall(r"num_updates=(\d+)", log.read_text()) if log.is_file() else []
-    return max(map(int, found), default=0)
+    return (training_log.last_update(log.read_text()) or 0) if log.is_file() else 0
 
 
 @pytest.mark.slow

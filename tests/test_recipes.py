@@ -13,7 +13,7 @@ import pytest
 
 from pe_testing import PLUGIN, REPO
 
-from pe_tools.recipes import all_pairs, launch, load_table, table_pairs
+from pe_tools.recipes import all_pairs, launch, load_table, table_pairs, training_log
 from pe_tools.recipes.train import train_argv
 
 from pe_plugin.encodings import PE_REGISTRY  # noqa: E402
@@ -287,9 +287,9 @@ def _free_port():
 
 
 def _first_update(output: str) -> dict:
-    line = next((ln for ln in output.splitlines() if "num_updates=1," in ln), None)
-    assert line is not None, output[-3000:]
-    return {k: v for k, v in re.findall(r"(\w+)=([^,\s]+)", line) if k in ("loss", "nll_loss", "wpb", "bsz", "gnorm")}
+    first = next((r for r in training_log.records(output, "train_inner") if r.updates == 1), None)
+    assert first is not None, output[-3000:]
+    return {k: str(v) for k, v in first.stats.items() if k in ("loss", "nll_loss", "wpb", "bsz", "gnorm")}
 
 
 @pytest.mark.slow

@@ -10,23 +10,19 @@ Standard library except for the plot (matplotlib).
 """
 import argparse
 import json
-import re
 import sys
 from pathlib import Path
 from typing import Dict, List, Optional
 
 from ..common import csv_text, fail, png_bytes, pyplot, write_atomic
 from ..scoring.style import system_style
-
-VALID = re.compile(r"valid on 'valid' subset \| loss ([\d.]+) \| nll_loss ([\d.]+) \|.*?\| num_updates (\d+)")
-
+from . import training_log
 
 def valid_curve(log_text: str) -> List[Dict[str, float]]:
     """[{updates, loss, nll_loss}] of every validation in a training log, by update (a resumed run's repeated
     validations keep the last)."""
-    points = {int(m[3]): {"updates": int(m[3]), "loss": float(m[1]), "nll_loss": float(m[2])}
-              for m in VALID.finditer(log_text)}
-    return [points[u] for u in sorted(points)]
+    return [{"updates": v.updates, "loss": v.get("loss"), "nll_loss": v.get("nll_loss")}
+            for v in training_log.validations(log_text)]
 
 
 def curves(results: Path, pair: str, seed: Optional[int], sizes: Optional[List[str]],

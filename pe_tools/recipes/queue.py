@@ -29,7 +29,6 @@ import argparse
 import fcntl
 import json
 import os
-import re
 import shlex
 import shutil
 import signal
@@ -40,13 +39,12 @@ import time
 import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Dict, List, Optional
 
 from ..checkpoint_files import numbered_checkpoints
 from ..common import fail, int_at_least, write_atomic
-from . import is_recipe, load_table, recipe_names, results
+from . import is_recipe, load_table, recipe_names, results, training_log
 from .train import check_pair, data_dir, size_entry
 
 # the decodes of a finished run: (pe-generate --name, --checkpoints); None is the default decode (RUN/gen/)
@@ -250,9 +248,7 @@ def progress(run: Run) -> dict:
     total = s.get("max_update") or max_update(run)
     out = {"run": run.name, "updates": s.get("updates", 0), "total": total, "valid_loss": s.get("valid_loss"),
            "commit": command.get("commit"), "recorded": (run.recorded / "command.json").is_file()}
-    times = [(datetime.strptime(m[0], "%Y-%m-%d %H:%M:%S"), int(m[1])) for m in
-             re.findall(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) \| INFO \| train_inner \|.*?num_updates=(\d+)",
-                                log, re.M)]
+    times = [(r.time, r.updates) for r in training_log.records(log, "train_inner") if r.updates is not None]
     if len(times) >= 2 and times[-1][1] > times[-2][1]:
         (t0, u0), (t1, u1) = times[-2], times[-1]
         out["sec_per_update"] = (t1 - t0).total_seconds() / (u1 - u0)

@@ -31,6 +31,7 @@ from typing import Dict, List, Optional
 
 from ..common import cpu_name, write_atomic
 from ..naming import BASELINE
+from . import training_log
 
 SEGMENT_START = "| fairseq_cli.train | {'_name'"  # fairseq-train's first log line: its whole configuration
 # pe_plugin's model summary line (pe_plugin/models/validation.py): architecture, parameters, encoding signature
@@ -103,19 +104,17 @@ def training_summary(log_text: str, command: Optional[dict] = None) -> Dict:
         s.update(arch=m[1], params=_int(m[2]), pe_params=_int(m[3]))
     elif m := _last(r"num\. shared model params: ([\d,]+)", log_text):
         s["params"] = _int(m[1])
-    updates = [int(x) for x in re.findall(r"num_updates[= ](\d+)", log_text)]
-    if updates:
-        s["updates"] = max(updates)
+    if (updates := training_log.last_update(log_text)) is not None:
+        s["updates"] = updates
     seconds = segment_seconds(log_text)
     if seconds:
         s["train_seconds"], s["segments"] = sum(seconds), len(seconds)
-    if m := _last(r"\| train_inner \| .* loss=([\d.]+),", log_text):
-        s["train_loss"] = float(m[1])
-    valid = re.findall(r"valid on 'valid' subset \| loss ([\d.]+) \|.*?(?:\| best_loss ([\d.]+))?$", log_text, re.M)
-    if valid:
-        s["valid_loss"] = float(valid[-1][0])
-        if valid[-1][1]:
-            s["best_valid_loss"] = float(valid[-1][1])
+    if inner := [r for r in training_log.records(log_text, "train_inner") if r.get("loss") is not None]:
+        s["train_loss"] = inner[-1].get("loss")
+    if valid := [r for r in training_log.records(log_text, "valid") if r.subset == "valid"]:
+        s["valid_loss"] = valid[-1].get("loss")
+        if valid[-1].get("best_loss") is not None:
+            s["best_valid_loss"] = valid[-1].get("best_loss")
     if command:
         argv = command.get("argv", [])
         if "--arch" in argv:
