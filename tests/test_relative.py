@@ -700,3 +700,14 @@ def test_at5_training_bias_applies_the_mlp_dropout_after_the_first_sigmoid(side,
     torch.testing.assert_close(got[:, keep], ref[:, keep], rtol=1e-5, atol=1e-5)
     pe.eval()  # and the dropout is what made the difference: without it the bias is another
     assert (pe.position_bias(pos)[0].double() - got)[:, keep].abs().max() > 1e-3
+
+
+def test_rpe_tables_start_normal_with_std_d_to_the_minus_half():
+    """Shaw's tables are initialised N(0, d^-1/2) (docs/encodings.md §RPE): mean 0 and that std, within the sampling
+    error of 2 x 33 x 32 values per table (about 2%)."""
+    cls = PE_REGISTRY["rpe"]
+    torch.manual_seed(0)
+    pe = cls.build(cls.config_cls(rpe_max_relative_position=16), Dims(64, 2, 2, 64, 1, "encoder"), {})
+    d = 32
+    for table in (pe.key_table, pe.value_table):
+        assert abs(table.std().item() / d ** -0.5 - 1) < 0.1 and abs(table.mean().item()) < 0.02

@@ -94,9 +94,12 @@ def test_rope_equals_a_naive_pairwise_rotation(fraction, base, rotary_dim):
     for rows in (64, 4):
         pe = make_pe("rope", "encoder", max_positions=rows, rope_fraction=fraction, rope_base=base)
         for pos in (Positions.from_padding(nonpad, 6, "cpu"), torch.arange(2990, 2996)[None]):
-            grows = int(pos.max()) >= pe.cos.size(0)
+            before = pe.cos.size(0)
+            grows = int(pos.max()) >= before
             assert grows == (rows == 4 or pos.max() > 6)
             rq, rk = rope_qk(pe, q, k, pos)
+            # the tables double (or reach the bound): amortised growth, documented in the module
+            assert pe.cos.size(0) == (max(int(pos.max()) + 1, 2 * before) if grows else before)
             torch.testing.assert_close(rq.double(), naive_rotate(q, pos, base, rotary_dim), rtol=0, atol=2e-5)
             torch.testing.assert_close(rk.double(), naive_rotate(k, pos, base, rotary_dim), rtol=0, atol=2e-5)
             assert torch.equal(rq[..., rotary_dim:], q[..., rotary_dim:])  # the unrotated part passes through
