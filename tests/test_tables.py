@@ -577,12 +577,6 @@ def test_computed_wmt14_corpora():
 FIGURE = re.compile(r"(?<![\w.])[+-]?\d+\.\d{2,3}(?=[xM]?(?![\w.]))")  # 1.09, +2.24, 1.09x, 64.62M
 # the recorded files each page's prose may quote, beside those its table markers name
 PROSE_SOURCES = {
-    "README.md": ["examples/multi30k/report/results_seeds.csv", "examples/multi30k/report/results.csv",
-                  *[f"examples/multi30k/report_annealed/{f}" for f in (
-                      "results.csv", "results_last.csv", "results_seeds.csv", "results_seeds_last.csv", "budget.csv",
-                      "budget_last.csv", "budget_curves.csv")],
-                  "examples/multi30k/agreement/small_vs_annealed_bleu.md.json", "examples/benchmarks/cost/cost.csv",
-                  "examples/benchmarks/cpu/models/benchmark.csv", "examples/quickstart/toy_posnet.txt"],
     "docs/recipes.md": ["examples/quickstart/toy_sape.txt", "examples/wmt14/paper_results.md"],
     "docs/results.md": ["examples/multi30k/report/results_seeds_runs.csv", "examples/multi30k/report/results_runs.csv",
                         "examples/multi30k/report/results_seeds.csv", "examples/multi30k/report/results.csv",
@@ -598,7 +592,6 @@ PROSE_SOURCES = {
 }
 # figures of a page that are not read from a file, and why
 NOT_RECORDED = {
-    "README.md": {"2.13": "torch's version", "0.12": "fairseq's version", "3.11": "Python's", "3.12": "Python's"},
     "docs/recipes.md": {"0.98": "Adam's beta 2, a setting", "29.29": "fairseq's authors' compound-split BLEU, quoted "
                                                                     "(docs/evaluation.md)"},
     "docs/encodings.md": {"0.12": "fairseq's version", "0.088": "Xavier's std of one 128 x 128 kernel, a formula",
@@ -627,10 +620,16 @@ def recorded_figures(paths) -> set:
 # A pinned page: each figure of its prose, in the order of the page, with the one recorded value it states (not any
 # number of any file: a random two-decimal figure would match one of those more often than not). A row is (figure,
 # source file, column, the key columns naming one row, format): format "" x, "+" x signed, "-" -x (a deficit
-# stated as "below"), "p" a p-value to two significant digits; a source "computed:NAME" is a figure of COMPUTED.
+# stated as "below"), "p" a p-value to two significant digits, "3" x to three decimals; a source "computed:NAME" is a
+# figure of COMPUTED. Sources that are not CSV: a JSON file's column is a path of keys ("rows.0.kendall_tau"); any
+# other file's column is a regular expression whose one group is the value, ``where`` {"match": n} its n-th match
+# (the first by default). A source "exempt" is a figure left to another check, its column the reason.
 PROSE_FIGURE = re.compile(r"(?<![\w.])[+-]?\d+\.\d{2,3}(?=[xM]?(?![\w]|\.\d))")  # also before a full stop
-THRESHOLDS = re.compile(r"p < 0\.(05|10)\b")  # the significance levels, not results
+THRESHOLDS = re.compile(r"p < 0\.(05|10)\b( / 0\.10\b)?")  # the significance levels, not results
 M30K_REPORT = "examples/multi30k/report/"
+ANNEALED = "examples/multi30k/report_annealed/"
+SETUP_ENV = "scripts/setup_env.sh"  # the versions make setup installs and the Pythons it accepts
+QUICKSTART = "examples/quickstart/toy_posnet.txt"
 PINNED = {
     "docs/results.md": [
         ("0.82", "computed:small_lr_at_the_end", None, {}, ""),
@@ -678,6 +677,40 @@ PINNED = {
         ("2.33", "examples/multi30k/report_cpu/results.csv", "bleu_delta", {"system": "posnet_attn"}, "-"),
         ("0.001", "examples/multi30k/report_cpu/results.csv", "bleu_p", {"system": "posnet_attn"}, "p"),
     ],
+    "README.md": [
+        ("3.11", SETUP_ENV, r"needs Python (\d+\.\d+) or", {}, ""),
+        ("3.12", SETUP_ENV, r"needs Python \d+\.\d+ or (\d+\.\d+)", {}, ""),
+        ("3.11", QUICKSTART, r"ve-fairseq [\d.]+, Python (\d+\.\d+)\)", {}, ""),  # the recorded run's Python
+        ("2.13", SETUP_ENV, r"torch==(\d+\.\d+)", {}, ""),
+        ("0.12", SETUP_ENV, r"ve-fairseq==(\d+\.\d+)", {}, ""),
+        ("81.32", QUICKSTART, r"BLEU4 = ([\d.]+)", {"match": 0}, ""),
+        ("81.58", QUICKSTART, r"BLEU4 = ([\d.]+)", {"match": 1}, ""),
+        ("38.13", ANNEALED + "results_seeds_last.csv", "bleu", {"system": "sape"}, ""),
+        ("39.11", ANNEALED + "results_seeds_last.csv", "bleu", {"system": "rope"}, ""),
+        ("1.43", ANNEALED + "budget.csv", "bleu_delta", {"system": "annealed6k"}, ""),
+        ("1.02", ANNEALED + "budget_last.csv", "bleu_delta", {"system": "annealed6k"}, ""),
+        ("2.446", ANNEALED + "budget_curves.csv", "nll_loss", {"run": "sape.en-de.annealed.seed1", "updates": "3000"},
+         "3"),
+        ("2.244", ANNEALED + "budget_curves.csv", "nll_loss", {"run": "sape.en-de.annealed6k.seed1", "updates": "6000"},
+         "3"),
+        ("+1.08", ANNEALED + "results_seeds.csv", "bleu_delta", {"system": "rope"}, "+"),
+        ("+0.98", ANNEALED + "results_seeds_last.csv", "bleu_delta", {"system": "rope"}, "+"),
+        ("+2.24", M30K_REPORT + "results_seeds.csv", "bleu_delta", {"system": "rope"}, "+"),
+        ("+1.09", M30K_REPORT + "results_seeds.csv", "bleu_delta", {"system": "rpe"}, "+"),
+        ("+0.21", ANNEALED + "results.csv", "bleu_delta", {"system": "rpe"}, "+"),
+        ("0.22", ANNEALED + "results.csv", "bleu_p", {"system": "rpe"}, "p"),
+        ("-1.44", ANNEALED + "results.csv", "bleu_delta", {"system": "alibi"}, "+"),
+        ("-0.32", ANNEALED + "results.csv", "bleu_delta", {"system": "t5"}, "+"),
+        ("-0.40", ANNEALED + "results.csv", "bleu_delta", {"system": "posnet_embed"}, "+"),
+        ("-0.83", ANNEALED + "results_last.csv", "bleu_delta", {"system": "t5"}, "+"),
+        ("-0.97", ANNEALED + "results_last.csv", "bleu_delta", {"system": "posnet_embed"}, "+"),
+        ("38.32", ANNEALED + "results_last.csv", "bleu", {"system": "sape"}, ""),
+        ("37.58", ANNEALED + "results.csv", "bleu", {"system": "sape"}, ""),
+        ("0.82", "examples/multi30k/agreement/small_vs_annealed_bleu.md.json", "rows.0.kendall_tau", {}, ""),
+        ("1.10", "computed:goal_step", None, {}, ""),
+        ("1.05", "computed:goal_peak", None, {}, ""),
+        ("1.10", "computed:kerple_and_t5_busy_at_200", None, {}, ""),
+    ],
 }
 
 
@@ -698,12 +731,37 @@ def _user_default_less_lmax256() -> float:
     return float(rows["posnet_embed_lmax256"]["bleu_delta"]) - float(rows["posnet_embed_user"]["bleu_delta"])
 
 
-COMPUTED = {"small_lr_at_the_end": _small_lr_at_the_end, "user_default_less_lmax256": _user_default_less_lmax256}
+def _goal(name: str) -> float:
+    """Issue 40's goal for an encoding's cost to SAPE (pe_tools/bench/fill.py's GOALS): time per update, peak memory."""
+    from pe_tools.bench.fill import GOALS
+
+    return GOALS[name]
+
+
+def _kerple_and_t5_busy_at_200() -> float:
+    """The H100 busy time to SAPE at L = 200 (the longest) that KERPLE and T5 both reach, as the table rounds it."""
+    gpu = gpu_models()
+    longest = max(n for _, n in gpu)
+    kerple, t5 = (gpu[pe, longest]["kernel_ratio"] for pe in ("kerple", "t5"))
+    assert longest == 200 and f"{kerple:.2f}" == f"{t5:.2f}", (longest, kerple, t5)
+    return kerple
+
+
+COMPUTED = {"small_lr_at_the_end": _small_lr_at_the_end, "user_default_less_lmax256": _user_default_less_lmax256,
+            "goal_step": lambda: _goal("step"), "goal_peak": lambda: _goal("peak"),
+            "kerple_and_t5_busy_at_200": _kerple_and_t5_busy_at_200}
 
 
 def stated_value(source: str, column, where: dict) -> float:
     if source.startswith("computed:"):
         return COMPUTED[source.split(":", 1)[1]]()
+    if source.endswith(".json"):
+        value = json.loads((REPO / source).read_text(encoding="utf-8"))
+        for key in column.split("."):
+            value = value[int(key)] if isinstance(value, list) else value[key]
+        return float(value)
+    if not source.endswith(".csv"):
+        return float(re.findall(column, (REPO / source).read_text(encoding="utf-8"))[where.get("match", 0)])
     rows = [r for r in read_csv(REPO / source) if all(r[k] == v for k, v in where.items())]
     assert len(rows) == 1, (source, where, len(rows))
     return float(rows[0][column])
@@ -721,9 +779,9 @@ def test_each_figure_of_the_prose_is_the_value_it_states(doc):
     """Every figure of the page's prose, in order, is listed in PINNED, and each is its one recorded (or computed)
     value as rounded: a figure gone stale, added without a source or pointing at another row fails."""
     assert prose_figures(doc) == [f for f, *_ in PINNED[doc]]
-    fmt = {"": "{:.2f}", "+": "{:+.2f}", "-": "{:.2f}", "p": "{:.2g}"}
+    fmt = {"": "{:.2f}", "+": "{:+.2f}", "-": "{:.2f}", "p": "{:.2g}", "3": "{:.3f}"}
     wrong = [(f, source, column, where, fmt[form].format(-x if form == "-" else x))
-             for f, source, column, where, form in PINNED[doc]
+             for f, source, column, where, form in PINNED[doc] if source != "exempt"
              for x in [stated_value(source, column, where)] if fmt[form].format(-x if form == "-" else x) != f]
     assert not wrong, f"{doc}: figures that are not the value they state: {wrong}"
 
