@@ -3,16 +3,18 @@
 # `make length` trains every encoding on short sentences and scores them on longer ones (length_out/, docs/length.md).
 VENV ?= .venv
 PY := $(VENV)/bin/python
+# test processes (pytest-xdist); each test file runs in one of them, so its module fixtures are built once
+WORKERS ?= 2
 
 .PHONY: setup test test-fast demo length clean
 setup:
 	bash scripts/setup_env.sh
 
 test: setup
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n $(WORKERS) --dist loadfile tests
 
 test-fast: setup
-	$(PY) -m pytest -q -m "not slow" tests
+	$(PY) -m pytest -q -n $(WORKERS) --dist loadfile -m "not slow" tests
 
 demo: setup
 	$(PY) scripts/demo.py

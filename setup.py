@@ -18,8 +18,9 @@ setup(
     # sacrebleu below 2.7: pe_tools/scoring/ngram.py reads a metric's sufficient statistics through its private
     # _extract_corpus_statistics (the public API gives only scores), written against 2.6; a new minor may change it
     install_requires=["sacrebleu>=2.3,<2.7", "sacremoses", "subword-nmt", "sentencepiece", "regex", "tqdm"],
-    # triton: the tests run the Triton kernels on the CPU in its interpreter (PyTorch's CUDA wheels ship it already)
-    extras_require={"dev": ["pytest", "triton"], "plots": ["matplotlib"]},
+    # triton: the tests run the Triton kernels on the CPU in its interpreter (PyTorch's CUDA wheels ship it already);
+    # pytest-xdist: `make test` runs the suite in two processes (most of its time is Python starting tools)
+    extras_require={"dev": ["pytest", "pytest-xdist", "triton"], "plots": ["matplotlib"]},
     entry_points={"console_scripts": [
         "pe-prepare = pe_tools.data.cli:main",
         "pe-train = pe_tools.recipes.launch:train_main",
