@@ -26,9 +26,9 @@ QUOTED = {"0.354": "Wang et al.'s monotonicity (OPR), Table 7", "0.084": "Wang e
           "0.0214": "Wang et al.'s translation invariance (AIV)", "0.8074": "Wang et al.'s direction balance",
           "0.0002": "Wang et al.'s symmetry (SD)", "0.16": "Chen et al.'s BERT-like locality",
           "0.17": "Chen et al.'s BERT-like locality", "0.162": "Chen et al.'s BERT locality (Table 3, 16.2%)",
-          "0.879": "Chen et al.'s BERT symmetry (Table 3, 87.9%)",
-          "0.023": "Locality of a uniform map at L = 128 (docs/analysis.md §Locality; checked below)"}
-FIGURE = re.compile(r"(?<![\w.])[+-]?\d+\.\d{2,4}(?![\w.])")
+          "0.879": "Chen et al.'s BERT symmetry (Table 3, 87.9%)"}
+# a figure: two to four decimals (also before a full stop), or a percentage with one
+FIGURE = re.compile(r"(?<![\w.])[+-]?\d+\.\d{2,4}(?![\w]|\.\d)|(?<![\w.])\d+\.\d%")
 
 
 def load_collect():
@@ -147,27 +147,121 @@ def section() -> str:
     return body.split("\n## ", 1)[0]
 
 
-def csv_figures(rows) -> set:
-    out = set()
-    for r in rows:
-        for v in r.values():
-            try:
-                x = float(v)
-            except ValueError:
-                continue
-            if math.isfinite(x):
-                out |= {f"{x:.2f}", f"{x:.3f}", f"{x:+.2f}", f"{x:+.3f}", f"{abs(x):.2f}", f"{abs(x):.3f}"}
-    return out
+# Each figure of the section, in its order, with the one value it states (not any number of the CSV: a random
+# three-decimal figure would match one of its thousands more often than not). A row is (figure, how, *arguments):
+# "probe" PE, COLUMN, {side, length, layer, variant} (probe()'s defaults: encoder, L = 20, the mean of the layers,
+# EOS dropped); "model" PE, COLUMN; "min"/"max" over the probes (PEs, COLUMN, where) or over the models (PEs, COLUMN,
+# "model") of a range the text does not name; "uniform" N, the Locality of a uniform N x N map; "below" the tightest
+# bound, as written, that the values (a function of the rows) stay under; "quoted" a paper's figure, its source in
+# QUOTED. A figure is rounded as written (a percentage: 100 x to one decimal).
+L64, LAYER1, LAYER3, DECODER = {"length": 64}, {"layer": "1"}, {"layer": "3"}, {"side": "decoder"}
+POSITIONED = ["sape", "lape", "rpe", "t5", "at5", "posnet_embed", "posnet_attn", "rope", "alibi"]  # not No-PE
 
 
-def test_every_figure_of_the_section_is_in_the_csv(rows):
+def _local_excess_at_64(rows) -> float:
+    """How far the absolute encodings, T5 and AT5 stay above the uniform map's Locality at L = 64, the most."""
+    return max(float(probe(rows, pe, length=64)["locality"]) - uniform_locality(64)
+               for pe in ("sape", "lape", "posnet_embed", "t5", "at5"))
+
+
+SECTION_FIGURES = [
+    ("0.16", "quoted"), ("0.17", "quoted"), ("0.162", "quoted"), ("0.023", "uniform", 128),
+    ("0.166", "probe", "at5", "locality", {}), ("0.267", "probe", "rope", "locality", {}), ("0.140", "uniform", 20),
+    ("0.065", "probe", "sape", "locality", L64), ("0.051", "probe", "lape", "locality", L64),
+    ("0.060", "probe", "posnet_embed", "locality", L64), ("0.059", "probe", "t5", "locality", L64),
+    ("0.056", "probe", "at5", "locality", L64), ("0.02", "below", _local_excess_at_64), ("0.046", "uniform", 64),
+    ("0.124", "probe", "rope", "locality", L64), ("0.132", "probe", "alibi", "locality", L64),
+    # translation invariance
+    ("0.023", "probe", "rpe", "aiv", {}), ("0.009", "probe", "t5", "aiv", {}), ("0.025", "probe", "rope", "aiv", {}),
+    ("0.065", "probe", "alibi", "aiv", {}), ("0.033", "max", ["rpe", "t5", "rope", "alibi"], "aiv", L64),
+    ("0.052", "probe", "sape", "aiv", {}), ("0.0214", "quoted"), ("0.685", "probe", "sape", "aiv", L64),
+    ("0.321", "probe", "lape", "aiv", {}), ("0.834", "probe", "lape", "aiv", L64),
+    ("0.141", "probe", "posnet_embed", "aiv", {}), ("0.677", "probe", "posnet_embed", "aiv", L64),
+    ("0.505", "probe", "at5", "aiv", {}), ("0.562", "probe", "at5", "aiv", L64),
+    # monotonicity
+    ("0.354", "quoted"), ("0.084", "quoted"), ("0.088", "probe", "sape", "opr", {}),
+    ("0.210", "probe", "sape", "opr", LAYER1), ("0.354", "probe", "t5", "opr", {}),
+    ("0.000", "probe", "alibi", "opr", {}),
+    # direction
+    ("0.8074", "quoted"), ("0.771", "probe", "sape", "db20", LAYER1), ("0.918", "probe", "rope", "db20", LAYER1),
+    ("2.060", "probe", "at5", "db20", LAYER1), ("1.006", "probe", "alibi", "db20", LAYER1),
+    ("1.58", "probe", "rpe", "db20", LAYER3), ("2.28", "probe", "rope", "db20", LAYER3),
+    ("1.146", "probe", "rpe", "db20", {}), ("1.192", "probe", "rope", "db20", {}),
+    # symmetry
+    ("0.879", "quoted"), ("0.469", "probe", "alibi", "sym_code", {}), ("0.782", "probe", "rpe", "sym_code", {}),
+    ("0.469", "probe", "alibi", "sym_code", {}),
+    ("0.844", "min", [pe for pe in POSITIONED if pe not in ("posnet_attn", "alibi")], "sym_abs", {}),
+    ("0.938", "max", [pe for pe in POSITIONED if pe not in ("posnet_attn", "alibi")], "sym_abs", {}),
+    ("0.987", "probe", "alibi", "sym_abs", {}), ("0.0002", "quoted"),
+    ("0.002", "probe", "lape", "sd", {}), ("0.011", "probe", "at5", "sd", {}),
+    # what the probe cannot see
+    ("0.140", "probe", "posnet_attn", "locality", {}), ("34.47", "model", "posnet_attn", "bleu"),
+    ("29.37", "model", "nope", "bleu"), ("0.313", "probe", "nope", "locality", DECODER),
+    ("0.325", "probe", "posnet_attn", "locality", DECODER),
+    ("0.316", "min", [pe for pe in POSITIONED if pe != "posnet_attn"], "locality", DECODER),
+    ("0.412", "max", [pe for pe in POSITIONED if pe != "posnet_attn"], "locality", DECODER),
+    # word-swap probe
+    ("34.6%", "model", "lape", "changed_local"), ("71.2%", "model", "rope", "changed_local"),
+    ("78.0%", "min", POSITIONED, "changed_global", "model"), ("91.4%", "max", POSITIONED, "changed_global", "model"),
+    ("2.09", "model", "rope", "ratio_dnll"), ("7.43", "model", "posnet_attn", "ratio_dnll"),
+    ("0.337", "model", "rope", "dnll_local"), ("0.290", "model", "rpe", "dnll_local"),
+    ("0.230", "model", "t5", "dnll_local"), ("19.14", "min", ["rpe", "t5", "rope"], "dout_chrf_local", "model"),
+    ("21.87", "max", ["rpe", "t5", "rope"], "dout_chrf_local", "model"), ("0.064", "model", "lape", "dnll_local"),
+    ("0.063", "model", "posnet_attn", "dnll_local"), ("0.106", "model", "alibi", "dnll_local"),
+    ("0.470", "model", "posnet_attn", "dnll_global"),
+    # BLEU by source length
+    ("41.47", "model", "sape", "bleu_le9"), ("25.01", "model", "sape", "bleu_ge20"),
+    ("37.87", "model", "nope", "bleu_le9"), ("15.18", "model", "nope", "bleu_ge20"),
+    ("44.09", "model", "rope", "bleu_le9"), ("26.46", "model", "rope", "bleu_ge20"),
+]
+
+
+def section_figures() -> list:
+    """The figures of the section's prose (tables, code and inline code left out)."""
     prose = re.sub(r"```.*?```", "", section(), flags=re.S)
     prose = "\n".join(line for line in prose.split("\n") if not line.startswith("|"))  # tables: tests/test_tables.py
-    found = FIGURE.findall(re.sub(r"`[^`]*`", "", prose))
-    assert found, "the section states no figure"
-    known = csv_figures(rows) | set(QUOTED)
-    unknown = [f for f in found if f not in known]
-    assert not unknown, f"{unknown} are in no row of {CSV.relative_to(REPO)}"
+    return FIGURE.findall(re.sub(r"`[^`]*`", "", prose))
+
+
+def stated(rows, how, *args) -> float:
+    if how == "probe":
+        pe, column, where = args
+        return float(probe(rows, pe, **where)[column])
+    if how == "model":
+        pe, column = args
+        return float(model(rows, pe)[column])
+    if how in ("min", "max"):
+        pes, column, where = args
+        values = [float((model(rows, pe) if where == "model" else probe(rows, pe, **where))[column]) for pe in pes]
+        return min(values) if how == "min" else max(values)
+    if how == "uniform":
+        return uniform_locality(*args)
+    raise ValueError(how)
+
+
+def as_written(figure: str, x: float) -> str:
+    if figure.endswith("%"):
+        return f"{100 * x:.1f}%"
+    decimals = len(figure.split(".")[1])
+    return f"{x:+.{decimals}f}" if figure[0] in "+-" else f"{x:.{decimals}f}"
+
+
+def test_each_figure_of_the_section_is_the_value_it_states(rows):
+    """Every figure of the section's prose, in order, is listed in SECTION_FIGURES, and each is its one value of the
+    CSV (or of a uniform map) as rounded, a bound holds, a quoted figure has its source: a figure gone stale, added
+    without a source or pointing at another row fails."""
+    assert section_figures() == [f for f, *_ in SECTION_FIGURES]
+    wrong = []
+    for figure, how, *args in SECTION_FIGURES:
+        if how == "quoted":
+            assert figure in QUOTED, figure
+        elif how == "below":  # the tightest bound as written: 0.02 for 0.019, not 0.03
+            step = 10.0 ** -len(figure.split(".")[1])
+            if not float(figure) - step <= args[0](rows) < float(figure):
+                wrong.append((figure, how, args[0](rows)))
+        elif as_written(figure, stated(rows, how, *args)) != figure:
+            wrong.append((figure, how, *args, as_written(figure, stated(rows, how, *args))))
+    assert not wrong, f"figures that are not the value they state: {wrong}"
 
 
 def test_the_section_shows_the_recorded_tables():
