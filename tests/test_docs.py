@@ -79,8 +79,8 @@ def test_every_citation_names_an_existing_section():
 
 
 # the design notes beside the checkout, which the code once cited (patterns assembled so that a grep for them
-# does not find this file)
-OUTSIDE = ["shared" + "/", r"\.\./" + "shared",
+# does not find this file); its Multi30k text, which the tests re-score recorded results with where present, is data
+OUTSIDE = ["shared" + r"/(?!data/multi30k)", r"\.\./" + "shared" + r"(?!/data/multi30k)",
            r"\b(" + "|".join(["ENCODINGS", "FAIRSEQ", "EVALUATION", "ANALYSIS", "ARCHITECTURE", "STYLE"]) + r")\.md"]
 
 
