@@ -583,9 +583,6 @@ PROSE_SOURCES = {
                         "examples/multi30k/report/results_seeds_ngram.csv", "examples/multi30k/report_cpu/results.csv",
                         "examples/multi30k/report/lape_parity_runs.csv"],
     "docs/demo.md": ["examples/demo/results.csv"],
-    "docs/encodings.md": ["examples/multi30k/report/results_seeds.csv", "examples/multi30k/report/results.csv",
-                          "examples/benchmarks/cpu/models/benchmark.csv", "examples/benchmarks/cpu/posnet_kernel.md",
-                          "examples/wmt14/paper_results.md"],
     "docs/design.md": ["examples/benchmarks/cpu/models/benchmark.csv", "examples/wmt14/paper_results.md"],
     "docs/benchmarks_cpu.md": [],
 }
@@ -593,10 +590,6 @@ PROSE_SOURCES = {
 NOT_RECORDED = {
     "docs/recipes.md": {"0.98": "Adam's beta 2, a setting", "29.29": "fairseq's authors' compound-split BLEU, quoted "
                                                                     "(docs/evaluation.md)"},
-    "docs/encodings.md": {"0.12": "fairseq's version", "0.088": "Xavier's std of one 128 x 128 kernel, a formula",
-                          **dict.fromkeys(["+0.29", "+0.05", "+0.41", "+1.03", "1.03", "1.05", "3.41", "8.52"],
-                                          "millions of parameters: closed forms (tests/test_posnet.py) or the "
-                                          "difference of two totals of the paper")},
     "docs/design.md": {"0.12": "fairseq's version", "1.54": "64.62M - 63.08M, our SAPE total less the paper's",
                        **dict.fromkeys(["+0.29", "+0.05", "+0.41", "+1.03", "+1.05"],
                                        "millions of parameters: closed forms (the table above, tests/test_posnet.py) "
@@ -619,10 +612,11 @@ def recorded_figures(paths) -> set:
 # A pinned page: each figure of its prose, in the order of the page, with the one recorded value it states (not any
 # number of any file: a random two-decimal figure would match one of those more often than not). A row is (figure,
 # source file, column, the key columns naming one row, format): format "" x, "+" x signed, "-" -x (a deficit
-# stated as "below"), "p" a p-value to two significant digits, "3" x to three decimals; a source "computed:NAME" is a
-# figure of COMPUTED. Sources that are not CSV: a JSON file's column is a path of keys ("rows.0.kendall_tau"); any
-# other file's column is a regular expression whose one group is the value, ``where`` {"match": n} its n-th match
-# (the first by default). A source "exempt" is a figure left to another check, its column the reason.
+# stated as "below"), "p" a p-value to two significant digits, "3" x to three decimals, "M" (or "+M") a count in
+# millions; a source "computed:NAME" is a figure of COMPUTED. Sources that are not CSV: a JSON file's column is a
+# path of keys ("rows.0.kendall_tau"); any other file's column is a regular expression whose one group is the
+# value, ``where`` {"match": n} its n-th match (the first by default). A source "exempt" is a figure no file of the
+# tree records or left to another check, its column the reason.
 PROSE_FIGURE = re.compile(r"(?<![\w.])[+-]?\d+\.\d{2,3}(?=[xM]?(?![\w]|\.\d))")  # also before a full stop
 THRESHOLDS = re.compile(r"p < 0\.(05|10)\b( / 0\.10\b)?")  # the significance levels, not results
 M30K_REPORT = "examples/multi30k/report/"
@@ -630,6 +624,11 @@ ANNEALED = "examples/multi30k/report_annealed/"
 SETUP_ENV = "scripts/setup_env.sh"  # the versions make setup installs and the Pythons it accepts
 QUICKSTART = "examples/quickstart/toy_posnet.txt"
 LENGTH = "examples/length/"
+CPU_BENCH = "examples/benchmarks/cpu/models/benchmark.csv"
+COST = "examples/benchmarks/cost/cost.csv"
+PAPER = "examples/wmt14/paper_results.md"
+PAPER_BLEU = r"(?m)^\| [^|]*\(`{}`\) \| ([\d.]+)"  # the paper's base En-De BLEU of an encoding
+PAPER_PARAMS = r"(?m)^\| [^|]*\(`{}`\) \|.*\| ([\d.]+)M \|$"  # its Table 1 total for En-De, millions
 PINNED = {
     "docs/results.md": [
         ("0.82", "computed:small_lr_at_the_end", None, {}, ""),
@@ -734,6 +733,39 @@ PINNED = {
         ("37.06", LENGTH + "all_length.csv", "bleu", {"bucket": "26-30", "system": "sape"}, ""),
         ("25.72", LENGTH + "all_length.csv", "bleu", {"bucket": "26-30", "system": "lape"}, ""),
     ],
+    "docs/encodings.md": [
+        ("0.12", SETUP_ENV, r"ve-fairseq==(\d+\.\d+)", {}, ""),
+        ("1.05", CPU_BENCH, "pe_params", {"pe": "lape", "size": "base"}, "M"),
+        ("+0.41", CPU_BENCH, "pe_params", {"pe": "rpe", "size": "base"}, "+M"),
+        ("+0.05", "computed:rpe_one_table_per_layer", None, {}, "+M"),
+        ("+0.29", "computed:paper_rpe_less_sape", None, {}, "+M"),
+        ("1.14", COST, "ops_to_sape", {"pe": "rpe", "size": "base", "length": "50"}, ""),
+        ("0.98", COST, "saved_bytes_to_sape", {"pe": "rpe", "size": "base", "length": "200"}, ""),
+        ("1.02", COST, "saved_bytes_to_sape", {"pe": "rpe", "size": "base", "length": "50"}, ""),
+        *[(f, "exempt", "RPE's explicit product, measured before commit 6290677 (examples/benchmarks/cost/cost.csv "
+                        "at 6290677^): history, not in the tree", {}, "") for f in ("1.30", "1.06", "1.08")],
+        ("0.76", M30K_REPORT + "results_seeds.csv", "bleu_delta", {"system": "posnet_embed_user"}, "-"),
+        ("0.34", M30K_REPORT + "results_seeds.csv", "bleu_delta", {"system": "posnet_embed_lmax256"}, "-"),
+        ("-1.35", M30K_REPORT + "results_seeds.csv", "bleu_delta", {"system": "posnet_embed_dp64"}, "+"),
+        ("1.09", CPU_BENCH, "step_ratio", {"pe": "posnet_embed", "size": "base"}, ""),
+        ("8.52", "computed:posnet_embed_params_512", None, {}, "M"),
+        ("3.41", CPU_BENCH, "pe_params", {"pe": "posnet_embed", "size": "base"}, "M"),  # built at L_max 200
+        ("66.49", PAPER, PAPER_PARAMS.format("posnet_embed"), {}, ""),
+        ("63.08", PAPER, PAPER_PARAMS.format("sape"), {}, ""),
+        ("4.33", "computed:posnet_embed_params_256", None, {}, "M"),
+        ("64.11", PAPER, PAPER_PARAMS.format("posnet_attn"), {}, ""),
+        ("63.08", PAPER, PAPER_PARAMS.format("sape"), {}, ""),
+        ("1.03", "computed:paper_posnet_attn_less_sape", None, {}, "M"),
+        ("+1.03", CPU_BENCH, "pe_params", {"pe": "posnet_attn", "size": "base"}, "+M"),  # built at L_max 251
+        ("23.12", PAPER, PAPER_BLEU.format("posnet_attn"), {}, ""),
+        ("0.12", SETUP_ENV, r"ve-fairseq==(\d+\.\d+)", {}, ""),
+        ("0.088", "computed:xavier_std_of_a_kernel", None, {}, "3"),
+        ("7.81", "examples/benchmarks/cpu/posnet_kernel.md", r"(?m)^\| bmm \| [\d.]+ \| ([\d.]+)x", {}, ""),
+        ("6.10", "examples/benchmarks/cpu/posnet_kernel.md", r"(?m)^\| bmm \|(?: [^|]+ \|){5} ([\d.]+)x \|$", {},
+         ""),
+        ("24.34", PAPER, PAPER_BLEU.format("lape"), {}, ""),
+        ("27.48", PAPER, PAPER_BLEU.format("sape"), {}, ""),
+    ],
 }
 
 
@@ -770,9 +802,52 @@ def _kerple_and_t5_busy_at_200() -> float:
     return kerple
 
 
+def _posnet_embed_params(lmax: int) -> float:
+    """PosNet-Embed's parameters at base size (C 512, d_p 128) and an L_max, counted on the module itself."""
+    from pe_plugin.encodings.base import Dims
+    from pe_plugin.encodings.posnet_embedding import PosNetEmbedConfig, PosNetEmbedding
+
+    cfg = PosNetEmbedConfig(posnet_dim=128, posnet_max_positions=lmax, posnet_init="per-matrix")
+    dims = Dims(embed_dim=512, num_heads=8, num_layers=6, max_positions=lmax, padding_idx=1, side="encoder")
+    return sum(p.numel() for p in PosNetEmbedding.build(cfg, dims, {}).parameters())
+
+
+def _rpe_one_table_per_layer() -> float:
+    """Shaw RPE's base-size tables shared by the heads of a layer: the recorded per-head count over fairseq's base
+    number of heads."""
+    from argparse import Namespace
+
+    from fairseq.models.transformer import base_architecture
+
+    args = Namespace()
+    base_architecture(args)
+    rows = [r for r in read_csv(REPO / CPU_BENCH) if r["pe"] == "rpe" and r["size"] == "base"]
+    return int(rows[0]["pe_params"]) / args.encoder_attention_heads
+
+
+def _paper_params_less_sape(pe: str) -> float:
+    """What an encoding adds to the paper's Table 1 total (millions), as transcribed."""
+    total = lambda name: stated_value(PAPER, PAPER_PARAMS.format(name), {})  # noqa: E731
+    return (total(pe) - total("sape")) * 1e6
+
+
+def _xavier_std_of_a_kernel() -> float:
+    """torch's Xavier-normal std for one d_p x d_p kernel at base size (d_p 128)."""
+    import torch
+
+    fan_in, fan_out = torch.nn.init._calculate_fan_in_and_fan_out(torch.empty(128, 128))
+    return math.sqrt(2.0 / (fan_in + fan_out))
+
+
 COMPUTED = {"small_lr_at_the_end": _small_lr_at_the_end, "user_default_less_lmax256": _user_default_less_lmax256,
             "goal_step": lambda: _goal("step"), "goal_peak": lambda: _goal("peak"),
-            "kerple_and_t5_busy_at_200": _kerple_and_t5_busy_at_200}
+            "kerple_and_t5_busy_at_200": _kerple_and_t5_busy_at_200,
+            "posnet_embed_params_512": lambda: _posnet_embed_params(512),
+            "posnet_embed_params_256": lambda: _posnet_embed_params(256),
+            "rpe_one_table_per_layer": _rpe_one_table_per_layer,
+            "paper_rpe_less_sape": lambda: _paper_params_less_sape("rpe"),
+            "paper_posnet_attn_less_sape": lambda: _paper_params_less_sape("posnet_attn"),
+            "xavier_std_of_a_kernel": _xavier_std_of_a_kernel}
 
 
 def stated_value(source: str, column, where: dict) -> float:
@@ -803,9 +878,11 @@ def test_each_figure_of_the_prose_is_the_value_it_states(doc):
     value as rounded: a figure gone stale, added without a source or pointing at another row fails."""
     assert prose_figures(doc) == [f for f, *_ in PINNED[doc]]
     fmt = {"": "{:.2f}", "+": "{:+.2f}", "-": "{:.2f}", "p": "{:.2g}", "3": "{:.3f}"}
-    wrong = [(f, source, column, where, fmt[form].format(-x if form == "-" else x))
+    shown = lambda x, form: fmt[form.rstrip("M")].format(  # noqa: E731
+        (-x if form == "-" else x) / (1e6 if form.endswith("M") else 1))
+    wrong = [(f, source, column, where, shown(x, form))
              for f, source, column, where, form in PINNED[doc] if source != "exempt"
-             for x in [stated_value(source, column, where)] if fmt[form].format(-x if form == "-" else x) != f]
+             for x in [stated_value(source, column, where)] if shown(x, form) != f]
     assert not wrong, f"{doc}: figures that are not the value they state: {wrong}"
 
 
