@@ -14,7 +14,7 @@ from .log_noise import drop_tensorboardx_notice  # noqa: E402
 
 drop_tensorboardx_notice()  # before the imports below import fairseq
 
-from .checkpoints import register_safe_globals  # noqa: E402
+from .safe_load import register_safe_globals  # noqa: E402
 
 register_safe_globals()
 

@@ -35,7 +35,7 @@ from fairseq import hub_utils, utils
 from fairseq.hub_utils import GeneratorHubInterface
 
 from . import decode_limits
-from .checkpoints import load_checkpoint
+from .safe_load import load_checkpoint
 from .encodings.limits import UNLIMITED
 
 logger = logging.getLogger("pe_plugin")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from pe_plugin.checkpoints import load_checkpoint
+from pe_plugin.safe_load import load_checkpoint
 
 from .checkpoint_files import last_checkpoints, numbered_checkpoints
 from .common import atomic, int_at_least

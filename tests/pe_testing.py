@@ -62,7 +62,7 @@ TRAIN_FLAGS = [
 
 
 # torch's switch that turns weights_only loading off for every checkpoint; the tests never pass it on, so each
-# checkpoint they load goes through the plugin's allow-list (pe_plugin/checkpoints.py)
+# checkpoint they load goes through the plugin's allow-list (pe_plugin/safe_load.py)
 UNSAFE_LOAD = "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"
 SAFE_ENV = {k: v for k, v in os.environ.items() if k != UNSAFE_LOAD}  # this environment, safe loading kept
 

@@ -17,7 +17,7 @@ import torch
 from pe_testing import PLUGIN, REPO, SAFE_ENV, TRAIN_FLAGS, run
 
 from pe_plugin import hub as pe_hub
-from pe_plugin.checkpoints import load_checkpoint
+from pe_plugin.safe_load import load_checkpoint
 
 DECODING = {"beam": 4, "lenpen": 0.6, "max_len_a": 1, "max_len_b": 10}  # pinned on both sides
 L_MAX = 64
