@@ -582,7 +582,6 @@ PROSE_SOURCES = {
                         "examples/multi30k/report/results_seeds.csv", "examples/multi30k/report/results.csv",
                         "examples/multi30k/report/results_seeds_ngram.csv", "examples/multi30k/report_cpu/results.csv",
                         "examples/multi30k/report/lape_parity_runs.csv"],
-    "docs/demo.md": ["examples/demo/results.csv"],
     "docs/design.md": ["examples/benchmarks/cpu/models/benchmark.csv", "examples/wmt14/paper_results.md"],
     "docs/benchmarks_cpu.md": [],
 }
@@ -625,6 +624,7 @@ SETUP_ENV = "scripts/setup_env.sh"  # the versions make setup installs and the P
 QUICKSTART = "examples/quickstart/toy_posnet.txt"
 LENGTH = "examples/length/"
 CPU_BENCH = "examples/benchmarks/cpu/models/benchmark.csv"
+DEMO = "examples/demo/results.csv"
 COST = "examples/benchmarks/cost/cost.csv"
 PAPER = "examples/wmt14/paper_results.md"
 PAPER_BLEU = r"(?m)^\| [^|]*\(`{}`\) \| ([\d.]+)"  # the paper's base En-De BLEU of an encoding
@@ -765,6 +765,18 @@ PINNED = {
          ""),
         ("24.34", PAPER, PAPER_BLEU.format("lape"), {}, ""),
         ("27.48", PAPER, PAPER_BLEU.format("sape"), {}, ""),
+    ],
+    "docs/demo.md": [
+        ("29.48", DEMO, "bleu", {"system": "nope"}, ""),
+        ("97.71", DEMO, "bleu", {"system": "rpe"}, ""),
+        ("97.78", DEMO, "bleu", {"system": "rope"}, ""),
+        ("95.53", DEMO, "bleu", {"system": "sape"}, ""),
+        ("57.11", DEMO, "bleu", {"system": "t5"}, ""),
+        ("68.97", DEMO, "bleu", {"system": "alibi"}, ""),
+        ("71.32", DEMO, "bleu", {"system": "posnet_attn"}, ""),
+        ("92.50", DEMO, "bleu", {"system": "posnet_embed"}, ""),
+        ("0.730", "examples/demo/analysis.md", r"\| model \| locality \| sym_code \|[^\n]*\n(?:[^\n]*\n)*?\| rpe \| [^|]+ \| "
+                                               r"([\d.]+) \|", {}, "3"),  # the demo's probe table, its Sym_code
     ],
 }
 
