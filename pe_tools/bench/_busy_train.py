@@ -157,19 +157,59 @@ class Window:
               f"({profiled['busy_fraction']:.1%}) over {self.profiled} updates; wrote {self.out}", flush=True)
 
 
+_CURRENT = []  # the window of the run in progress (train_step is wrapped once per process)
+
+
 def install(window: Window) -> None:
-    """Wrap ``fairseq.trainer.Trainer.train_step`` (one call per update) with the window's hooks."""
+    """Wrap ``fairseq.trainer.Trainer.train_step`` (one call per update) with ``window``'s hooks; a later call
+    (the next run in the same process) only swaps the window."""
     from fairseq import trainer as fairseq_trainer
 
+    first = not _CURRENT
+    _CURRENT[:] = [window]
+    if not first:
+        return
     original = fairseq_trainer.Trainer.train_step
 
     def train_step(self, samples, raise_oom=False):
-        window.before(self)
+        _CURRENT[0].before(self)
         out = original(self, samples, raise_oom=raise_oom)
-        window.after(samples)
+        _CURRENT[0].after(samples)
         return out
 
     fairseq_trainer.Trainer.train_step = train_step
+
+
+def run_in_process(out: Path, warmup: int, timed: int, profiled: int, activity: str, fairseq_argv) -> dict:
+    """One fairseq-train run in this process under a window; returns its record (also written to ``out``). The
+    CUDA peak counters are reset and the cache emptied first, so a run's peak is its own (the previous run's
+    trainer is gone by then: ``gc.collect``). Raises RuntimeError when training ends before the window closes."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    if activity == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    window = Window(Path(out), warmup, timed, profiled, activity)
+    install(window)
+    from fairseq_cli import train
+
+    saved = sys.argv
+    sys.argv = ["fairseq-train", *fairseq_argv]
+    try:
+        train.cli_main()
+    finally:
+        sys.argv = saved
+        _CURRENT[0] = None
+    if not window.written:
+        raise RuntimeError(f"busy window: training ended after {window.updates} updates, before the window's "
+                           f"{warmup + timed + profiled}; raise --max-update")
+    record = json.loads(Path(out).read_text())
+    if activity != "cuda":
+        record["peak_note"] = "the process's peak RSS since it started (earlier runs in it included)"
+    return record
 
 
 def parse(argv):
@@ -192,15 +232,10 @@ def parse(argv):
 
 def main(argv=None) -> int:
     a, rest = parse(list(sys.argv[1:] if argv is None else argv))
-    window = Window(a.json, a.warmup, a.timed, a.profiled, a.activity)
-    install(window)
-    from fairseq_cli import train
-
-    sys.argv = ["fairseq-train", *rest]
-    train.cli_main()
-    if not window.written:
-        print(f"busy window: training ended after {window.updates} updates, before the window's "
-              f"{a.warmup + a.timed + a.profiled}; raise --max-update", file=sys.stderr)
+    try:
+        run_in_process(a.json, a.warmup, a.timed, a.profiled, a.activity, rest)
+    except RuntimeError as e:
+        print(str(e), file=sys.stderr)
         return 3
     return 0
 

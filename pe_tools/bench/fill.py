@@ -18,9 +18,11 @@ words per second over ``--timed`` updates, then the device's busy time over ``--
 the union of its kernels', copies' and memsets' intervals over that stretch's wall time), and the peak memory.
 Ratios: words per second, time per update and peak memory to SAPE's row of the same size, split and IMPL auto; and
 each row's words per second to the same encoding's first split (the 4x goal of 32,768 x 1 over 4,096 x 8).
-Outputs are rewritten after every row; ``--resume`` and ``--time-budget`` (docs/benchmarks.md §Partial runs); a row
+``--processes one`` runs every row in the pe-bench process instead (``_busy_train.run_in_process``: fairseq's
+import and CUDA's start once, each row's peak counters reset before it). Outputs are rewritten after every row; ``--resume`` and ``--time-budget`` (docs/benchmarks.md §Partial runs); a row
 is not started when the budget left is shorter than the longest row so far.
 """
+import argparse
 import json
 import os
 import platform
@@ -107,6 +109,15 @@ def run_one(row, args, device: str, fp16: bool, work: Path) -> dict:
     fairseq = train_argv(pe, size, ns, device, fp16)
     out = work / "window.json"
     out.unlink(missing_ok=True)
+    activity = "cuda" if device == "cuda" else "cpu"
+    if args.processes == "one":  # fairseq imported and CUDA started once for all rows (each row's startup saved)
+        from ._busy_train import run_in_process
+
+        t0 = time.perf_counter()
+        record = run_in_process(out, warmup, timed, profiled, activity, fairseq)
+        return dict(record, pe=pe, impl=impl or "auto", size=size, max_tokens=max_tokens, update_freq=update_freq,
+                    split_how=how, process_s=round(time.perf_counter() - t0, 2), processes="one",
+                    command="fairseq-train " + " ".join(fairseq))
     argv = [sys.executable, "-m", "pe_tools.bench._busy_train", "--json", str(out), "--warmup", str(warmup),
             "--timed", str(timed), "--profiled", str(profiled), "--activity", "cuda" if device == "cuda" else "cpu",
             "--", *fairseq]
@@ -120,7 +131,7 @@ def run_one(row, args, device: str, fp16: bool, work: Path) -> dict:
         raise RuntimeError(f"fairseq-train failed for {pe} ({proc.returncode}):\n{proc.stdout[-4000:]}")
     record = json.loads(out.read_text())
     return dict(record, pe=pe, impl=impl or "auto", size=size, max_tokens=max_tokens, update_freq=update_freq,
-                split_how=how, process_s=round(wall, 2), command="fairseq-train " + " ".join(fairseq))
+                split_how=how, process_s=round(wall, 2), processes="fresh", command="fairseq-train " + " ".join(fairseq))
 
 
 def add_ratios(results) -> None:
@@ -191,11 +202,16 @@ def add_args(parser):
             ("--threads", 0, 0, "OMP_NUM_THREADS of each run (0: unchanged)")]
     for flag, low, default, text in ints:
         parser.add_argument(flag, type=int_at_least(low), default=default, help=f"{text} (default: {default})")
+    parser.add_argument("--processes", choices=["one", "fresh"], default="fresh",
+                        help="fresh: one fairseq-train process a row (default); one: every row in this process "
+                             "(fairseq's import and CUDA's start paid once; on a CPU each row's peak RSS is the "
+                             "process's so far)")
     parser.add_argument("--recipe", choices=recipe_names("methods") + ["none"], default="wmt14",
                         help="each encoding's flags, and auto's recipe --max-tokens, from this recipe (default: wmt14)")
     parser.add_argument("--no-share-all-embeddings", dest="share_all_embeddings", action="store_false",
                         help="the data has separate dictionaries: do not pass --share-all-embeddings")
-    parser.add_argument("--extra", nargs="+", default=[], help="more fairseq-train arguments (give it last)")
+    parser.add_argument("--extra", nargs=argparse.REMAINDER, default=[],
+                        help="more fairseq-train arguments, after everything else (give it last)")
     parser.add_argument("--out-dir", help="write fill.json, .csv and .md here (rewritten after every row)")
     parser.add_argument("--json", help="also write the JSON here (what --resume reads when given)")
     parser.set_defaults(registry=list(PE_REGISTRY))
@@ -228,7 +244,8 @@ def run(args) -> int:
     settings = dict(data=str(args.data), rows=args.rows, size=args.size, tokens_per_update=args.tokens_per_update,
                     device=device, device_name=torch.cuda.get_device_name() if device == "cuda" else "cpu", fp16=fp16,
                     warmup=args.warmup, timed=args.timed, profiled_micro_batches=args.profiled_micro_batches,
-                    recipe=args.recipe, extra=args.extra, torch=torch.__version__, cuda=torch.version.cuda,
+                    recipe=args.recipe, extra=args.extra, processes=args.processes, torch=torch.__version__,
+                    cuda=torch.version.cuda,
                     plugin_digest=plugin_digest())
     out_json = Path(args.json) if args.json else Path(args.out_dir) / "fill.json" if args.out_dir else None
     try:
