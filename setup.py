@@ -27,7 +27,7 @@ setup(
         "pe-generate = pe_tools.recipes.launch:generate_main",
         "pe-record = pe_tools.recipes.launch:record_main",
         "pe-report = pe_tools.recipes.launch:report_main",
-        "pe-queue = pe_tools.recipes.queue:main",
+        "pe-queue = pe_tools.recipes.queue_cli:main",
         "pe-evaluate = pe_tools.scoring.cli:main",
         "pe-average = pe_tools.average:main",
         "pe-probe = pe_tools.probe:main",

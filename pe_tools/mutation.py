@@ -90,9 +90,12 @@ TEST_MAP: Dict[str, Optional[List[str]]] = {
     "pe_tools/recipes/generate.py": ["tests/test_recipes.py"],
     "pe_tools/recipes/launch.py": ["tests/test_recipes.py"],
     "pe_tools/recipes/queue.py": ["tests/test_queue.py"],
+    "pe_tools/recipes/queue_cli.py": ["tests/test_queue.py"],
     "pe_tools/recipes/results.py": ["tests/test_results.py"],
     "pe_tools/recipes/train.py": ["tests/test_recipes.py", "tests/test_batching.py"],
     "pe_tools/recipes/slurm.py": ["tests/test_slurm.py"],
+    "pe_tools/recipes/srun.py": ["tests/test_slurm.py"],
+    "pe_tools/recipes/training_log.py": ["tests/test_training_log.py", "tests/test_results.py"],
 }
 NOT_RUN = {"pe_plugin/encodings/shaw_triton.py": "Triton kernels: their tests need a GPU (skipped on CPU)"}
 

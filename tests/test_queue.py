@@ -3,7 +3,6 @@ SIGKILL in the middle of a training and restarted with the same command that rec
 queue records."""
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -14,7 +13,7 @@ import pytest
 
 from pe_testing import REPO, SAFE_ENV
 
-from pe_tools.recipes import queue, training_log
+from pe_tools.recipes import queue, queue_cli, training_log
 
 RUNS = ("sape", "rope", "t5")
 MAX_UPDATE = 12
@@ -52,7 +51,7 @@ def queue_file(tmp_path: Path, table: Path, name: str) -> Path:
 def start(q: Path, code_root: Path) -> subprocess.Popen:
     """pe-queue run, started from the checkout (whose working tree must not be what the runs import)."""
     env = dict(SAFE_ENV, PE_QUEUE_CODE_ROOT=str(code_root), OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
-    return subprocess.Popen([sys.executable, "-m", "pe_tools.recipes.queue", "run", str(q), "-j", "2"],
+    return subprocess.Popen([sys.executable, "-m", "pe_tools.recipes.queue_cli", "run", str(q), "-j", "2"],
                             cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
@@ -106,7 +105,7 @@ def test_killed_queue_records_what_an_uninterrupted_one_records(data_bin, tmp_pa
     assert "left by an earlier queue" in out  # the orphaned trainings were ended, not trained beside
     assert recorded(cut) == reference
     assert not list(cut.parent.rglob("*.tmp*"))
-    status = subprocess.run([sys.executable, "-m", "pe_tools.recipes.queue", "status", str(cut)], env=SAFE_ENV,
+    status = subprocess.run([sys.executable, "-m", "pe_tools.recipes.queue_cli", "status", str(cut)], env=SAFE_ENV,
                             capture_output=True, text=True, cwd=cut.parent)
     assert status.returncode == 0
     rows = status.stdout.splitlines()
@@ -201,7 +200,7 @@ def test_bad_lines_are_refused_before_anything_starts(line, words, data_bin, tmp
     q = tmp_path / "q.txt"
     good = f"multi30k sape en-de annealed 1 data={data_bin} runs-dir={tmp_path / 'runs'}"
     q.write_text(f"{good}\n\n# comment\n{line.format(missing=tmp_path / 'missing')}\n")
-    assert queue.main(["run", str(q), "--code", str(tmp_path)]) == 2
+    assert queue_cli.main(["run", str(q), "--code", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: {q}:4: ") and all(w in err for w in words), err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["q.txt"]  # nothing written, nothing started
@@ -220,7 +219,7 @@ def test_check_names_every_bad_line_and_both_sides_dictionaries(tmp_path, capsys
                  f"multi30k sape en-de annealed one data={data}\n"    # a bad seed
                  f"multi30k t5 en-fr annealed 1 data={data}\n")       # no dict.fr.txt again
     before = sorted(p.name for p in tmp_path.rglob("*"))
-    assert queue.main(["check", str(q)]) == 2
+    assert queue_cli.main(["check", str(q)]) == 2
     err = capsys.readouterr().err
     lines = err.strip().split("\n")
     assert [line.removeprefix("error: ").split(": ")[0] for line in lines[:3]] == [f"{q}:{n}" for n in (2, 3, 4)], err

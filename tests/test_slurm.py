@@ -17,7 +17,7 @@ import pytest
 import pe_slurm
 import test_queue
 from pe_testing import REPO, SAFE_ENV
-from pe_tools.recipes import queue
+from pe_tools.recipes import queue, queue_cli
 from pe_tools.recipes.results import SEGMENT_START
 
 
@@ -64,7 +64,7 @@ def env_of(cluster) -> dict:
 
 
 def pe_queue(args, cwd: Path, env: dict, timeout: float = 900) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pe_tools.recipes.queue", *map(str, args)], cwd=cwd, env=env,
+    return subprocess.run([sys.executable, "-m", "pe_tools.recipes.queue_cli", *map(str, args)], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -228,7 +228,7 @@ def tiny_queue(data_bin, tmp_path):
 
 def refused(q: Path, args, capsys, *words) -> str:
     """pe-queue run Q --slurm ARGS fails with an error holding ``words``, and submits nothing."""
-    assert queue.main(["run", str(q), "--slurm", *args]) == 2
+    assert queue_cli.main(["run", str(q), "--slurm", *args]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and all(w in err for w in words), err
     assert not q.with_name(q.name + ".slurm").exists()
@@ -269,14 +269,14 @@ def test_bad_input_is_refused_before_anything_is_submitted(case, slurm, tiny_que
 
 def test_slurm_options_need_slurm_and_dry_run_prints_quoted_scripts(tiny_queue, tmp_path, capsys):
     q = tiny_queue()
-    assert queue.main(["run", str(q), "--partition", "x"]) == 2
+    assert queue_cli.main(["run", str(q), "--partition", "x"]) == 2
     assert "--partition is an option of pe-queue run --slurm" in capsys.readouterr().err
     weird = tmp_path / "a b;c'd"
     weird.mkdir()
     q2 = weird / "queue.txt"
     q2.write_text(q.read_text().replace(f"runs-dir={tmp_path / 'runs'}", shlex.quote(f"runs-dir={weird / 'r'}")))
     code = code_copy(tmp_path)
-    assert queue.main(["run", str(q2), "--slurm", "--dry-run", "--code", str(code), "--time", "1:00:00",
+    assert queue_cli.main(["run", str(q2), "--slurm", "--dry-run", "--code", str(code), "--time", "1:00:00",
                        "--sbatch=--qos=low prio"]) == 0
     out, err = capsys.readouterr()
     script = out.split("\n", 1)[1]
@@ -299,7 +299,7 @@ def test_check_without_data_checks_the_paper_queue_files(tmp_path, capsys):
     --no-data); without --no-data the missing data is named."""
     for name, runs in (("queue_table1.txt", 14), ("queue_table2.txt", 6)):
         q = REPO / "examples" / "wmt14" / name
-        assert queue.main(["check", str(q), "--no-data"]) == 0
+        assert queue_cli.main(["check", str(q), "--no-data"]) == 0
         assert capsys.readouterr().out.strip() == f"{q}: {runs} runs, all valid"
         parsed = queue.parse_queue(q, data=False)
         assert {r.size for r in parsed} == {"base" if "1" in name else "big"}

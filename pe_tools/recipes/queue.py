@@ -25,8 +25,6 @@ copy made beforehand; its COMMIT file names the commit). Changes to the working 
 reach its runs. The commit goes into each run's command.json, and a run begun by other code is refused, not
 resumed: a run's recorded commit is the code that trained all of it.
 """
-import argparse
-import fcntl
 import json
 import os
 import shlex
@@ -43,7 +41,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from ..checkpoint_files import numbered_checkpoints
-from ..common import fail, int_at_least, write_atomic
+from ..common import write_atomic
 from . import is_recipe, load_table, recipe_names, results, training_log
 from .train import check_pair, data_dir, size_entry
 
@@ -419,68 +417,3 @@ def status_table(runs: List[Run], extra: Optional[Dict[str, List[str]]] = None) 
                      *(values[len(rows) - 1] for values in extra.values())))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
-
-
-# -------------------------------------------------------------------------------------------- command line
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="pe-queue", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="cmd", required=True)
-    r = sub.add_parser("run", help="train, decode and record every run of the queue (resumes)")
-    r.add_argument("queue", type=Path)
-    r.add_argument("-j", "--jobs", type=int_at_least(1), default=os.cpu_count() or 1,
-                   help="runs at a time (default: one per CPU core; on a GPU, as many as fit)")
-    r.add_argument("--threads", type=int_at_least(1), default=1, help="torch threads per run (default: 1)")
-    code = r.add_mutually_exclusive_group()
-    code.add_argument("--pin", default="HEAD", metavar="REV", help="train from this commit of the checkout pe-queue "
-                                                                  f"runs from ({CHECKOUT}; default: HEAD)")
-    code.add_argument("--code", type=Path, metavar="DIR", help="train from this copy of the code (its COMMIT file "
-                                                               "names the commit)")
-    from . import slurm  # pe-queue run --slurm, status's SLURM columns, cancel
-
-    slurm.add_run_arguments(r)
-    slurm.add_commands(sub)
-    for name in ("status", "check"):
-        s = sub.add_parser(name, help={"status": "one row per run: updates, validation loss, time per update, "
-                                                 "estimated finish, recorded",
-                                       "check": "check the queue file and stop"}[name])
-        s.add_argument("queue", type=Path)
-        if name == "check":
-            s.add_argument("--no-data", action="store_true", help="check everything but the prepared data (a queue "
-                                                                  "file written before the data, e.g. on a login node)")
-    a = p.parse_args(argv)
-    if a.cmd == "cancel":
-        return slurm.cancel(a.queue)
-    if a.cmd == "run" and not a.slurm and (bad := slurm.slurm_only(a)):
-        return fail(f"{bad} is an option of pe-queue run --slurm; add --slurm, or leave it out to run here")
-    try:
-        runs = parse_queue(a.queue, data=not getattr(a, "no_data", False))
-    except QueueError as e:
-        return fail(str(e))
-    if a.cmd == "check":
-        print(f"{a.queue}: {len(runs)} runs, all valid")
-        return 0
-    if a.cmd == "status":
-        print(status_table(runs, slurm.status_columns(a.queue, runs)))
-        return 0
-    if a.slurm:
-        return slurm.submit(a, runs, a.queue)
-    try:
-        code = a.code if a.code else pin_code(a.pin, CHECKOUT)
-    except QueueError as e:
-        return fail(str(e))
-    if not (Path(code) / "pe_tools" / "recipes" / "launch.py").is_file():
-        return fail(f"--code {code}: no pe_tools/recipes/launch.py there; give a copy of the project")
-    lock = open(a.queue.with_name(a.queue.name + ".lock"), "w")
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return fail(f"another pe-queue runs {a.queue} (it holds {lock.name}); pe-queue status {a.queue} shows it")
-    queue = Queue(a.queue, runs, Path(code).resolve(), a.jobs, a.threads)
-    print(f"[queue] {len(runs)} runs, {a.jobs} at a time, code {queue.commit} ({queue.code})", flush=True)
-    signal.signal(signal.SIGTERM, queue.stop)
-    return queue.run()
-
-
-if __name__ == "__main__":
-    sys.exit(main())

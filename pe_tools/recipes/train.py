@@ -3,7 +3,6 @@ RUNS/METHOD.PAIR.SIZE.seedN (checkpoints, train.log with all output, the resolve
 command.json); re-running the same command resumes from its checkpoint_last.pt."""
 import difflib
 import json
-import os
 import shlex
 import sys
 from pathlib import Path
@@ -12,7 +11,7 @@ from typing import Dict, List, Tuple
 from ..common import cpu_fp16_problem, fail, foreign_user_dir, plugin_dir, write_atomic
 from ..naming import arch_name
 from ..process import tee
-from . import batching, is_recipe, load_table, recipe_names, results, table_pairs
+from . import batching, is_recipe, load_table, recipe_names, results, srun, table_pairs
 
 
 def data_dir(table, recipe: str, pair: str) -> Path:
@@ -185,12 +184,10 @@ def train(a) -> int:
               f"checkpoint_last.pt saved); nothing to do. Decode it with pe-generate {run_dir}", flush=True)
         return 0
     launch = cmd
-    if a.gpus > 1 and os.environ.get("SLURM_JOB_ID"):  # in a SLURM job: one srun task per rank
-        from .slurm import SlurmError, srun_command
-
+    if a.gpus > 1 and srun.in_allocation():  # in a SLURM job: one srun task per rank
         try:
-            launch = srun_command(cmd, a.gpus)
-        except SlurmError as e:
+            launch = srun.srun_command(cmd, a.gpus)
+        except srun.SlurmError as e:
             return fail(str(e))
         print(f"[train] {a.gpus} ranks under SLURM: {shlex.join(launch[:launch.index(sys.executable)])} ...",
               flush=True)

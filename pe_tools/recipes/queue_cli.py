@@ -1,0 +1,74 @@
+"""pe-queue, the command: a queue file run here (pe_tools/recipes/queue.py) or on SLURM (pe_tools/recipes/slurm.py),
+its status, its check and, on SLURM, its cancellation. ``pe-queue --help`` prints the queue's documentation."""
+import argparse
+import fcntl
+import os
+import signal
+import sys
+from pathlib import Path
+
+from ..common import fail, int_at_least
+from . import queue as local, slurm
+from .queue import CHECKOUT, Queue, QueueError, parse_queue, pin_code, status_table
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="pe-queue", description=local.__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="train, decode and record every run of the queue (resumes)")
+    r.add_argument("queue", type=Path)
+    r.add_argument("-j", "--jobs", type=int_at_least(1), default=os.cpu_count() or 1,
+                   help="runs at a time (default: one per CPU core; on a GPU, as many as fit)")
+    r.add_argument("--threads", type=int_at_least(1), default=1, help="torch threads per run (default: 1)")
+    code = r.add_mutually_exclusive_group()
+    code.add_argument("--pin", default="HEAD", metavar="REV", help="train from this commit of the checkout pe-queue "
+                                                                  f"runs from ({CHECKOUT}; default: HEAD)")
+    code.add_argument("--code", type=Path, metavar="DIR", help="train from this copy of the code (its COMMIT file "
+                                                               "names the commit)")
+    slurm.add_run_arguments(r)
+    slurm.add_commands(sub)
+    for name in ("status", "check"):
+        s = sub.add_parser(name, help={"status": "one row per run: updates, validation loss, time per update, "
+                                                 "estimated finish, recorded",
+                                       "check": "check the queue file and stop"}[name])
+        s.add_argument("queue", type=Path)
+        if name == "check":
+            s.add_argument("--no-data", action="store_true", help="check everything but the prepared data (a queue "
+                                                                  "file written before the data, e.g. on a login node)")
+    a = p.parse_args(argv)
+    if a.cmd == "cancel":
+        return slurm.cancel(a.queue)
+    if a.cmd == "run" and not a.slurm and (bad := slurm.slurm_only(a)):
+        return fail(f"{bad} is an option of pe-queue run --slurm; add --slurm, or leave it out to run here")
+    try:
+        runs = parse_queue(a.queue, data=not getattr(a, "no_data", False))
+    except QueueError as e:
+        return fail(str(e))
+    if a.cmd == "check":
+        print(f"{a.queue}: {len(runs)} runs, all valid")
+        return 0
+    if a.cmd == "status":
+        print(status_table(runs, slurm.status_columns(a.queue, runs)))
+        return 0
+    if a.slurm:
+        return slurm.submit(a, runs, a.queue)
+    try:
+        code = a.code if a.code else pin_code(a.pin, CHECKOUT)
+    except QueueError as e:
+        return fail(str(e))
+    if not (Path(code) / "pe_tools" / "recipes" / "launch.py").is_file():
+        return fail(f"--code {code}: no pe_tools/recipes/launch.py there; give a copy of the project")
+    lock = open(a.queue.with_name(a.queue.name + ".lock"), "w")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return fail(f"another pe-queue runs {a.queue} (it holds {lock.name}); pe-queue status {a.queue} shows it")
+    queue = Queue(a.queue, runs, Path(code).resolve(), a.jobs, a.threads)
+    print(f"[queue] {len(runs)} runs, {a.jobs} at a time, code {queue.commit} ({queue.code})", flush=True)
+    signal.signal(signal.SIGTERM, queue.stop)
+    return queue.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
