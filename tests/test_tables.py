@@ -513,7 +513,7 @@ def test_recorded_report_is_what_pe_report_makes(results, report, tmp_path):
 @pytest.mark.slow
 @pytest.mark.needs_multi30k
 def test_recorded_annealed_report_is_what_pe_report_makes(tmp_path):
-    """The README's headline tables (examples/multi30k/report_annealed/, docs/results.md §Trained models): pe-report
+    """The README's headline tables (examples/multi30k/report_annealed/, docs/results.md#trained-models-the-annealed-setting): pe-report
     --size annealed of the recorded runs, for the averaged and the last checkpoint, and the budget check (SAPE's
     6,000 against 3,000 updates, pe-evaluate on the two runs). The validation curves come from the training logs,
     not from the translations: not re-made here."""

@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 
 NAME = "gpu-window"
-HELP = "issue 40's GPU window: fill the GPU (splits, every encoding at the chosen split, Triton), then models"
+HELP = "one GPU session's measurements in order: fill the GPU (splits, every encoding at the chosen split, Triton), then models"
 RESERVE = 15  # seconds kept back at the end: packing the outputs
 BENCH = [sys.executable, "-m", "pe_tools.bench.cli"]  # how a step runs pe-bench (the tests put a fake here)
 PROBE = [sys.executable, "-c", "import torch, fairseq, platform, json; print(json.dumps(dict(python=platform."

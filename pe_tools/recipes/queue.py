@@ -3,8 +3,11 @@ average of the last checkpoints and the last checkpoint alone, pe-generate) and 
 reached its last update; up to ``-j`` runs at a time.
 
     pe-queue run QUEUE [-j N] [--threads 1] [--pin REV | --code DIR]
+    pe-queue run QUEUE --slurm [--partition P] [--account A] [--time LIMIT] [--gpus N] [--cpus N] [--nodes N]
+                               [--sbatch ARG] [--signal-seconds S] [--dry-run]     (docs/cluster.md)
     pe-queue status QUEUE
-    pe-queue check QUEUE
+    pe-queue check QUEUE [--no-data]
+    pe-queue cancel QUEUE
 
 QUEUE is a plain text file, one run a line: ``RECIPE METHOD PAIR SIZE SEED`` and optionally ``data=DIR``,
 ``runs-dir=DIR`` and ``into=DIR`` (pe-train's --data and --runs-dir, pe-record's --into); ``#`` starts a comment.
