@@ -3,18 +3,20 @@
 # `make length` trains every encoding on short sentences and scores them on longer ones (length_out/, docs/length.md).
 VENV ?= .venv
 PY := $(VENV)/bin/python
-# test processes (pytest-xdist); each test file runs in one of them, so its module fixtures are built once
+# test processes (pytest-xdist); each test file runs in one of them, so its module fixtures are built once;
+# one torch thread each, so that two processes do not fight over two cores
 WORKERS ?= 2
+TEST_THREADS ?= 1
 
 .PHONY: setup test test-fast demo length clean
 setup:
 	bash scripts/setup_env.sh
 
 test: setup
-	$(PY) -m pytest -q -n $(WORKERS) --dist loadfile tests
+	OMP_NUM_THREADS=$(TEST_THREADS) $(PY) -m pytest -q -n $(WORKERS) --dist loadfile tests
 
 test-fast: setup
-	$(PY) -m pytest -q -n $(WORKERS) --dist loadfile -m "not slow" tests
+	OMP_NUM_THREADS=$(TEST_THREADS) $(PY) -m pytest -q -n $(WORKERS) --dist loadfile -m "not slow" tests
 
 demo: setup
 	$(PY) scripts/demo.py
