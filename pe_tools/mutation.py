@@ -20,8 +20,10 @@ resumes where it stopped: a mutant is keyed by its file's content, its place and
 gives the kill rate per module and every survivor, with the reason it is equivalent where ``equivalent.json``
 explains it (keys: ``path|line text|change``, so they survive edits elsewhere in the file).
 """
+import argparse
 import ast
 import copy
+import fnmatch
 import hashlib
 import json
 import os
@@ -438,3 +440,52 @@ def _eq_key(rec: dict) -> str:
 
 def all_modules(root: Path = REPO) -> List[str]:
     return sorted(str(p.relative_to(root)) for pkg in PACKAGES for p in (root / pkg).glob("*.py"))
+
+
+def main(argv=None) -> int:
+    """``scripts/mutation_check.py``: the command line of the check (its usage is in docs/testing.md)."""
+    ap = argparse.ArgumentParser(description="Plant small bugs one at a time in a copy of the repository and run the "
+                                             "tests that cover each module (docs/testing.md).")
+    ap.add_argument("--modules", nargs="*", default=None,
+                    help="modules to mutate: paths or globs relative to the repository (default: all four packages)")
+    ap.add_argument("--max-per-module", type=int, default=None, help="a reproducible sample of at most N mutants each")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the sample")
+    ap.add_argument("--timeout", type=float, default=None,
+                    help="seconds per mutant (default: 3x the unmutated tests' time, at least 60)")
+    ap.add_argument("--commit", default="HEAD", help="the commit copied and mutated (the working tree never is)")
+    ap.add_argument("--out", type=Path, default=REPO / "examples" / "mutation",
+                    help="results.jsonl (appended, resumable), summary.md, and equivalent.json (read)")
+    ap.add_argument("--rerun-survivors", action="store_true", help="run the recorded survivors again (new tests)")
+    ap.add_argument("--list", action="store_true", help="print the mutants that would run, and stop")
+    ap.add_argument("--summary-only", action="store_true", help="only rewrite summary.md from results.jsonl")
+    args = ap.parse_args(argv)
+
+    every = all_modules()
+    modules = every if not args.modules else list(dict.fromkeys(  # in the order the patterns are given
+        m for pat in args.modules for m in every
+        if fnmatch.fnmatch(m, pat) or m.startswith(pat.rstrip("/") + "/") or m == pat))
+    if args.modules and not modules:
+        ap.error(f"no module matches {args.modules}")
+    if args.list:
+        for module in modules:
+            for m in sample(generate(REPO / module), args.max_per_module, args.seed):
+                print(f"{module}:{m.line} {m.kind}: {m.change}")
+        return 0
+    if not args.summary_only:
+        run_check(modules, args.out, args.max_per_module, args.seed, args.timeout, commit=args.commit,
+                           rerun_survivors=args.rerun_survivors, log=lambda s: print(s, flush=True))
+    eq_path = args.out / "equivalent.json"
+    equivalent = json.loads(eq_path.read_text()) if eq_path.is_file() else {}
+    rows, text = summarize(load_results(args.out / "results.jsonl"), equivalent)
+    (args.out / "summary.md").write_text(
+        "# Mutation check\n\nWritten by `scripts/mutation_check.py` (docs/testing.md): each row counts the mutants run "
+        "in that module, one planted change at a time, against the tests `pe_tools/mutation.TEST_MAP` names for it.\n\n"
+        + text)
+    for r in rows:
+        print(f"{r['module']:45s} {r['killed']:3d}/{r['mutants']:3d} killed  {100 * r['kill_rate']:5.1f}%  "
+              f"survived {r['survived']} (equivalent {r['equivalent']})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

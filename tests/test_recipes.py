@@ -2,6 +2,7 @@
 generate.sh) end to end on the tiny corpus, and the multi-process path (two gloo ranks on CPU equal one
 process with twice the update frequency)."""
 import json
+import logging
 import os
 import re
 import socket
@@ -337,6 +338,10 @@ def _drive(jobs_file: str) -> int:
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
     from fairseq_cli import train
 
+    # fairseq-train's own log format (its basicConfig at import is a no-op once anything has logged), so that the
+    # lines read like a train.log
+    logging.basicConfig(format="%(asctime)s | %(levelname)s | %(name)s | %(message)s", datefmt="%Y-%m-%d %H:%M:%S",
+                        level=logging.INFO, stream=sys.stdout, force=True)
     for method, argv in json.loads(open(jobs_file).read()).items():
         print(f"@@ method {method}", flush=True)
         args = options.parse_args_and_arch(options.get_training_parser(), argv)
