@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Sequence
 
-from ..common import to_jsonable
+from ..common import csv_text, dumps_json, to_jsonable, write_all_atomic
 
 PROGRAM = "pe-bench"
 
@@ -175,6 +175,28 @@ class Progress:
         if "--resume" not in argv:  # right after the benchmark's name: a trailing REMAINDER flag (--extra) would eat it
             argv.insert(1 if argv and not argv[0].startswith("-") else 0, "--resume")
         return shlex.join([PROGRAM, *argv])
+
+    def writer(self, args, settings: Dict, started: float, report: Callable, stem: str, title: str,
+               csv_skip: Iterable[str] = ()) -> Callable[[bool], None]:
+        """The ``write(complete)`` of a benchmark whose ``report()`` returns (result rows, markdown): STEM.json (its
+        settings with the seconds so far, the rows and this progress), STEM.csv and STEM.md under ``--out-dir``, and
+        the JSON alone at ``--json``, all replaced together."""
+        def write(complete: bool) -> None:
+            results, text = report()
+            payload = dumps_json({"settings": dict(settings, seconds=round(time.time() - started, 1)),
+                                  "complete": complete, "results": results, **self.json_fields()})
+            files = {}
+            if args.out_dir:
+                out = Path(args.out_dir)
+                files.update({out / f"{stem}.json": payload,
+                              out / f"{stem}.csv": csv_text(results, skip=set(csv_skip)) if results else "",
+                              out / f"{stem}.md": f"# {title}" + ("" if complete else " (PARTIAL)") + "\n\n" + text})
+            if args.json:
+                files[Path(args.json)] = payload
+            if files:
+                write_all_atomic(files)
+
+        return write
 
     def finish(self) -> None:
         """Write the outputs once more (settings may have changed) and, when keys are left, say which and how to

@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-from ..common import csv_text, dumps_json, fail, int_at_least, plugin_digest, write_all_atomic
+from ..common import fail, int_at_least, plugin_digest
 from ..naming import BASELINE, SUFFIX_OF_CLASS as SIZES
 from ..recipes import batching, load_table, recipe_names
 from ._progress import Progress, ResumeError, add_args as add_progress_args, resolve_device
@@ -279,23 +279,8 @@ def run(args) -> int:
                 + markdown_table(headers, table) + "\n\n" + "\n".join(goal_lines(results, activity)) + "\n")
         return results, text
 
-    def write(complete):
-        results, text = report()
-        payload = dumps_json({"settings": dict(settings, seconds=round(time.time() - started, 1)),
-                              "complete": complete, "results": results, **progress.json_fields()})
-        files = {}
-        if args.out_dir:
-            out = Path(args.out_dir)
-            files.update({out / "fill.json": payload,
-                          out / "fill.csv": csv_text(results, skip={"top_kernels"}) if results else "",
-                          out / "fill.md": "# Filling the GPU: fairseq-train at splits of one tokens-per-update"
-                                           + ("" if complete else " (PARTIAL)") + "\n\n" + text})
-        if args.json:
-            files[Path(args.json)] = payload
-        if files:
-            write_all_atomic(files)
-
-    progress.write = write
+    progress.write = progress.writer(args, settings, started, report, "fill",
+                                     "Filling the GPU: fairseq-train at splits of one tokens-per-update", {"top_kernels"})
     longest = 0.0
     with tempfile.TemporaryDirectory() as work:
         for row, key in zip(rows, keys):

@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..common import csv_text, dumps_json, fail, int_at_least, write_all_atomic
+from ..common import fail, int_at_least
 from ..naming import BASELINE, SUFFIX_OF_CLASS as SIZES
 from ..recipes import recipe_names
 from ._progress import Progress, ResumeError, add_args as add_progress_args, resolve_device
@@ -179,23 +179,8 @@ def run(args) -> int:
                 f"\n\n" + markdown_table(headers, rows) + "\n")
         return results, text
 
-    def write(complete):
-        results, text = report()
-        s = dict(settings, seconds=round(time.time() - started, 1))
-        payload = dumps_json({"settings": s, "complete": complete, "results": results, **progress.json_fields()})
-        files = {}
-        if args.out_dir:
-            out = Path(args.out_dir)
-            files.update({out / "train_speed.json": payload,
-                          out / "train_speed.csv": csv_text(results, skip={"wps_rounds"}) if results else "",
-                          out / "train_speed.md": "# Training speed: fairseq-train words per second"
-                                                  + ("" if complete else " (PARTIAL)") + "\n\n" + text})
-        if args.json:
-            files[Path(args.json)] = payload
-        if files:
-            write_all_atomic(files)
-
-    progress.write = write
+    progress.write = progress.writer(args, settings, started, report, "train_speed",
+                                     "Training speed: fairseq-train words per second", {"wps_rounds"})
     for size, pe, k in progress.missing():
         print(f"[train-speed round {k}/{args.rounds}] {size} {pe}", file=sys.stderr, flush=True)
         progress.add((size, pe, k), run_one(pe, size, args, device, fp16))
