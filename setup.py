@@ -34,6 +34,6 @@ setup(
         "pe-swap-probe = pe_tools.swap_probe:main",
         "pe-bench = pe_tools.bench.cli:main",
         "pe-demo = pe_tools.demo:main",
-        "pe-length = pe_tools.length:main",
+        "pe-length = pe_tools.length_experiment:main",
     ]},
 )

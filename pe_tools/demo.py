@@ -20,7 +20,7 @@
 Every step is skipped when its output is complete, so an interrupted demo resumes where it stopped.
 
 ``Pipeline`` (corpus -> prepare -> train and decode, resumable, ``--jobs`` at a time within a time budget, with
-progress lines) and ``add_pipeline_args`` are shared with ``pe_tools.length`` (pe-length).
+progress lines) and ``add_pipeline_args`` are shared with ``pe_tools.length_experiment`` (pe-length).
 Every step runs the installed modules (``python -m pe_tools...``): no checkout is needed.
 """
 import argparse

@@ -80,7 +80,7 @@ TEST_MAP: Dict[str, Optional[List[str]]] = {
     "pe_tools/scoring/cli.py": _SCORING,
     "pe_tools/scoring/generate_output.py": _SCORING,
     "pe_tools/scoring/inputs.py": _SCORING,
-    "pe_tools/scoring/length.py": _SCORING + ["tests/test_benchmark_partial.py"],
+    "pe_tools/scoring/length_buckets.py": _SCORING + ["tests/test_benchmark_partial.py"],
     "pe_tools/scoring/metrics.py": _SCORING,
     "pe_tools/scoring/ngram.py": _SCORING,
     "pe_tools/scoring/report.py": _SCORING,

@@ -62,7 +62,7 @@ CONSOLE_SCRIPTS = {"pe-prepare": ["pe_tools.data.cli"], "pe-train": ["pe_tools.r
                    "pe-report": ["pe_tools.recipes.launch", "report"], "pe-evaluate": ["pe_tools.scoring.cli"],
                    "pe-average": ["pe_tools.average"], "pe-probe": ["pe_tools.probe"],
                    "pe-swap-probe": ["pe_tools.swap_probe"], "pe-bench": ["pe_tools.bench.cli"],
-                   "pe-demo": ["pe_tools.demo"], "pe-length": ["pe_tools.length"],
+                   "pe-demo": ["pe_tools.demo"], "pe-length": ["pe_tools.length_experiment"],
                    "pe-queue": ["pe_tools.recipes.queue_cli"]}
 
 

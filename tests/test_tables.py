@@ -534,7 +534,7 @@ def test_recorded_annealed_report_is_what_pe_report_makes(tmp_path):
 
 def test_the_long_split_lengths_in_the_text(monkeypatch):
     """docs/length.md states the words of the long split that pe-length writes with its default arguments."""
-    from pe_tools import length
+    from pe_tools import length_experiment as length
     from pe_tools.synthetic import grammar
 
     seen = {}

@@ -56,7 +56,7 @@ from typing import Any, Dict, Optional, Sequence
 
 from ..common import csv_text, dumps_json, write_all_atomic
 from .inputs import InputError, Inputs, load_inputs
-from .length import check_length_options, length_rows, plot_length_buckets, render_length_markdown, score_length_buckets
+from .length_buckets import check_length_options, length_rows, plot_length_buckets, render_length_markdown, score_length_buckets
 from .ngram import ngram_gaps, plot_ngram_gaps
 from .report import build_report, render_markdown, run_rows, table_rows
 from .significance import DEFAULT_SEED, TEST_NAMES, score_systems
