@@ -26,7 +26,8 @@ QUOTED = {"0.354": "Wang et al.'s monotonicity (OPR), Table 7", "0.084": "Wang e
           "0.0214": "Wang et al.'s translation invariance (AIV)", "0.8074": "Wang et al.'s direction balance",
           "0.0002": "Wang et al.'s symmetry (SD)", "0.16": "Chen et al.'s BERT-like locality",
           "0.17": "Chen et al.'s BERT-like locality", "0.162": "Chen et al.'s BERT locality (Table 3, 16.2%)",
-          "0.879": "Chen et al.'s BERT symmetry (Table 3, 87.9%)"}
+          "0.879": "Chen et al.'s BERT symmetry (Table 3, 87.9%)",
+          "0.54": "Wang et al.'s OPR of their model without positions"}
 # a figure: two to four decimals (also before a full stop), or a percentage with one
 FIGURE = re.compile(r"(?<![\w.])[+-]?\d+\.\d{2,4}(?![\w]|\.\d)|(?<![\w.])\d+\.\d%")
 
@@ -261,6 +262,63 @@ def test_each_figure_of_the_section_is_the_value_it_states(rows):
                 wrong.append((figure, how, args[0](rows)))
         elif as_written(figure, stated(rows, how, *args)) != figure:
             wrong.append((figure, how, *args, as_written(figure, stated(rows, how, *args))))
+    assert not wrong, f"figures that are not the value they state: {wrong}"
+
+
+# The figures of docs/analysis.md outside that section (its definitions), in order: a paper's figure ("quoted"), or
+# what pe_plugin/analysis/indicators.py computes for the map the sentence names, as rounded.
+def _indicators():
+    from pe_plugin.analysis import indicators
+
+    return indicators
+
+
+def _uniform_map_locality(n: int) -> float:
+    """§Locality: the uniform map's Locality at L = n, computed by the indicator itself (not the text's closed form)."""
+    import numpy as np
+
+    return _indicators().locality(np.full((n, n), 1.0 / n))
+
+
+def _sym_code_of_symmetric_map(noise: float) -> float:
+    """§Symmetry: Sym_code of a symmetric attenuated map (L = 128, w = 0.05) with uniform noise of this size."""
+    import numpy as np
+
+    ind = _indicators()
+    A = ind.attenuated_map(128, 0.05, 1.0)
+    return ind.symmetry_code(A + noise * np.random.default_rng(0).random(A.shape))
+
+
+def _w_of_a_bert_like_map() -> float:
+    """§Attenuated map: the w of its table whose symmetric (s = 1) map at L = 128 is nearest the BERT-like 0.17."""
+    ind = _indicators()
+    return min((0.005, 0.01, 0.02, 0.05, 0.1, 0.5), key=lambda w: abs(ind.locality(ind.attenuated_map(128, w)) - 0.17))
+
+
+NOTE_FIGURES = [
+    ("0.090", lambda: _uniform_map_locality(32)), ("0.023", lambda: _uniform_map_locality(128)), ("0.16", "quoted"),
+    ("0.17", "quoted"), ("1.000", lambda: _sym_code_of_symmetric_map(0.0)),
+    ("0.618", lambda: _sym_code_of_symmetric_map(1e-9)),
+    ("0.54", "quoted"), ("0.8074", "quoted"), ("0.354", "quoted"), ("0.084", "quoted"), ("0.0214", "quoted"),
+    ("0.0002", "quoted"), ("0.8074", "quoted"), ("0.17", "quoted"), ("0.01", _w_of_a_bert_like_map),
+]
+
+
+def note_figures() -> list:
+    """The figures of docs/analysis.md's prose outside the section (tables, code and inline code left out)."""
+    text = DOC.read_text(encoding="utf-8").replace(section(), "")
+    prose = re.sub(r"```.*?```", "", text, flags=re.S)
+    prose = "\n".join(line for line in prose.split("\n") if not line.startswith("|"))
+    return FIGURE.findall(re.sub(r"`[^`]*`", "", prose))
+
+
+def test_each_figure_of_the_definitions_is_the_value_it_states():
+    """The rest of docs/analysis.md: every figure, in order, is in NOTE_FIGURES, a paper's figure has its source
+    and every other is what the indicators compute for the map its sentence names."""
+    assert note_figures() == [f for f, _ in NOTE_FIGURES]
+    unquoted = [f for f, how in NOTE_FIGURES if how == "quoted" and f not in QUOTED]
+    assert not unquoted, f"quoted figures without a source in QUOTED: {unquoted}"
+    wrong = [(f, as_written(f, how())) for f, how in NOTE_FIGURES if how != "quoted" and as_written(f, how()) != f]
     assert not wrong, f"figures that are not the value they state: {wrong}"
 
 
