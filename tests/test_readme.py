@@ -8,6 +8,7 @@ import inspect
 import io
 import os
 import re
+import runpy
 import shlex
 import subprocess
 import sys
@@ -119,17 +120,32 @@ def readme_commands(blocks=None):
 
 
 def help_text(prog: str) -> str:
+    """What `python -m MODULE ... --help` (or `python SCRIPT ... --help`) prints, run in this interpreter: the
+    module or script executed as __main__ by runpy, as the interpreter's -m would (no new interpreter importing
+    torch and fairseq for each program; the console scripts' entry points are run in test_install)."""
     if prog.split()[0] in CONSOLE_SCRIPTS:
-        argv = ["-m", *CONSOLE_SCRIPTS[prog.split()[0]], *prog.split()[1:]]
-    elif prog in WRAPPERS:
-        argv = [str(REPO / WRAPPERS[prog][0]), *WRAPPERS[prog][1:]]
-    elif prog.startswith("scripts/"):
-        argv = [str(REPO / prog.split()[0]), *prog.split()[1:]]
+        module, *args = [*CONSOLE_SCRIPTS[prog.split()[0]], *prog.split()[1:]]
+        target = lambda: runpy.run_module(module, run_name="__main__", alter_sys=True)  # noqa: E731
+    elif prog in WRAPPERS or prog.startswith("scripts/"):
+        script, *args = WRAPPERS[prog] if prog in WRAPPERS else prog.split()
+        target = lambda: runpy.run_path(str(REPO / script), run_name="__main__")  # noqa: E731
+        args = [str(REPO / script), *args]
     else:
         raise AssertionError(prog)
-    out = subprocess.run([sys.executable, *argv, "--help"], capture_output=True, text=True, cwd=REPO)
-    assert out.returncode == 0, (prog, out.stderr[-2000:])
-    return out.stdout
+    out, err, argv, cwd = io.StringIO(), io.StringIO(), sys.argv, os.getcwd()
+    sys.argv = ["python", *args, "--help"] if prog.split()[0] in CONSOLE_SCRIPTS else [*args, "--help"]
+    try:
+        os.chdir(REPO)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            target()
+        code = 0
+    except SystemExit as e:
+        code = e.code or 0
+    finally:
+        sys.argv = argv
+        os.chdir(cwd)
+    assert code == 0, (prog, err.getvalue()[-2000:])
+    return out.getvalue()
 
 
 FAIRSEQ_PARSERS = {"fairseq-train": "get_training_parser", "fairseq-generate": "get_generation_parser",
