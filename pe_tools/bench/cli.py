@@ -35,7 +35,7 @@ def main(argv=None) -> int:
     for name, mod in benches.items():
         mod.add_args(sub.add_parser(name, help=mod.HELP, description=mod.HELP))
     args = parser.parse_args(argv)
-    args.argv = [str(a) for a in (sys.argv[1:] if argv is None else argv)]  # what --resume hints repeat (pe_tools/bench/_progress.py)
+    args.argv = [str(a) for a in (sys.argv[1:] if argv is None else argv)]  # what --resume hints repeat (bench/_partial_runs.py)
     args.started = STARTED if argv is None else time.monotonic()
     if args.list or args.name is None:
         for name, mod in benches.items():

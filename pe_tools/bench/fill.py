@@ -36,7 +36,7 @@ from types import SimpleNamespace
 from ..common import fail, int_at_least, plugin_digest
 from ..naming import BASELINE, SUFFIX_OF_CLASS as SIZES
 from ..recipes import batching, load_table, recipe_names
-from ._progress import Progress, ResumeError, add_args as add_progress_args, resolve_device
+from ._partial_runs import Progress, ResumeError, add_args as add_progress_args, resolve_device
 from ._timing import markdown_table
 
 NAME = "fill"

@@ -24,7 +24,7 @@ import math
 import statistics
 import sys
 
-from ._progress import Progress, ResumeError, add_args as add_progress_args
+from ._partial_runs import Progress, ResumeError, add_args as add_progress_args
 from ._timing import markdown_table
 
 NAME = "flex"

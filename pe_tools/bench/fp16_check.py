@@ -18,7 +18,7 @@ import sys
 
 from ..common import dump_json, fail
 from ..naming import SUFFIX_OF_CLASS as SIZES
-from ._progress import Progress, ResumeError, add_args as add_progress_args
+from ._partial_runs import Progress, ResumeError, add_args as add_progress_args
 
 NAME = "fp16"
 HELP = "fp16 against the fp32 reference: every encoding's fast attention path in half precision"

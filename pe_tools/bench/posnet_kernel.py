@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from ..common import dumps_json, fail, write_all_atomic
-from ._progress import Progress, ResumeError, add_args as add_progress_args, resolve_device
+from ._partial_runs import Progress, ResumeError, add_args as add_progress_args, resolve_device
 from ._timing import markdown_table, peak_memory_bytes, run_isolated, time_calls
 
 NAME = "posnet_kernel"

@@ -29,7 +29,7 @@ from pathlib import Path
 from ..common import fail, int_at_least
 from ..naming import BASELINE, SUFFIX_OF_CLASS as SIZES
 from ..recipes import recipe_names
-from ._progress import Progress, ResumeError, add_args as add_progress_args, resolve_device
+from ._partial_runs import Progress, ResumeError, add_args as add_progress_args, resolve_device
 from ._timing import markdown_table
 
 NAME = "train-speed"

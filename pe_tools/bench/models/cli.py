@@ -11,7 +11,7 @@ from ...common import cpu_name, fail, int_at_least, plugin_digest
 from ...naming import BASELINE, SUFFIX_OF_CLASS as SIZES
 from ...recipes import recipe_names
 from .build import STOCK, batch_size
-from .._progress import Progress, ResumeError, add_args as add_progress_args, resolve_device
+from .._partial_runs import Progress, ResumeError, add_args as add_progress_args, resolve_device
 from .measure import CPU_MEMORY_ENV, add_ratios, measure_in_process, measure_isolated, summarise
 from .report import OUT_NAME, output_paths, tables, write_outputs
 

@@ -19,7 +19,7 @@ def _x(v):
 
 def tables(settings, results, partial: str = ""):
     """(markdown text with one table per size and length, each under a line giving its settings); ``partial``: the
-    line that says a run is incomplete (_progress.Progress.partial_note), put first and in the legend."""
+    line that says a run is incomplete (_partial_runs.Progress.partial_note), put first and in the legend."""
     n = settings["forward_passes"]
     headers = ["pe", "params", "pe params", f"forward ms ({n} passes)", "forward", "step ms", "step", "cpu time",
                "peak MiB", "peak", "step mem"]
@@ -137,7 +137,7 @@ def write_outputs(settings, results, text: str, out_dir=None, json_path=None, cs
                   chart_too: bool = True, quiet: bool = False) -> None:
     """``text`` (the tables) and the results as files: with ``out_dir`` OUT_NAME.json, .csv, .md (the tables under
     a settings line) and .png; ``json_path``, ``csv_path``: one more JSON or CSV file each. ``progress``: the JSON
-    fields of a run written as it goes (``complete``, ``measurements``, ...: _progress.Progress.json_fields);
+    fields of a run written as it goes (``complete``, ``measurements``, ...: _partial_runs.Progress.json_fields);
     ``chart_too`` False (a partial run) leaves the chart out and removes an older one, which would not match."""
     data = {"settings": settings, **({"complete": progress["complete"]} if progress else {}), "results": results}
     if progress:
