@@ -18,7 +18,8 @@ import torch
 from pe_plugin.safe_load import load_checkpoint
 
 from .checkpoint_files import last_checkpoints, numbered_checkpoints
-from .common import atomic, int_at_least
+from .command_line import int_at_least
+from .file_io import atomic
 
 
 EXAMPLES = {"update": "checkpoint_E_U.pt, saved every --save-interval-updates",

@@ -28,9 +28,10 @@ import numpy as np
 
 from pe_plugin.analysis import probing
 
-from .common import csv_text, png_bytes, pyplot, write_all_atomic
+from .figures import png_bytes, pyplot
 
 # the models analysed: the ten encodings of the recorded annealed runs (examples/multi30k/results), in table order
+from .file_io import csv_text, write_all_atomic
 METHODS = ["nope", "sape", "lape", "rpe", "t5", "at5", "posnet_embed", "posnet_attn", "rope", "alibi"]
 INDICATORS = ["locality", "sym_code", "sym_abs", "aiv", "opr", "opr_tie_half", "opr_first20", "opr_first20_tie_half",
               "sd", "db20"]

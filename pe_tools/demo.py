@@ -32,7 +32,7 @@ import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 
-from .common import write_atomic
+from .file_io import write_atomic
 from .naming import BASELINE, arch_name
 from .process import tee
 from .recipes import training_log

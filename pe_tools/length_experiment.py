@@ -34,7 +34,8 @@ import math
 import sys
 from pathlib import Path
 
-from .common import dump_json, plugin_dir, write_atomic
+from .fairseq_plugin import plugin_dir
+from .file_io import dump_json, write_atomic
 from .demo import SRC, TGT, Pipeline, add_pipeline_args, check_pipeline_args
 from .naming import BASELINE
 from .synthetic import grammar as grammar_corpus

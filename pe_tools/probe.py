@@ -30,10 +30,11 @@ import numpy as np
 from pe_plugin.analysis import model_io, probing
 from pe_plugin.models.validation import pe_signature
 
-from .common import dump_json, png_bytes, pyplot, write_atomic
+from .figures import png_bytes, pyplot
 
 
 # the heatmaps: inches per panel, figure height and resolution (3 panels: 1,305 x 480 pixels)
+from .file_io import dump_json, write_atomic
 PANEL_INCHES, HEIGHT_INCHES, DPI = 2.7, 3.2, 150
 
 

@@ -21,7 +21,7 @@ import sys
 from pe_plugin.analysis import model_io, swap
 from pe_plugin.models.validation import pe_signature
 
-from .common import dump_json
+from .file_io import dump_json
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -20,7 +20,7 @@ import pytest
 from sacrebleu.metrics import BLEU, CHRF
 from sacremoses import MosesTokenizer
 
-from pe_tools import common
+from pe_tools import file_io
 from pe_tools.scoring import cli as scoring_cli, metrics as scoring_metrics, significance
 
 REPO = Path(__file__).resolve().parents[1]
@@ -400,7 +400,7 @@ def test_bad_input_is_reported_and_nothing_is_written(case, corpus, tmp_path, ca
 def test_json_holds_numpy2_float32_values(corpus, tmp_path):
     with pytest.raises(TypeError):
         json.dumps({"mean": np.float32(27.5)})  # the CLI's --paired-bs JSON crash under numpy 2
-    assert json.loads(json.dumps(common.to_jsonable({"m": [np.float32(27.5), np.float64(1.0)], "n": np.int64(3)}))) \
+    assert json.loads(json.dumps(file_io.to_jsonable({"m": [np.float32(27.5), np.float64(1.0)], "n": np.int64(3)}))) \
         == {"m": [27.5, 1.0], "n": 3}
     out = tmp_path / "out"
     assert evaluate(corpus, out, "--baseline", "base=base1.de", "--system", "good=good1.de", "--n-samples", "100") == 0

@@ -1,12 +1,12 @@
 """fp16 on a CPU (docs/fairseq.md §fp16 and bf16 on CPU): a gradient overflow ends fairseq-train there, as the
-docs say; the flags the docs give (pe_tools.common.CPU_FP16_FLAGS) keep the project's CPU fp16 runs going; and
+docs say; the flags the docs give (pe_tools.fairseq_plugin.CPU_FP16_FLAGS) keep the project's CPU fp16 runs going; and
 the tools that start fairseq-train pass them or stop with an error naming them, writing nothing."""
 import re
 
 import pytest
 from pe_testing import PLUGIN, REPO, TRAIN_FLAGS, run
 
-from pe_tools.common import CPU_FP16_FLAGS, cpu_fp16_problem
+from pe_tools.fairseq_plugin import CPU_FP16_FLAGS, cpu_fp16_problem
 from pe_tools.recipes import launch
 
 # fairseq's own texts (trainer.py, torch.cuda), which the documents quote

@@ -88,43 +88,43 @@ def test_json_has_one_rule_for_nan_and_infinity(tmp_path):
 
     import numpy as np
 
-    from pe_tools import common
+    from pe_tools import file_io
 
     value = {"nan": float("nan"), "inf": np.float32("inf"), "-inf": -math.inf, "x": np.float64(0.5), "n": np.int64(2),
              "t": (1, 2), 3: [np.array([1.0, float("nan")])]}
     expected = {"nan": None, "inf": "inf", "-inf": "-inf", "x": 0.5, "n": 2, "t": [1, 2], "3": [[1.0, None]]}
-    assert common.to_jsonable(value) == expected
-    common.dump_json(tmp_path / "a.json", value)
+    assert file_io.to_jsonable(value) == expected
+    file_io.dump_json(tmp_path / "a.json", value)
     assert json.loads((tmp_path / "a.json").read_text()) == expected
     assert [p.name for p in tmp_path.iterdir()] == ["a.json"]  # no temporary file left
 
 
 def test_toml_errors_name_the_file(tmp_path):
-    from pe_tools import common
+    from pe_tools import file_io
 
-    with pytest.raises(common.TomlError, match=f"recipe table {tmp_path / 'no.toml'} not found"):
-        common.load_toml(tmp_path / "no.toml", "recipe table")
+    with pytest.raises(file_io.TomlError, match=f"recipe table {tmp_path / 'no.toml'} not found"):
+        file_io.load_toml(tmp_path / "no.toml", "recipe table")
     (tmp_path / "bad.toml").write_text("[a\n")
-    with pytest.raises(common.TomlError, match=f"{tmp_path / 'bad.toml'} is not valid TOML"):
-        common.load_toml(tmp_path / "bad.toml")
+    with pytest.raises(file_io.TomlError, match=f"{tmp_path / 'bad.toml'} is not valid TOML"):
+        file_io.load_toml(tmp_path / "bad.toml")
 
 
 def test_atomic_writes_leave_the_old_file_on_error(tmp_path):
-    from pe_tools import common
+    from pe_tools import file_io
 
     path = tmp_path / "f.txt"
-    common.write_atomic(path, "old\n")
+    file_io.write_atomic(path, "old\n")
     with pytest.raises(RuntimeError):
-        with common.atomic(path) as tmp:
+        with file_io.atomic(path) as tmp:
             tmp.write_text("new\n")
             raise RuntimeError
     with pytest.raises(TypeError):
-        common.write_all_atomic({tmp_path / "g.txt": "g", path: 3})  # the second cannot be written: neither is
+        file_io.write_all_atomic({tmp_path / "g.txt": "g", path: 3})  # the second cannot be written: neither is
     assert path.read_text() == "old\n" and sorted(p.name for p in tmp_path.iterdir()) == ["f.txt"]
 
 
 def test_csv_text_of_rows():
-    from pe_tools.common import csv_text
+    from pe_tools.file_io import csv_text
 
     rows = [{"pe": "sape", "ratio": 1.0, "note": None, "rounds": [1, 2]}, {"pe": "rope", "ratio": None, "x": 3}]
     assert csv_text(rows, skip={"rounds"}) == "pe,ratio,note\nsape,1.0,\nrope,,\n"
@@ -133,7 +133,7 @@ def test_csv_text_of_rows():
 def test_counts_below_the_floor_are_refused_naming_it():
     import argparse
 
-    from pe_tools.common import int_at_least
+    from pe_tools.command_line import int_at_least
 
     parse = int_at_least(1)
     assert parse("5") == 5
@@ -158,13 +158,13 @@ model name\t: AMD EPYC 7B13
 
 
 def test_cpu_name_from_a_cpuinfo_sample(tmp_path):
-    from pe_tools import common
+    from pe_tools import machine
 
-    assert common.cpu_model(CPUINFO) == "AMD EPYC 7B13"
-    assert common.cpu_model("processor\t: 0\nBogoMIPS\t: 50.00\n") == ""  # e.g. an ARM machine: no model name
+    assert machine.cpu_model(CPUINFO) == "AMD EPYC 7B13"
+    assert machine.cpu_model("processor\t: 0\nBogoMIPS\t: 50.00\n") == ""  # e.g. an ARM machine: no model name
     (tmp_path / "cpuinfo").write_text(CPUINFO)
-    assert common.cpu_name(tmp_path / "cpuinfo") == "AMD EPYC 7B13"
-    assert common.cpu_name(tmp_path / "missing")  # the platform's name, else "cpu": never empty
+    assert machine.cpu_name(tmp_path / "cpuinfo") == "AMD EPYC 7B13"
+    assert machine.cpu_name(tmp_path / "missing")  # the platform's name, else "cpu": never empty
 
 
 def _can_build_wheels() -> bool:

@@ -22,7 +22,7 @@ from pe_plugin.encodings.posnet_attention import PosNetAttention, PosNetAttnConf
 from pe_plugin.encodings.posnet_embedding import PosNetEmbedConfig, PosNetEmbedding  # noqa: E402
 from pe_plugin.encodings.posnet_kernels import positional_matmul, rotation_index  # noqa: E402
 from pe_plugin.models.validation import PEConfigError, pe_parameter_count  # noqa: E402
-from pe_tools.common import CPU_FP16_FLAGS  # noqa: E402
+from pe_tools.fairseq_plugin import CPU_FP16_FLAGS  # noqa: E402
 
 EMBED, ATTN = "transformer_posnet_embed_tiny", "transformer_posnet_attn_tiny"
 RELEASED = ["--posnet-sides", "encoder", "--max-source-positions", "512", "--posnet-max-positions", "512"]  # released

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from pe_tools import common
+from pe_tools import file_io
 from pe_tools.data import corpora as data_corpora, files as data_files, pipeline as data_pipeline, text as data_text
 
 REPO = Path(__file__).resolve().parent.parent
@@ -586,7 +586,7 @@ def test_an_interrupted_step_leaves_nothing_trusted(tmp_path):
     src.write_text("a\n")
 
     def broken():
-        with common.atomic(dst) as tmp:
+        with file_io.atomic(dst) as tmp:
             tmp.write_text("half")
             raise KeyboardInterrupt
 
@@ -597,7 +597,7 @@ def test_an_interrupted_step_leaves_nothing_trusted(tmp_path):
 
     def good():
         calls.append(1)
-        with common.atomic(dst) as tmp:
+        with file_io.atomic(dst) as tmp:
             tmp.write_text("whole")
 
     assert stamps.run("step", [src], [dst], {"n": 1}, good) and calls == [1]

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from pe_tools import common
+from pe_tools import machine
 from pe_tools.recipes import generate, launch, results
 from pe_tools.scoring import cli as scoring_cli
 
@@ -213,7 +213,7 @@ def test_summary_names_the_gpu_a_run_trains_on(monkeypatch, tmp_path):
     cpuinfo.write_text("processor\t: 0\nvendor_id\t: GenuineIntel\nmodel\t\t: 143\n"
                        "model name\t: Intel(R) Xeon(R) Platinum 8480+\nstepping\t: 8\n\n"
                        "processor\t: 1\nmodel name\t: Intel(R) Xeon(R) Platinum 8480+\n")
-    monkeypatch.setattr(common, "CPUINFO", str(cpuinfo))
+    monkeypatch.setattr(machine, "CPUINFO", str(cpuinfo))
     cpu = "Intel(R) Xeon(R) Platinum 8480+"
     assert results.machine() == {"threads": "1", "device": cpu}
     command = dict(COMMAND, **results.machine())

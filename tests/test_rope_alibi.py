@@ -23,7 +23,7 @@ from pe_plugin.encodings import PE_REGISTRY
 from pe_plugin.encodings.base import Dims, Positions, as_positions
 from pe_plugin.modules import pe_attention
 from pe_plugin.modules.pe_attention import PEAttention
-from pe_tools.common import CPU_FP16_FLAGS
+from pe_tools.fairseq_plugin import CPU_FP16_FLAGS
 
 C, H, LAYERS = 16, 2, 2
 D = C // H

@@ -1,5 +1,5 @@
 """What the analysis tools share: their checkpoint arguments, loading a checkpoint with its task, per-language
-token counts of a binarised data directory. Their atomic JSON output is pe_tools.common.dump_json."""
+token counts of a binarised data directory. Their atomic JSON output is pe_tools.file_io.dump_json."""
 import argparse
 import os
 import warnings

@@ -131,7 +131,7 @@ class Window:
     def write(self, end: float):
         import torch
 
-        from ..common import write_atomic
+        from ..file_io import write_atomic
 
         timed_wall = self.marks["timed_end"] - self.marks["timed"]
         tokens = self.marks["timed_tokens"]

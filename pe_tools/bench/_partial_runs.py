@@ -3,7 +3,7 @@
 A benchmark names each measurement by a key (a tuple of strings and integers, e.g. (size, length, pe, round)), asks
 ``Progress.has(key)`` before measuring it and hands the result to ``Progress.add(key, record)``, which keeps it and
 calls the benchmark's ``write(complete)`` at once: every output file is rewritten from the measurements so far,
-under temporary names renamed when whole (common.write_all_atomic), so a run killed at any point leaves the last
+under temporary names renamed when whole (file_io.write_all_atomic), so a run killed at any point leaves the last
 measurement's files, valid and marked ``complete: false``. ``--resume`` loads the measurements of the output JSON
 (refused when one of its settings differs from this command's, naming it) and skips them; ``--time-budget S`` stops
 after the measurement that brings the run's time to S seconds or more, writes the partial result, and prints what
@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Sequence
 
-from ..common import csv_text, dumps_json, to_jsonable, write_all_atomic
+from ..file_io import csv_text, dumps_json, to_jsonable, write_all_atomic
 
 PROGRAM = "pe-bench"
 

@@ -33,7 +33,9 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from ..common import csv_text, fail, int_at_least, plugin_digest, write_all_atomic
+from ..command_line import fail, int_at_least
+from ..fairseq_plugin import plugin_digest
+from ..file_io import csv_text, write_all_atomic
 from ..naming import BASELINE, SUFFIX_OF_CLASS as SIZES
 from ..recipes import recipe_names
 from ._timing import markdown_table

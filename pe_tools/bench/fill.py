@@ -33,7 +33,8 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-from ..common import fail, int_at_least, plugin_digest
+from ..command_line import fail, int_at_least
+from ..fairseq_plugin import plugin_digest
 from ..naming import BASELINE, SUFFIX_OF_CLASS as SIZES
 from ..recipes import batching, load_table, recipe_names
 from ._partial_runs import Progress, ResumeError, add_args as add_progress_args, resolve_device

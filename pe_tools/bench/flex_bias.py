@@ -183,7 +183,9 @@ def add_args(parser):
 def run(args) -> int:
     import torch
 
-    from ..common import cpu_name, dump_json, fail
+    from ..command_line import fail
+    from ..file_io import dump_json
+    from ..machine import cpu_name
 
     lengths = args.lengths or (QUICK["lengths"] if args.quick else [20, 50, 100, 200])
     repeats = args.repeats or (QUICK["repeats"] if args.quick else 20)

@@ -16,7 +16,8 @@ docs/benchmarks.md §Partial runs.
 import argparse
 import sys
 
-from ..common import dump_json, fail
+from ..command_line import fail
+from ..file_io import dump_json
 from ..naming import SUFFIX_OF_CLASS as SIZES
 from ._partial_runs import Progress, ResumeError, add_args as add_progress_args
 

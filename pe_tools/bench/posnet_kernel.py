@@ -26,7 +26,8 @@ import sys
 import time
 from pathlib import Path
 
-from ..common import dumps_json, fail, write_all_atomic
+from ..command_line import fail
+from ..file_io import dumps_json, write_all_atomic
 from ._partial_runs import Progress, ResumeError, add_args as add_progress_args, resolve_device
 from ._timing import markdown_table, peak_memory_bytes, run_isolated, time_calls
 
@@ -201,6 +202,6 @@ def run(args) -> int:
 
 
 def _cpu():
-    from ..common import cpu_name
+    from ..machine import cpu_name
 
     return cpu_name()

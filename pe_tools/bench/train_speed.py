@@ -9,7 +9,7 @@ Each row runs ``python -m fairseq_cli.train DATA --arch transformer_<pe>_<suffix
 square-root schedule, label-smoothed cross-entropy, ``--max-tokens``, no checkpoints and no validation, and
 ``--log-format json``. On CUDA it trains with ``--fp16`` as the WMT14 runs do (``--no-fp16`` for fp32); on a CPU
 with ``--cpu`` in fp32 (``--fp16`` there adds ``--fp16-no-flatten-grads --fp16-init-scale 4``,
-pe_tools.common.CPU_FP16_FLAGS: docs/fairseq.md §fp16 and bf16 on CPU). The speed of a row is the median of
+pe_tools.fairseq_plugin.CPU_FP16_FLAGS: docs/fairseq.md §fp16 and bf16 on CPU). The speed of a row is the median of
 fairseq's own ``wps`` over its ``train_inner`` log records, the first record (warm-up: CUDA context, kernel
 selection, allocator growth) left out; ``ups`` likewise. Rows run in registry order, round-robin over ``--rounds``;
 the fastest round is kept. The outputs are rewritten after every run; ``--resume`` and ``--time-budget``:
@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..common import fail, int_at_least
+from ..command_line import fail, int_at_least
 from ..naming import BASELINE, SUFFIX_OF_CLASS as SIZES
 from ..recipes import recipe_names
 from ._partial_runs import Progress, ResumeError, add_args as add_progress_args, resolve_device
@@ -54,7 +54,7 @@ def speed(records: list) -> dict:
 
 def train_argv(pe: str, size: str, args, device: str, fp16: bool) -> list:
     """The fairseq-train arguments of one row."""
-    from ..common import CPU_FP16_FLAGS, plugin_dir
+    from ..fairseq_plugin import CPU_FP16_FLAGS, plugin_dir
     from .models.build import STOCK, model_arch, recipe_flags
 
     plugin = [] if pe == STOCK else ["--user-dir", plugin_dir()]

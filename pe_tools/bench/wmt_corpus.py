@@ -23,7 +23,8 @@ import sys
 import time
 from pathlib import Path
 
-from ..common import dumps_json, fail, int_at_least, write_atomic
+from ..command_line import fail, int_at_least
+from ..file_io import dumps_json, write_atomic
 
 NAME = "wmt-corpus"
 HELP = "write a binarised synthetic corpus with WMT14 En-De's sentence lengths and a 40k joined vocabulary"

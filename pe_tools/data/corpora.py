@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from ..common import TomlError, atomic, load_toml
+from ..file_io import TomlError, atomic, load_toml
 from .files import CorruptFile, PrepareError, count_lines, open_text, progress, read_lines
 
 SEG = re.compile(r"<seg[^>]*>(.*)</seg>", re.IGNORECASE)

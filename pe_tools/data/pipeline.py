@@ -14,7 +14,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Optional
 
-from ..common import atomic
+from ..file_io import atomic
 from .corpora import Corpus, collect, corpus_sides, extract, extract_single, load_table
 from .download import Archive, fetch, quarantine, verify_raw
 from .files import SPLITS, CorruptFile, PrepareError, count_lines, log, read_lines, shown

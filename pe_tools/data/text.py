@@ -10,7 +10,7 @@ from pathlib import Path
 import regex  # a sacremoses dependency; supports \p{...} like perl
 from tqdm import tqdm
 
-from ..common import atomic
+from ..file_io import atomic
 from .files import PrepareError, count_lines, log, open_text, progress, read_lines
 
 CHUNK_LINES = 2000

@@ -5,7 +5,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import List
 
-from ..common import load_toml
+from ..file_io import load_toml
 
 KINDS = ("methods", "corpora")
 
@@ -35,7 +35,7 @@ def is_recipe(recipe: str) -> bool:
 
 
 def load_table(recipe: str, kind: str = "methods") -> dict:
-    """The ``KIND.toml`` table of ``recipe``; raises common.TomlError naming the file if it is missing or invalid."""
+    """The ``KIND.toml`` table of ``recipe``; raises file_io.TomlError naming the file if it is missing or invalid."""
     return load_toml(table_path(recipe, kind), "recipe table" if kind == "methods" else "corpora table")
 
 

@@ -14,7 +14,9 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from ..common import csv_text, fail, png_bytes, pyplot, write_atomic
+from ..command_line import fail
+from ..figures import png_bytes, pyplot
+from ..file_io import csv_text, write_atomic
 from ..scoring.style import system_style
 from . import training_log
 

@@ -10,7 +10,9 @@ import sys
 from pathlib import Path
 
 from ..checkpoint_files import last_checkpoints
-from ..common import fail, plugin_dir, write_atomic
+from ..command_line import fail
+from ..fairseq_plugin import plugin_dir
+from ..file_io import write_atomic
 from ..naming import is_pe_arch
 from ..process import run_captured
 from . import results

@@ -30,7 +30,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from ..common import fail, int_at_least
+from ..command_line import fail, int_at_least
 from . import all_pairs, load_table, recipe_names, results
 from .results import decode_name
 from .generate import generate

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from ..checkpoint_files import numbered_checkpoints
-from ..common import write_atomic
+from ..file_io import write_atomic
 from . import is_recipe, load_table, recipe_names, results, training_log
 from .train import check_pair, data_dir, size_entry
 

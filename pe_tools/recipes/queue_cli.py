@@ -7,7 +7,7 @@ import signal
 import sys
 from pathlib import Path
 
-from ..common import fail, int_at_least
+from ..command_line import fail, int_at_least
 from . import queue as local, slurm
 from .queue import CHECKOUT, Queue, QueueError, parse_queue, pin_code, status_table
 

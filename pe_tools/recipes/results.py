@@ -29,7 +29,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from ..common import cpu_name, write_atomic
+from ..file_io import write_atomic
+from ..machine import cpu_name
 from ..naming import BASELINE
 from . import training_log
 

@@ -38,7 +38,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from ..common import fail, int_at_least, write_atomic
+from ..command_line import fail, int_at_least
+from ..file_io import write_atomic
 from . import load_table
 from . import queue as local
 from .srun import SlurmError

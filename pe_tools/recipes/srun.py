@@ -8,7 +8,7 @@ import subprocess
 import sys
 from typing import List, Optional, Sequence
 
-from ..common import fail
+from ..command_line import fail
 
 
 class SlurmError(ValueError):

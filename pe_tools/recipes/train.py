@@ -8,7 +8,9 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Tuple
 
-from ..common import cpu_fp16_problem, fail, foreign_user_dir, plugin_dir, write_atomic
+from ..command_line import fail
+from ..fairseq_plugin import cpu_fp16_problem, foreign_user_dir, plugin_dir
+from ..file_io import write_atomic
 from ..naming import arch_name
 from ..process import tee
 from . import batching, is_recipe, load_table, recipe_names, results, srun, table_pairs

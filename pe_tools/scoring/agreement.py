@@ -18,7 +18,8 @@ import json
 import sys
 from typing import Dict, List, Optional
 
-from ..common import dump_json, fail, write_atomic
+from ..command_line import fail
+from ..file_io import dump_json, write_atomic
 
 
 def rank_agreement(a: Dict[str, float], b: Dict[str, float]) -> Dict[str, object]:

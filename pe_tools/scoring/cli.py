@@ -43,7 +43,7 @@ Modules: metrics, inputs, significance, ngram (Figure 4), length (buckets), repo
 
 sacrebleu quirks handled here (see tests/test_evaluate.py):
   * numpy 2 float32 values in paired-test results are not JSON serialisable: converted by
-    ``pe_tools.common.to_jsonable`` (NaN -> null, +-inf -> "inf"/"-inf").
+    ``pe_tools.file_io.to_jsonable`` (NaN -> null, +-inf -> "inf"/"-inf").
   * ``SACREBLEU_SEED=0`` silently unseeds the paired tests: seed 0 is rejected.
   * ``PairedTest`` keys results by ``Score.name``, so two BLEU variants collide: one test per metric.
   * ``BLEU(max_ngram_order=n)`` leaves n out of its signature: added as ``ngram:n``.
@@ -54,7 +54,7 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, Optional, Sequence
 
-from ..common import csv_text, dumps_json, write_all_atomic
+from ..file_io import csv_text, dumps_json, write_all_atomic
 from .inputs import InputError, Inputs, load_inputs
 from .length_buckets import check_length_options, length_rows, plot_length_buckets, render_length_markdown, score_length_buckets
 from .ngram import ngram_gaps, plot_ngram_gaps

@@ -5,7 +5,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from ..common import png_bytes, pyplot
+from ..figures import png_bytes, pyplot
 from .inputs import InputError, Inputs, System
 from .metrics import METRICS, MetricSpec
 from .report import summary_columns

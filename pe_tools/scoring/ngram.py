@@ -7,7 +7,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.metrics.base import Metric
 
-from ..common import png_bytes, pyplot
+from ..figures import png_bytes, pyplot
 from .inputs import Inputs
 from .style import system_style
 

@@ -37,7 +37,7 @@ def build_model(pe: str, size: str, vocab: int, recipe: str, device: str, fp16: 
     import torch
     from fairseq import options, tasks
 
-    from ...common import plugin_dir
+    from ...fairseq_plugin import plugin_dir
 
     with tempfile.TemporaryDirectory() as data:
         for lang in ("src", "tgt"):  # fairseq's Dictionary adds its 4 special symbols to these vocab - 4

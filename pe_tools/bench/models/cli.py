@@ -7,7 +7,9 @@ import sys
 import time
 from pathlib import Path
 
-from ...common import cpu_name, fail, int_at_least, plugin_digest
+from ...command_line import fail, int_at_least
+from ...fairseq_plugin import plugin_digest
+from ...machine import cpu_name
 from ...naming import BASELINE, SUFFIX_OF_CLASS as SIZES
 from ...recipes import recipe_names
 from .build import STOCK, batch_size

@@ -3,7 +3,7 @@ forward times; and the summary of its rounds, as ratios to SAPE (docs/benchmarks
 import statistics
 import time
 
-from ...common import cpu_name
+from ...machine import cpu_name
 from ...naming import BASELINE
 from .._timing import current_rss_bytes, peak_rss_bytes, run_isolated
 from .build import PAD, build_model, build_optimizer, model_arch, padded_batch, pe_params, recipe_flags

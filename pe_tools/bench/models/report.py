@@ -1,10 +1,11 @@
 """The benchmark's outputs: a markdown table per size and length, a chart of the ratios, and the files of ``--out-dir``
-(benchmark.json, .csv, .md, .png), ``--json`` and ``--csv``, all written at once (common.write_all_atomic), after
+(benchmark.json, .csv, .md, .png), ``--json`` and ``--csv``, all written at once (file_io.write_all_atomic), after
 every measurement while a run goes (docs/benchmarks.md §Partial runs)."""
 import sys
 from pathlib import Path
 
-from ...common import csv_text, dumps_json, png_bytes, pyplot, write_all_atomic
+from ...figures import png_bytes, pyplot
+from ...file_io import csv_text, dumps_json, write_all_atomic
 from ...naming import SUFFIX_OF_CLASS as SIZES
 from .._timing import markdown_table
 from .build import STOCK
