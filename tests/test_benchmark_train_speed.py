@@ -22,7 +22,7 @@ def test_speed_is_the_median_after_the_first_record():
     from pe_tools.bench.train_speed import inner_records, speed
 
     records = inner_records(LOG)
-    assert [r["wps"] for r in records] == ["100", "300", "500", "200"]  # the epoch summary is not a record
+    assert [r["wps"] for r in records] == [100, 300, 500, 200]  # numbers (training_log); the epoch summary is not one
     s = speed(records)
     assert (s["wps"], s["ups"], s["records"]) == (300.0, 3.0, 3)  # median of 300, 500, 200; the 100 left out
     assert (s["last_loss"], s["last_update"]) == (7.0, 8)

@@ -16,10 +16,8 @@ the fastest round is kept. The outputs are rewritten after every run; ``--resume
 docs/benchmarks.md §Partial runs.
 """
 import argparse
-import json
 import os
 import platform
-import re
 import statistics
 import subprocess
 import sys
@@ -28,18 +26,18 @@ from pathlib import Path
 
 from ..command_line import fail, int_at_least
 from ..naming import BASELINE, SUFFIX_OF_CLASS as SIZES
-from ..recipes import recipe_names
+from ..recipes import recipe_names, training_log
 from ._partial_runs import Progress, ResumeError, add_args as add_progress_args, resolve_device
 from ._timing import markdown_table
 
 NAME = "train-speed"
 HELP = "words per second of real fairseq-train runs, per encoding, as ratios to stock fairseq and to SAPE"
-_INNER = re.compile(r"\|\s*train_inner\s*\|\s*(\{.*\})\s*$")
 
 
 def inner_records(log: str) -> list:
-    """The ``train_inner`` records (dicts) of a ``fairseq-train --log-format json`` log."""
-    return [json.loads(m.group(1)) for m in map(_INNER.search, log.splitlines()) if m]
+    """The ``train_inner`` records of a ``fairseq-train --log-format json`` log, as dicts of numbers (read by the
+    one reader of fairseq's log, pe_tools/recipes/training_log.py)."""
+    return [r.stats for r in training_log.records(log, "train_inner")]
 
 
 def speed(records: list) -> dict:
