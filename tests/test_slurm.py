@@ -4,9 +4,11 @@ a requeued run resumes, a two-task srun training equals two hand-launched ranks,
 anything is submitted. Without root or SLURM these tests skip with how to run them; PE_REQUIRE_SLURM=1 (.ci/run)
 makes them fail instead."""
 import json
+import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -173,6 +175,132 @@ def test_a_run_requeued_mid_training_resumes_and_records_the_same(slurm, local_r
     wait_queue(slurm, q)
     assert log.read_bytes() == before
     assert json.loads((run_dir / "slurm.json").read_text())["state"] == "RECORDED"
+
+
+STATS = ("loss", "nll_loss", "gnorm", "wpb", "bsz", "lr")
+
+
+def per_update(log: Path) -> list:
+    """Per segment of a train.log: {update: its logged loss, nll_loss, gradient norm, words, sentences, lr}."""
+    out = []
+    for part in log.read_text().split(SEGMENT_START)[1:]:
+        lines = [dict(re.findall(r"(\w+)=([^,\s]+)", ln)) for ln in part.splitlines() if "| train_inner |" in ln]
+        out.append({int(kv["num_updates"]): tuple(kv[k] for k in STATS) for kv in lines})
+    return out
+
+
+def trainers(run_dir: Path) -> list:
+    """The pids of the fairseq-train processes training in run_dir."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0") if proc.name.isdigit() else []
+        except OSError:
+            continue
+        if b"fairseq_cli.train" in argv and str(run_dir).encode() in argv:
+            pids.append(int(proc.name))
+    return pids
+
+
+def hold(runs) -> None:
+    """Stop (SIGSTOP) each run's training once a segment has logged update 3 of 12 (``runs``: (log, run_dir)
+    pairs, watched together: a tiny training runs its last updates in about a second), so that SLURM's time limit,
+    not the end of the training, ends the segment; SLURM's kill (SIGCONT, SIGTERM, SIGKILL) ends it."""
+    waiting, deadline = list(runs), time.monotonic() + 300
+    while waiting and time.monotonic() < deadline:
+        for log, run_dir in list(waiting):
+            if 3 <= (segments(log) or [0])[-1] < test_queue.MAX_UPDATE and (pids := trainers(run_dir)):
+                for pid in pids:
+                    os.kill(pid, signal.SIGSTOP)
+                waiting.remove((log, run_dir))
+        time.sleep(0.05)
+    assert not waiting, f"no training at update 3-11 to stop in 300 s: {waiting}"
+
+
+def resumed_as_uninterrupted(log: Path, reference: dict) -> list:
+    """Every update each segment of ``log`` logged equals the uninterrupted run's, and the last segment, loaded
+    from checkpoint_last.pt, reaches the last update; returns the updates each segment began from."""
+    parts, text = per_update(log), log.read_text().split(SEGMENT_START)[1:]
+    for n, part in enumerate(parts):
+        assert {u: reference[u] for u in part} == part, (n, part, reference)
+    assert max(parts[-1]) == test_queue.MAX_UPDATE and "done training" in text[-1], text[-1][-2000:]
+    loaded = re.search(r"Loaded checkpoint \S*checkpoint_last\.pt \(epoch \d+ @ (\d+) updates\)", text[-1])
+    assert loaded and min(parts[-1]) == int(loaded.group(1)) + 1 > 1, text[-1][:3000]  # not from scratch
+    return [min(p, default=0) for p in parts]
+
+
+def test_runs_past_their_time_limit_resume_from_their_checkpoints(slurm, data_bin, tmp_path):
+    """Two runs meet a real SLURM time limit (sbatch --time, whole minutes), side by side. With SLURM's signal
+    (--signal-seconds before the limit) the job requeues itself and resumes from its checkpoint. Where the requeue
+    is refused (--no-requeue, as on clusters without requeue), the limit ends the job (TIMEOUT) and the run
+    resumes from checkpoint_last.pt when the queue is submitted again. Both log, update for update, what the
+    uninterrupted run logged."""
+    table, code, started = test_queue.recipe(tmp_path, data_bin), code_copy(tmp_path), time.monotonic()
+    queues = {case: tmp_path / case / "queue.txt" for case in ("signal", "limit")}
+    for q in queues.values():
+        q.parent.mkdir()
+        q.write_text(f"{table} sape en-de mini 1 runs-dir={q.parent / 'runs'} into={q.parent / 'rec'}\n")
+    # first the training uninterrupted, here: the reference, update for update; the time its first update takes
+    # sets the time limits (whole minutes), so that a slow machine still trains past update 3 before the limit
+    (line,) = queue.parse_queue(q)
+    ref_args = line.train_args()
+    ref_args[ref_args.index("--runs-dir") + 1] = str(tmp_path / "reference")
+    ref_log = tmp_path / "reference" / "sape.en-de.mini.seed1" / "train.log"
+    reference_run = subprocess.Popen([sys.executable, "-m", "pe_tools.recipes.launch", *ref_args], cwd=tmp_path,
+                                     env=dict(env_of(slurm), PYTHONPATH=str(code), PYTHONSAFEPATH="1"),
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    wait_for("the reference's first update", lambda: ref_log.is_file() and "num_updates=1," in ref_log.read_text())
+    first_update = time.monotonic() - started
+    out = reference_run.communicate(timeout=600)[0]
+    assert reference_run.returncode == 0, out[-3000:]
+    (reference,) = per_update(ref_log)
+    assert sorted(reference) == list(range(1, test_queue.MAX_UPDATE + 1))
+
+    # SLURM's 30 s time-limit pass signals once the job has less than --signal-seconds + 30 s left: with 60 s, at
+    # 60 x limit - 90 s or in the 30 s after; the limit itself ends a job in the 30 s after 60 x limit
+    limits = {"signal": max(2, -(-(2 * first_update + 90) // 60)), "limit": max(1, -(-(2 * first_update + 15) // 60))}
+    runs = {}
+    for case, args in (("signal", ["--signal-seconds", "60"]), ("limit", ["--sbatch=--no-requeue"])):
+        q = queues[case]
+        out = pe_queue(["run", q, "--slurm", "--code", code, "--time", str(int(limits[case])), *args], tmp_path,
+                       env_of(slurm))
+        assert out.returncode == 0, out.stdout + out.stderr
+        run_dir = q.parent / "runs" / "sape.en-de.mini.seed1"
+        runs[case] = (q, f"{jobs_of(q)[0]['job']}_1", run_dir, run_dir / "train.log")
+    hold([(log, run_dir) for q, task, run_dir, log in runs.values()])
+
+    # with the signal: the job requeued itself, and its next start trains to the end
+    q, task, run_dir, log = runs["signal"]
+    wait_for("the signalled run's training to end", lambda: "done training" in log.read_text(), 300)
+    assert pe_queue(["cancel", q], tmp_path, env_of(slurm)).returncode == 0  # its decoding is tested elsewhere
+    wait_gone(slurm, task)
+    state = json.loads((run_dir / "slurm.json").read_text())
+    assert state["restarts"] >= 1 and state["job"] == task, state
+    slurm_log = next((q.parent / "queue.txt.slurm" / "logs").glob("*.out")).read_text()
+    assert "time limit near, requeueing" in slurm_log, slurm_log[-3000:]
+    assert "DUE TO TIME LIMIT" not in slurm_log and "could not requeue" not in slurm_log, slurm_log[-3000:]
+    assert len(resumed_as_uninterrupted(log, reference)) >= 2
+
+    # without requeue: TIMEOUT; the state says so, and the queue submitted again resumes the run
+    q, task, run_dir, log = runs["limit"]
+    wait_for("the time limit to end the job", lambda: slurm.run("squeue", "-h", "-t", "all", "-j", task, "-o", "%T"
+                                                                  ).stdout.strip() == "TIMEOUT", 300)
+    wait_gone(slurm, task)
+    slurm_log = next((q.parent / "queue.txt.slurm" / "logs").glob("*.out")).read_text()
+    assert "DUE TO TIME LIMIT" in slurm_log, slurm_log[-3000:]
+    # SLURM's signal came (unless before the job could take it): the refused requeue is said
+    assert ("could not requeue" in slurm_log) == ("time limit near" in slurm_log), slurm_log[-3000:]
+    assert json.loads((run_dir / "slurm.json").read_text())["state"] == "ENDED"
+    status = pe_queue(["status", q], tmp_path, env_of(slurm))
+    assert status.stdout.splitlines()[1].split()[-3:] == [task, "TIMEOUT", "0"], status.stdout + status.stderr
+    assert len(segments(log)) == 1 and segments(log)[0] < test_queue.MAX_UPDATE
+    out = pe_queue(["run", q, "--slurm", "--code", code], tmp_path, env_of(slurm))
+    assert out.returncode == 0 and "submitted job" in out.stdout, out.stdout + out.stderr
+    wait_for("the resubmitted run's training to end", lambda: "done training" in log.read_text(), 300)
+    assert len(resumed_as_uninterrupted(log, reference)) == 2
+    assert pe_queue(["cancel", q], tmp_path, env_of(slurm)).returncode == 0
+    print(f"two runs past their time limits ({limits} minutes; the reference's first update after "
+          f"{first_update:.0f} s): {time.monotonic() - started:.0f} s")
 
 
 # ------------------------------------------------------------------------------------ ranks under srun

@@ -73,7 +73,7 @@ def add_run_arguments(r: argparse.ArgumentParser) -> None:
                    help="one more sbatch argument for every job, e.g. --sbatch=--qos=high (repeatable)")
     g.add_argument("--signal-seconds", type=int_at_least(60), default=300, metavar="S",
                    help="SLURM signals a job S seconds before its time limit, and the job requeues itself "
-                        "(default: 300; SLURM may signal up to 60 s early)")
+                        "(default: 300; SLURM checks time limits every 30 s, so it may signal up to 30 s earlier)")
     g.add_argument("--dry-run", action="store_true", help="with --slurm: print the batch scripts, submit nothing")
 
 
@@ -233,6 +233,7 @@ def batch_script(name: str, shape: Shape, lines: Sequence[int], snapshot: Path, 
             f" one array task each ({shape.describe()})\n{head}set -eu\ncd {q(str(cwd))}\n"
             f"export PYTHONPATH={q(str(code))} PYTHONSAFEPATH=1 PE_QUEUE_COMMIT={q(commit)} "
             f"OMP_NUM_THREADS={shape.cpus} PYTHONUNBUFFERED=1\n"
+            "trap '' USR1  # until the job installs its handler: SLURM's USR1 would otherwise end it as FAILED\n"
             f"exec {shlex.join(job)} --line \"$SLURM_ARRAY_TASK_ID\"\n")
 
 
@@ -241,12 +242,13 @@ def load_jobs(queue_path: Path) -> List[dict]:
     return json.loads(f.read_text()) if f.is_file() else []
 
 
-def live_states(job_ids: Sequence[str]) -> Dict[str, str]:
-    """{array task id "JOB_TASK" or job id: SLURM state} of the jobs SLURM still knows; {} without squeue."""
+def live_states(job_ids: Sequence[str], finished: bool = False) -> Dict[str, str]:
+    """{array task id "JOB_TASK" or job id: SLURM state} of the jobs queued or running (with ``finished``: also
+    those that ended less than MinJobAge ago, e.g. TIMEOUT, CANCELLED); {} without squeue."""
     if not job_ids or not shutil.which("squeue"):
         return {}
-    out = subprocess.run(["squeue", "-h", "-r", "-j", ",".join(job_ids), "-o", "%i|%T"], capture_output=True,
-                         text=True, timeout=120)
+    out = subprocess.run(["squeue", "-h", "-r", *(["-t", "all"] if finished else []), "-j", ",".join(job_ids),
+                          "-o", "%i|%T"], capture_output=True, text=True, timeout=120)
     if out.returncode:
         return {}
     return dict(line.split("|", 1) for line in out.stdout.split())
@@ -361,12 +363,19 @@ def cancel(queue_path: Path) -> int:
 
 
 # ------------------------------------------------------------------------------------------------ status
+OWN_FINAL = ("RECORDED", "FAILED")  # what a job writes when its chain ends; SLURM's word on the job comes after
+
+
 def status_columns(queue_path: Path, runs) -> Optional[Dict[str, List[str]]]:
-    """The status table's SLURM columns (job, state, requeues), or None when the queue was not submitted."""
+    """The status table's SLURM columns (job, state, requeues), or None when the queue was not submitted. The
+    state: SLURM's while the job is queued or running; else the job's own final word (RUN/slurm.json: RECORDED,
+    FAILED); else SLURM's record of the ended job (squeue, for MinJobAge: TIMEOUT, CANCELLED...); else the job's
+    last own word (ENDED, RUNNING...)."""
     jobs = load_jobs(queue_path)
     if not jobs:
         return None
-    live = live_states([j["job"] for j in jobs])
+    ids = [j["job"] for j in jobs]
+    running, ended = live_states(ids), live_states(ids, finished=True)
     latest: Dict[str, str] = {}  # run directory -> its newest array task id
     for j in jobs:
         for line, run_dir in j["snapshot_lines"].items():
@@ -376,8 +385,10 @@ def status_columns(queue_path: Path, runs) -> Optional[Dict[str, List[str]]]:
         f = run.run_dir / STATE_FILE
         state = json.loads(f.read_text()) if f.is_file() else {}
         job = latest.get(str(run.run_dir.resolve())) or state.get("job") or "-"
+        own = state.get("state")
+        word = running.get(job) or (own if own in OWN_FINAL else None) or ended.get(job) or own
         cols["job"].append(job)
-        cols["state"].append(live.get(job) or state.get("state") or ("-" if job == "-" else "GONE"))
+        cols["state"].append(word or ("-" if job == "-" else "GONE"))
         cols["requeues"].append(str(state.get("restarts", 0)) if state else "-")
     return cols
 
@@ -413,12 +424,21 @@ def job_main(argv=None) -> int:
     run.run_dir.mkdir(parents=True, exist_ok=True)
 
     def requeue(*_):  # SLURM's signal before the time limit: requeue this job, SLURM then ends it
+        job_id = os.environ.get("SLURM_JOB_ID", "")
         write_state(run.run_dir, "REQUEUEING", "time limit near: requeued itself")
-        print(f"[queue] {run.name}: time limit near, requeueing job {os.environ.get('SLURM_JOB_ID')}", flush=True)
-        subprocess.run(["scontrol", "requeue", os.environ.get("SLURM_JOB_ID", "")], check=False)
+        print(f"[queue] {run.name}: time limit near, requeueing job {job_id}", flush=True)
+        out = subprocess.run(["scontrol", "requeue", job_id], capture_output=True, text=True, check=False)
+        if out.returncode:  # e.g. --no-requeue, or a cluster without JobRequeue: the limit will end the run
+            why = (out.stderr or out.stdout).strip()
+            write_state(run.run_dir, "RUNNING", f"time limit near, but `scontrol requeue {job_id}` failed: {why}; "
+                                                f"at its limit SLURM ends the run; it resumes from its last "
+                                                f"checkpoint when the queue is submitted again")
+            print(f"[queue] {run.name}: could not requeue job {job_id} ({why}); the time limit will end it: submit "
+                  f"the queue again (pe-queue run QUEUE --slurm) to resume from its last checkpoint", flush=True)
 
     def ended(*_):  # SLURM ends the job (preemption, requeue, cancel): its trainings get SIGTERM too
-        write_state(run.run_dir, "ENDED", "ended by SLURM (preempted, requeued or cancelled)")
+        write_state(run.run_dir, "ENDED", "ended by SLURM (its time limit, a preemption, a requeue or a cancel); "
+                                          "unless SLURM requeues it, pe-queue run QUEUE --slurm resumes it")
         queue.stop()
 
     signal.signal(signal.SIGUSR1, requeue)
