@@ -342,6 +342,37 @@ def test_two_srun_tasks_train_as_two_hand_launched_ranks(slurm, data_bin, tmp_pa
     assert set(ours) == {"loss", "nll_loss", "wpb", "bsz", "gnorm"} and ours == theirs, (ours, theirs)
 
 
+def test_status_says_what_became_of_jobs_slurm_no_longer_knows(slurm, tiny_queue, tmp_path, capsys, monkeypatch):
+    """pe-queue status of a queue whose job never started: PENDING while queued, CANCELLED while SLURM remembers
+    the cancelled job, and once SLURM has forgotten it (MinJobAge, no sacct), NEVER-RAN, or DIED with its SLURM
+    log's last line when it started and ended before writing RUN/slurm.json; each with a note saying what to do."""
+    monkeypatch.setenv("SLURM_CONF", slurm.env["SLURM_CONF"])
+    q = tiny_queue()
+    assert queue_cli.main(["run", str(q), "--slurm", "--code", str(code_copy(tmp_path)), "--sbatch=--hold"]) == 0
+    (record,) = jobs_of(q)
+
+    def status() -> tuple:
+        capsys.readouterr()
+        assert queue_cli.main(["status", str(q)]) == 0
+        rows = capsys.readouterr().out.splitlines()
+        return rows[1].split()[-3:], rows[2:]
+
+    assert status() == ([f"{record['job']}_1", "PENDING", "-"], [])
+    assert queue_cli.main(["cancel", str(q)]) == 0
+    assert status() == ([f"{record['job']}_1", "CANCELLED", "-"], [])
+    # SLURM forgets an ended job after MinJobAge (300 s here) and has no sacct: a job id it never had stands in
+    lost = str(int(record["job"]) + 100000)
+    (q.parent / "q.txt.slurm" / "jobs.json").write_text(json.dumps([dict(record, job=lost)]))
+    (row, (note,)) = status()
+    assert row == [f"{lost}_1", "NEVER-RAN", "-"], row
+    assert "never started" in note and f"pe-queue run {q} --slurm" in note, note
+    (q.parent / "q.txt.slurm" / "logs" / f"pe-q-0_{lost}_1.out").write_text(
+        "/usr/bin/python3: No module named pe_tools\n\n")
+    (row, (note,)) = status()
+    assert row == [f"{lost}_1", "DIED", "-"], row
+    assert "No module named pe_tools" in note and "slurm.json" in note and "--slurm" in note, note
+
+
 # ------------------------------------------------------------------------------------------- bad input
 @pytest.fixture
 def tiny_queue(data_bin, tmp_path):

@@ -49,7 +49,10 @@ def main(argv=None) -> int:
         print(f"{a.queue}: {len(runs)} runs, all valid")
         return 0
     if a.cmd == "status":
-        print(status_table(runs, slurm.status_columns(a.queue, runs)))
+        notes: list = []
+        print(status_table(runs, slurm.status_columns(a.queue, runs, notes)))
+        for note in notes:
+            print(note)
         return 0
     if a.slurm:
         return slurm.submit(a, runs, a.queue)

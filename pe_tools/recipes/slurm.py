@@ -366,11 +366,13 @@ def cancel(queue_path: Path) -> int:
 OWN_FINAL = ("RECORDED", "FAILED")  # what a job writes when its chain ends; SLURM's word on the job comes after
 
 
-def status_columns(queue_path: Path, runs) -> Optional[Dict[str, List[str]]]:
+def status_columns(queue_path: Path, runs, notes: Optional[List[str]] = None) -> Optional[Dict[str, List[str]]]:
     """The status table's SLURM columns (job, state, requeues), or None when the queue was not submitted. The
     state: SLURM's while the job is queued or running; else the job's own final word (RUN/slurm.json: RECORDED,
-    FAILED); else SLURM's record of the ended job (squeue, for MinJobAge: TIMEOUT, CANCELLED...); else the job's
-    last own word (ENDED, RUNNING...)."""
+    FAILED); else SLURM's record of the ended job (squeue, for MinJobAge; sacct where accounting is on: TIMEOUT,
+    CANCELLED...); else the job's last own word (ENDED, RUNNING...); and for a job SLURM has forgotten that never
+    wrote RUN/slurm.json, what its SLURM log says (``forgotten``). ``notes`` gets a line per such run: why, and
+    what to do."""
     jobs = load_jobs(queue_path)
     if not jobs:
         return None
@@ -381,16 +383,55 @@ def status_columns(queue_path: Path, runs) -> Optional[Dict[str, List[str]]]:
         for line, run_dir in j["snapshot_lines"].items():
             latest[run_dir] = f"{j['job']}_{line}"
     cols: Dict[str, List[str]] = {"job": [], "state": [], "requeues": []}
+    accounted: Optional[Dict[str, str]] = None
     for run in runs:
         f = run.run_dir / STATE_FILE
         state = json.loads(f.read_text()) if f.is_file() else {}
         job = latest.get(str(run.run_dir.resolve())) or state.get("job") or "-"
         own = state.get("state")
-        word = running.get(job) or (own if own in OWN_FINAL else None) or ended.get(job) or own
+        word = running.get(job) or (own if own in OWN_FINAL else None) or ended.get(job)
+        if not word and job != "-":
+            if accounted is None:
+                accounted = sacct_states(ids)
+            word = accounted.get(job) or own or forgotten(queue_path, run, job, notes)
         cols["job"].append(job)
-        cols["state"].append(word or ("-" if job == "-" else "GONE"))
+        cols["state"].append(word or "-")
         cols["requeues"].append(str(state.get("restarts", 0)) if state else "-")
     return cols
+
+
+def sacct_states(job_ids: Sequence[str]) -> Dict[str, str]:
+    """{JOB_TASK: state} from SLURM's accounting (sacct), {} where it is off or missing."""
+    if not job_ids or not shutil.which("sacct"):
+        return {}
+    try:
+        out = subprocess.run(["sacct", "-n", "-P", "-X", "-j", ",".join(job_ids), "-o", "JobID,State"],
+                             capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        return {}
+    if out.returncode:
+        return {}
+    return {job: state.split()[0] for job, state in (ln.split("|", 1) for ln in out.stdout.split("\n") if "|" in ln)
+            if state.strip()}
+
+
+def forgotten(queue_path: Path, run, job: str, notes: Optional[List[str]]) -> str:
+    """The state of a job that SLURM no longer knows (ended more than MinJobAge ago, no sacct) and that never
+    wrote RUN/slurm.json: NEVER-RAN without a SLURM log (cancelled while queued, or held and purged), DIED with
+    one (it started, and ended before the queue's code ran: the log says why)."""
+    logs = sorted(submit_dir(queue_path).joinpath("logs").glob(f"*_{job}.out"))
+    again = f"pe-queue run {shlex.quote(str(queue_path))} --slurm submits it again"
+    if not logs:
+        if notes is not None:
+            notes.append(f"{run.name}: job {job} is gone from SLURM and never started (no SLURM log in "
+                         f"{submit_dir(queue_path) / 'logs'}, no {run.run_dir / STATE_FILE}): it was cancelled or "
+                         f"purged while queued; {again}")
+        return "NEVER-RAN"
+    tail = [ln for ln in logs[-1].read_text(errors="replace").splitlines() if ln.strip()][-1:] or ["(empty)"]
+    if notes is not None:
+        notes.append(f"{run.name}: job {job} is gone from SLURM; it started but wrote no {run.run_dir / STATE_FILE}; "
+                     f"the last line of its log {logs[-1]}: {tail[0][:300]}; fix that, then {again}")
+    return "DIED"
 
 
 def write_state(run_dir: Path, state: str, message: str = "") -> None:
