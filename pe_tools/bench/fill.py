@@ -22,7 +22,6 @@ each row's words per second to the same encoding's first split (the 4x goal of 3
 import and CUDA's start once, each row's peak counters reset before it). Outputs are rewritten after every row; ``--resume`` and ``--time-budget`` (docs/benchmarks.md §Partial runs); a row
 is not started when the budget left is shorter than the longest row so far.
 """
-import argparse
 import json
 import os
 import platform
@@ -36,9 +35,10 @@ from types import SimpleNamespace
 from ..command_line import fail, int_at_least
 from ..fairseq_plugin import plugin_digest
 from ..naming import BASELINE, SUFFIX_OF_CLASS as SIZES
-from ..recipes import batching, load_table, recipe_names
+from ..recipes import batching, load_table
 from ._partial_runs import Progress, ResumeError, add_args as add_progress_args, resolve_device
 from ._timing import markdown_table
+from .train_speed import add_run_args, output_json
 
 NAME = "fill"
 HELP = ("real fairseq-train at splits of one tokens-per-update: words/s, peak memory and the GPU's busy fraction "
@@ -207,14 +207,8 @@ def add_args(parser):
                         help="fresh: one fairseq-train process a row (default); one: every row in this process "
                              "(fairseq's import and CUDA's start paid once; on a CPU each row's peak RSS is the "
                              "process's so far)")
-    parser.add_argument("--recipe", choices=recipe_names("methods") + ["none"], default="wmt14",
-                        help="each encoding's flags, and auto's recipe --max-tokens, from this recipe (default: wmt14)")
-    parser.add_argument("--no-share-all-embeddings", dest="share_all_embeddings", action="store_false",
-                        help="the data has separate dictionaries: do not pass --share-all-embeddings")
-    parser.add_argument("--extra", nargs=argparse.REMAINDER, default=[],
-                        help="more fairseq-train arguments, after everything else (give it last)")
-    parser.add_argument("--out-dir", help="write fill.json, .csv and .md here (rewritten after every row)")
-    parser.add_argument("--json", help="also write the JSON here (what --resume reads when given)")
+    add_run_args(parser, "fill", "row",
+                 "each encoding's flags, and auto's recipe --max-tokens, from this recipe (default: wmt14)")
     parser.set_defaults(registry=list(PE_REGISTRY))
     add_progress_args(parser)
 
@@ -248,7 +242,7 @@ def run(args) -> int:
                     recipe=args.recipe, extra=args.extra, processes=args.processes, torch=torch.__version__,
                     cuda=torch.version.cuda,
                     plugin_digest=plugin_digest())
-    out_json = Path(args.json) if args.json else Path(args.out_dir) / "fill.json" if args.out_dir else None
+    out_json = output_json(args, "fill")
     try:
         progress = Progress.for_args("pe-bench fill", keys, settings, out_json, args, what="rows")
     except ResumeError as e:

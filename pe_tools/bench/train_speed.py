@@ -68,6 +68,24 @@ def train_argv(pe: str, size: str, args, device: str, fp16: bool) -> list:
             "--num-workers", "0", "--no-progress-bar", *place, *half, *args.extra]
 
 
+def add_run_args(parser, stem: str, each: str, recipe_help: str) -> None:
+    """The options of the benchmarks that run fairseq-train (train-speed, fill), given last: the flags of each run
+    (--recipe, --no-share-all-embeddings and --extra, read by ``train_argv``) and the outputs (--out-dir: STEM.json,
+    .csv and .md, rewritten after every EACH; --json, read by ``output_json``)."""
+    parser.add_argument("--recipe", choices=recipe_names("methods") + ["none"], default="wmt14", help=recipe_help)
+    parser.add_argument("--no-share-all-embeddings", dest="share_all_embeddings", action="store_false",
+                        help="the data has separate dictionaries: do not pass --share-all-embeddings")
+    parser.add_argument("--extra", nargs=argparse.REMAINDER, default=[],
+                        help="more fairseq-train arguments, after everything else (give it last)")
+    parser.add_argument("--out-dir", help=f"write {stem}.json, .csv and .md here (rewritten after every {each})")
+    parser.add_argument("--json", help="also write the JSON here (what --resume reads when given)")
+
+
+def output_json(args, stem: str):
+    """The JSON a run writes (and --resume reads): --json, else --out-dir/STEM.json, else None."""
+    return Path(args.json) if args.json else Path(args.out_dir) / f"{stem}.json" if args.out_dir else None
+
+
 def run_one(pe: str, size: str, args, device: str, fp16: bool) -> dict:
     argv = [sys.executable, "-m", "fairseq_cli.train", *train_argv(pe, size, args, device, fp16)]
     env = dict(os.environ, PYTHONWARNINGS="ignore")
@@ -105,14 +123,7 @@ def add_args(parser):
             ("--threads", 0, 0, "OMP_NUM_THREADS of each run (0: unchanged)")]
     for flag, low, default, text in ints:
         parser.add_argument(flag, type=int_at_least(low), default=default, help=f"{text} (default: {default})")
-    parser.add_argument("--recipe", choices=recipe_names("methods") + ["none"], default="wmt14",
-                        help="each encoding's flags from this recipe's methods.toml (default: wmt14)")
-    parser.add_argument("--no-share-all-embeddings", dest="share_all_embeddings", action="store_false",
-                        help="the data has separate dictionaries: do not pass --share-all-embeddings")
-    parser.add_argument("--extra", nargs=argparse.REMAINDER, default=[],
-                        help="more fairseq-train arguments, after everything else (give it last)")
-    parser.add_argument("--out-dir", help="write train_speed.json, .csv and .md here (rewritten after every run)")
-    parser.add_argument("--json", help="also write the JSON here (what --resume reads when given)")
+    add_run_args(parser, "train_speed", "run", "each encoding's flags from this recipe's methods.toml (default: wmt14)")
     add_progress_args(parser)
 
 
@@ -140,7 +151,7 @@ def run(args) -> int:
                     rounds=args.rounds, recipe=args.recipe, extra=args.extra, torch=torch.__version__,
                     cuda=torch.version.cuda)
     order = [(size, pe, k + 1) for k in range(args.rounds) for size, pe in keys]
-    out_json = Path(args.json) if args.json else Path(args.out_dir) / "train_speed.json" if args.out_dir else None
+    out_json = output_json(args, "train_speed")
     try:
         progress = Progress.for_args("pe-bench train-speed", order, settings, out_json, args, what="runs")
     except ResumeError as e:
