@@ -847,6 +847,17 @@ PINNED = {
         ("1.006", "computed:cost_rpe_flops_max", None, {}, "3"),
         ("2.571", COST, "attn_bytes_to_sape", {"pe": "rpe", "size": "base", "length": "200"}, "3"),
     ],
+    "docs/benchmarks.md": [
+        ("1.084", "computed:cpu_bench_malloc_default_step_rpe", None, {}, "3"),
+        ("1.057", CPU_BENCH, "step_mem_ratio", {"pe": "rpe", "size": "base"}, "3"),
+        ("1.029", "computed:cpu_bench_malloc_default_step_t5", None, {}, "3"),
+        ("1.008", CPU_BENCH, "step_mem_ratio", {"pe": "t5", "size": "base"}, "3"),
+        ("1.10", "computed:goal_step", None, {}, ""),
+        ("1.05", "computed:goal_peak", None, {}, ""),
+        ("2.13", *TORCH),
+        ("0.42", GPU_FLEX, "memory_ratio", {"bias": "t5", "T": 50}, ""),
+        ("0.61", GPU_FLEX, "memory_ratio", {"bias": "alibi", "T": 50}, ""),
+    ],
     "examples/benchmarks/gpu/README.md": [
         ("3.12", "computed:gpu_python", None, {}, ""),
         *[(f, "exempt", "stock's wall-time ratios of an earlier H100 run (commit 8e19c57), not in the tree", {}, "")
