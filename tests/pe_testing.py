@@ -3,6 +3,7 @@ parser, and the incremental-vs-full re-scoring check.
 
 Everything is generated here; no test reads shared data or the network.
 """
+import contextlib
 import os
 import subprocess
 import sys
@@ -81,6 +82,33 @@ def run(module: str, args, cwd=None, check=True, env=None) -> subprocess.Complet
     return proc
 
 
+def call_main(main, args, prog: str = "python", cwd=None) -> subprocess.CompletedProcess:
+    """A command line's ``main(argv)`` called in this interpreter, as its console script calls it (sys.argv[0]
+    ``prog``, the program name argparse prints): its exit status (SystemExit's code, or what it returned), stdout
+    and stderr captured, as ``subprocess.run`` returns them. For argument errors and --help, where a new
+    interpreter would spend seconds importing torch and fairseq to print one line; test_install runs each console
+    script itself."""
+    import io
+
+    out, err, argv, here = io.StringIO(), io.StringIO(), sys.argv, os.getcwd()
+    args = [str(a) for a in args]
+    sys.argv = [prog, *args]
+    try:
+        if cwd is not None:
+            os.chdir(cwd)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main(args)
+    except SystemExit as e:
+        code = e.code
+    finally:
+        sys.argv = argv
+        os.chdir(here)
+    if code is not None and not isinstance(code, int):  # sys.exit("text"): the interpreter prints it, exit status 1
+        err.write(f"{code}\n")
+        code = 1
+    return subprocess.CompletedProcess([prog, *args], code or 0, out.getvalue(), err.getvalue())
+
+
 def preprocess(raw_dir: Path, dest: Path, joined: bool = True) -> Path:
     args = ["--source-lang", "en", "--target-lang", "de", "--trainpref", raw_dir / "train",
             "--validpref", raw_dir / "valid", "--testpref", raw_dir / "test", "--destdir", dest, "--workers", "1"]
@@ -96,14 +124,16 @@ def parse_train_args(data_bin, arch: str, extra=()):
     return options.parse_args_and_arch(parser, argv)
 
 
-def build_model(data_bin, arch: str, extra=(), seed: int = 1):
-    """(task, model, args) built exactly as fairseq-train builds them, in eval mode."""
+def build_model(data_bin, arch: str, extra=(), seed: int = 1, device=None):
+    """(task, model, args) built exactly as fairseq-train builds them, in eval mode; ``device="meta"``: tensors
+    without storage or values, for shapes and parameter counts (a base-size model in a fraction of the time)."""
     from fairseq import tasks
 
     args = parse_train_args(data_bin, arch, extra)
     torch.manual_seed(seed)
     task = tasks.setup_task(args)
-    model = task.build_model(args)
+    with torch.device(device) if device is not None else contextlib.nullcontext():
+        model = task.build_model(args)
     model.eval()
     return task, model, args
 

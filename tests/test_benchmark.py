@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from pe_testing import REPO
+from pe_testing import REPO, call_main
 
 ENCODINGS = ["nope", "sape", "posnet_embed", "stock"]  # registry order, stock last
 LENGTHS = [6, 10]
@@ -28,6 +28,13 @@ def benchmark(*args):
     env = dict(os.environ, PYTHONWARNINGS="ignore")
     return subprocess.run([sys.executable, str(REPO / "scripts" / "benchmark.py"), "models", *map(str, args)],
                           cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def benchmark_here(*args):
+    """``benchmark(*args)`` called in this interpreter (pe_tools.bench.cli.main): for the argument errors."""
+    from pe_tools.bench import cli
+
+    return call_main(cli.main, ["models", *args], prog="benchmark.py", cwd=REPO)
 
 
 @pytest.fixture(scope="module")
@@ -236,7 +243,7 @@ def test_top_kernels_group_by_name_longest_first():
 
 
 def test_unknown_encoding_lists_the_valid_names():
-    proc = benchmark("--sizes", "tiny", "--pe", "sape", "no_such_pe")
+    proc = benchmark_here("--sizes", "tiny", "--pe", "sape", "no_such_pe")
     assert proc.returncode != 0
     assert "no_such_pe" in proc.stderr
     for name in ["nope", "sape", "lape", "rpe", "t5", "at5", "posnet_embed", "posnet_attn", "rope", "alibi"]:
@@ -245,18 +252,18 @@ def test_unknown_encoding_lists_the_valid_names():
 
 @pytest.mark.parametrize("flag", ["--forward-passes", "--rounds", "--lengths", "--max-tokens", "--batch"])
 def test_zero_counts_rejected_naming_the_flag(flag):
-    proc = benchmark(flag, 0)
+    proc = benchmark_here(flag, 0)
     assert proc.returncode != 0 and flag in proc.stderr and "at least 1" in proc.stderr
 
 
 def test_max_tokens_below_a_length_rejected():
-    proc = benchmark("--sizes", "tiny", "--lengths", 20, 50, 100, "--max-tokens", 60)
+    proc = benchmark_here("--sizes", "tiny", "--lengths", 20, 50, 100, "--max-tokens", 60)
     assert proc.returncode == 2
     assert "--max-tokens 60 is smaller than --lengths 100" in proc.stderr and "--batch" in proc.stderr
 
 
 def test_batch_and_max_tokens_exclude_each_other():
-    proc = benchmark("--batch", 4, "--max-tokens", 100)
+    proc = benchmark_here("--batch", 4, "--max-tokens", 100)
     assert proc.returncode != 0 and "not allowed with argument" in proc.stderr
 
 

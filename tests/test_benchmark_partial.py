@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from pe_testing import REPO
+from pe_testing import REPO, call_main
 
 MODELS = ["models", "--sizes", "tiny", "--pe", "sape", "nope", "--rounds", "2", "--steps", "1", "--warmup", "0",
           "--forward-passes", "1", "--vocab", "100", "--lengths", "6", "10", "--max-tokens", "40", "--threads", "1",
@@ -40,6 +40,13 @@ def bench(*args, killer=None):
     env = dict(ENV, KILL_AFTER=str(killer)) if killer else ENV
     return subprocess.run([sys.executable, *code, *map(str, args)], cwd=REPO, env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True)
+
+
+def bench_here(*args):
+    """``bench(*args)`` called in this interpreter (pe_tools.bench.cli.main): for the argument errors."""
+    from pe_tools.bench import cli
+
+    return call_main(cli.main, args, prog="benchmark.py", cwd=REPO)
 
 
 def keys(data):
@@ -97,7 +104,7 @@ def test_resume_with_another_setting_is_refused_naming_it(uninterrupted, tmp_pat
     args = list(MODELS)
     i = args.index(flag)
     args[i + 1:i + 1 + (2 if flag == "--lengths" else 1)] = [str(value)]
-    proc = bench(*args, "--out-dir", tmp_path, "--resume")
+    proc = bench_here(*args, "--out-dir", tmp_path, "--resume")
     assert proc.returncode == 2 and f"measured with {name} = " in proc.stderr, proc.stderr[-2000:]
     assert json.loads((tmp_path / "benchmark.json").read_text()) == uninterrupted  # left as it was
 
@@ -118,7 +125,7 @@ def test_time_budget_zero_writes_one_measurement_and_the_resume_command(tmp_path
 
 
 def test_resume_needs_an_output(tmp_path):
-    proc = bench(*MODELS, "--resume")
+    proc = bench_here(*MODELS, "--resume")
     assert proc.returncode == 2 and "--resume needs the output" in proc.stderr
 
 

@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 import pytest
-from pe_testing import REPO
+from pe_testing import REPO, call_main
 
 pytestmark = pytest.mark.slow
 
@@ -49,8 +49,10 @@ def test_demo_runs_the_recipe_and_resumes(tmp_path):
 
 
 def test_bad_flags_name_the_flag(tmp_path):
+    from pe_tools.demo import main
+
     for flag, value in (("--updates", "2"), ("--jobs", "0"), ("--heldout", "3")):
-        out = subprocess.run([*DEMO, "--out", tmp_path, flag, value], capture_output=True, text=True)
+        out = call_main(main, ["--out", tmp_path, flag, value], prog="demo.py")  # DEMO's main, in this interpreter
         assert out.returncode == 2 and flag in out.stderr, out.stderr
 
 

@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from pe_testing import REPO
+from pe_testing import REPO, call_main
 
 import pe_tools.synthetic.grammar as gc
 
@@ -136,8 +136,7 @@ def test_word_order_decides_the_translation(corpus):
 
 
 def test_bad_sizes_are_rejected(tmp_path):
-    out = subprocess.run([sys.executable, str(REPO / "scripts" / "grammar_corpus.py"), str(tmp_path), "--test", "0"],
-                         capture_output=True, text=True)
+    out = call_main(gc.main, [tmp_path, "--test", "0"], prog="grammar_corpus.py")  # the script's main, here
     assert out.returncode == 2 and "--test must be at least 1" in out.stderr
 
 
@@ -189,6 +188,6 @@ def test_long_split_on_the_command_line(tmp_path):
     for argv, message in ((["--long", "5"], "--long needs --max-train-words"),
                           (["--max-train-words", "4"], "--max-train-words 4: at least 5"),
                           (["--max-train-words", "33", "--long", "5"], "no sentence of more than 33 words")):
-        out = subprocess.run([sys.executable, str(REPO / "scripts" / "grammar_corpus.py"), str(tmp_path / "x"),
-                              "--train", "10", "--valid", "1", "--test", "1", *argv], capture_output=True, text=True)
+        out = call_main(gc.main, [tmp_path / "x", "--train", "10", "--valid", "1", "--test", "1", *argv],
+                        prog="grammar_corpus.py")
         assert out.returncode == 2 and message in out.stderr, out.stderr

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from pe_testing import REPO
+from pe_testing import REPO, call_main
 
 pytestmark = pytest.mark.slow
 
@@ -69,9 +69,11 @@ def test_length_experiment_runs_and_resumes(tmp_path):
 
 
 def test_bad_flags_name_the_flag(tmp_path):
+    from pe_tools.length_experiment import main
+
     for argv, words in ((["--methods", "sape,bogus"], ["--methods", "bogus", "lape"]),
                         (["--max-train-words", "3"], ["--max-train-words 3"]),
                         (["--long-clauses", "2", "--max-train-words", "33"], ["--long-clauses 2"]),
                         (["--updates", "2"], ["--updates"])):
-        out = subprocess.run([*RUN, "--out", tmp_path, *argv], capture_output=True, text=True)
+        out = call_main(main, ["--out", tmp_path, *argv], prog="length_experiment.py")  # RUN's, in this interpreter
         assert out.returncode == 2 and all(w in out.stderr for w in words), out.stderr

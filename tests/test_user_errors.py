@@ -19,7 +19,7 @@ import subprocess
 import sys
 
 import pytest
-from pe_testing import PLUGIN, REPO, TRAIN_FLAGS, run
+from pe_testing import PLUGIN, REPO, TRAIN_FLAGS, call_main, run
 
 from pe_plugin import hub as pe_hub
 from pe_tools import average as average_cli
@@ -203,14 +203,15 @@ def test_errors_carry_the_program_name(tmp_path, argv0, prog):
 # architecture names
 
 def test_a_misspelt_architecture_gets_the_closest_names():
-    proc = subprocess.run([sys.executable, "-m", "pe_plugin", "transformer_posnet_tiny"], capture_output=True,
-                          text=True, cwd=REPO)
+    from pe_plugin.__main__ import main  # `python -m pe_plugin`, in this interpreter (test_interface runs the module)
+
+    proc = call_main(main, ["transformer_posnet_tiny"], cwd=REPO)
     assert proc.returncode == 2 and proc.stdout == ""
     last = proc.stderr.strip().split("\n")[-1]
     assert last.startswith("python -m pe_plugin: error: 'transformer_posnet_tiny' is not a pe_plugin architecture")
     assert "did you mean transformer_posnet_embed_tiny" in last or "transformer_posnet_embed_tiny," in last
     assert "transformer_posnet_attn_tiny" in last and len(last) < 300  # not the list of every architecture
-    proc = subprocess.run([sys.executable, "-m", "pe_plugin", "zzz"], capture_output=True, text=True, cwd=REPO)
+    proc = call_main(main, ["zzz"], cwd=REPO)
     assert proc.returncode == 2 and "the names are transformer_<pe>_<size>" in proc.stderr
 
 
