@@ -32,6 +32,7 @@ from .figures import png_bytes, pyplot
 
 # the models analysed: the ten encodings of the recorded annealed runs (examples/multi30k/results), in table order
 from .file_io import csv_text, write_all_atomic
+from .tables import markdown_table
 METHODS = ["nope", "sape", "lape", "rpe", "t5", "at5", "posnet_embed", "posnet_attn", "rope", "alibi"]
 INDICATORS = ["locality", "sym_code", "sym_abs", "aiv", "opr", "opr_tie_half", "opr_first20", "opr_first20_tie_half",
               "sd", "db20"]
@@ -130,10 +131,10 @@ def render_summary(rows: list) -> str:
                     and r["layer"] == layer)
 
     out = [f"Identical-word probe (pe-probe, 100 words): encoder self-attention unless the column says decoder, map "
-           f"of the mean of the 3 layers, EOS dropped; L = {short} unless the column says L = {long_}:", "",
-           f"| pe | Locality | Locality L = {long_} | Sym_code | Sym_abs | AIV | AIV L = {long_} | OPR | SD | DB_20 "
-           f"| DB_20 layer 1 | decoder Locality | decoder OPR |",
-           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+           f"of the mean of the 3 layers, EOS dropped; L = {short} unless the column says L = {long_}:", ""]
+    head = ["pe", "Locality", f"Locality L = {long_}", "Sym_code", "Sym_abs", "AIV", f"AIV L = {long_}", "OPR", "SD",
+            "DB_20", "DB_20 layer 1", "decoder Locality", "decoder OPR"]
+    table = []
     for m in METHODS:
         cells = [fmt(get(m, "encoder", short, "locality"), 3), fmt(get(m, "encoder", long_, "locality"), 3),
                  fmt(get(m, "encoder", short, "sym_code"), 3), fmt(get(m, "encoder", short, "sym_abs"), 3),
@@ -141,7 +142,8 @@ def render_summary(rows: list) -> str:
                  *(fmt(get(m, "encoder", short, k), 3) for k in ("opr", "sd", "db20")),
                  fmt(get(m, "encoder", short, "db20", "1"), 3),
                  *(fmt(get(m, "decoder", short, k), 3) for k in ("locality", "opr"))]
-        out.append(f"| {m} | " + " | ".join(cells) + " |")
+        table.append([m, *cells])
+    out.append(markdown_table(head, table, "l" + "r" * (len(head) - 1), compact_rule=True))
     models = {r["pe"]: r for r in rows if r["kind"] == "model"}
     buckets = [k[len("bleu_"):] for k in rows[0] if k.startswith("bleu_")]
     first, last = buckets[0], buckets[-1]
@@ -149,15 +151,16 @@ def render_summary(rows: list) -> str:
     out += ["", f"Word-swap probe (pe-swap-probe, the first {n} test sources): Δout = 100 - chrF++(T(x'), T(x)), "
                 f"ΔNLL = forced-decoding NLL change of T(x) per token; sacreBLEU of the recorded average-of-5 "
                 f"translations (pe-evaluate), whole test set and source-length buckets {label(first)} and "
-                f"{label(last)} words:", "",
-            "| pe | Δout local | Δout global | Δout shuffle | ΔNLL local | ΔNLL global | ΔNLL shuffle "
-            f"| ΔNLL global / local | BLEU | BLEU {label(first)} | BLEU {label(last)} |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+                f"{label(last)} words:", ""]
+    head = ["pe", "Δout local", "Δout global", "Δout shuffle", "ΔNLL local", "ΔNLL global", "ΔNLL shuffle",
+            "ΔNLL global / local", "BLEU", f"BLEU {label(first)}", f"BLEU {label(last)}"]
+    table = []
     for m in METHODS:
         r = models[m]
         cells = [*(fmt(r[f"dout_chrf_{k}"], 2) for k in KINDS), *(fmt(r[f"dnll_{k}"], 3) for k in KINDS),
                  fmt(r["ratio_dnll"], 2), fmt(r["bleu"], 2), fmt(r[f"bleu_{first}"], 2), fmt(r[f"bleu_{last}"], 2)]
-        out.append(f"| {m} | " + " | ".join(cells) + " |")
+        table.append([m, *cells])
+    out.append(markdown_table(head, table, "l" + "r" * (len(head) - 1), compact_rule=True))
     return "\n".join(out) + "\n"
 
 

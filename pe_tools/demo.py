@@ -37,6 +37,7 @@ from .naming import BASELINE, arch_name
 from .process import tee
 from .recipes import training_log
 from .synthetic import grammar as grammar_corpus
+from .tables import markdown_table
 
 CORE = ("nope", BASELINE, "posnet_embed")  # always trained: the demo's point is their comparison
 SRC, TGT = "en", "de"
@@ -229,21 +230,24 @@ def analysis_tables(folder: Path, methods) -> str:
     the word-swap probe's output change and forced-decoding NLL change per perturbation."""
     probe_keys = ("locality", "sym_code", "sym_abs", "aiv", "opr", "sd", "db20")
     lines = ["Identical-word probing, encoder self-attention, mean over layers (pe-probe, L = 32, 50 words):",
-             "", "| model | " + " | ".join(probe_keys) + " |", "|---|" + "---:|" * len(probe_keys)]
+             ""]
+    rows = []
     for m in methods:
         ind = json.loads((folder / m / "probe.json").read_text())["indicators"]["encoder"]["without_special"]["mean"]
-        lines.append(f"| {m} | " + " | ".join(_num(ind.get(k)) for k in probe_keys) + " |")
+        rows.append([m, *(_num(ind.get(k)) for k in probe_keys)])
+    lines.append(markdown_table(["model", *probe_keys], rows, "l" + "r" * len(probe_keys), compact_rule=True))
     swap = json.loads((folder / methods[0] / "swap_probe.json").read_text())
     kinds = list(swap["perturbations"])
     lines += ["", f"Word-swap probe on {swap['n_sentences']} test sentences (pe-swap-probe): "
               "Δout = 100 - chrF++(output of the perturbed source, output of the source); ΔNLL = change of the "
-              "forced-decoding NLL per token of the unperturbed output:", "",
-              "| model | " + " | ".join(f"Δout {k}" for k in kinds) + " | " + " | ".join(f"ΔNLL {k}" for k in kinds)
-              + " |", "|---|" + "---:|" * (2 * len(kinds))]
+              "forced-decoding NLL per token of the unperturbed output:", ""]
+    rows = []
     for m in methods:
         p = json.loads((folder / m / "swap_probe.json").read_text())["perturbations"]
-        lines.append(f"| {m} | " + " | ".join(f"{p[k]['delta_out_chrf']:.2f}" for k in kinds) + " | "
-                     + " | ".join(f"{p[k]['delta_nll_per_token']:.3f}" for k in kinds) + " |")
+        rows.append([m, *(f"{p[k]['delta_out_chrf']:.2f}" for k in kinds),
+                     *(f"{p[k]['delta_nll_per_token']:.3f}" for k in kinds)])
+    lines.append(markdown_table(["model", *(f"Δout {k}" for k in kinds), *(f"ΔNLL {k}" for k in kinds)], rows,
+                                "l" + "r" * (2 * len(kinds)), compact_rule=True))
     return "\n".join(lines) + "\n"
 
 

@@ -39,6 +39,7 @@ from .file_io import dump_json, write_atomic
 from .demo import SRC, TGT, Pipeline, add_pipeline_args, check_pipeline_args
 from .naming import BASELINE
 from .synthetic import grammar as grammar_corpus
+from .tables import markdown_table
 
 DECODE_MARGIN = 50  # generate.sh decodes up to 1 x source + 50 tokens
 
@@ -236,21 +237,23 @@ def untrained_positions(checkpoint: Path, data: Path, lengths: dict, draws: int 
 def positions_markdown(report: dict) -> str:
     n = report["lengths"]
     rows = [("longest training pair", "train"), ("longest test pair", "test"), ("longest long-split pair", "long")]
-    out = [f"Positions ({report['unit']}):", "", "| | source | target |", "|---|---:|---:|"]
-    out += [f"| {label} | {n[k]['source']} | {n[k]['target']} |" for label, k in rows]
+    out = [f"Positions ({report['unit']}):", "",
+           markdown_table([None, "source", "target"], [[label, str(n[k]["source"]), str(n[k]["target"])]
+                                                        for label, k in rows], "lrr", compact_rule=True)]
     out += ["", f"Source positions {n['train']['source']}-{n['long']['source'] - 1} and target positions "
             f"{n['train']['target']}-{n['long']['target'] - 1} occur only in the long split: no model was trained "
             f"on them. Models take {report['max_positions']} positions a side, so no sentence is refused or cut.", "",
             "Position parameters that the long split uses and training never updated: slices of a tensor (a "
             "position's row, a bucket) whose gradient is zero at the longest training lengths and non-zero at the "
-            "longest long-split lengths:", "",
-            "| encoding | position parameters | untrained, used by the long split | tensors: untrained slices |",
-            "|---|---:|---:|---|"]
+            "longest long-split lengths:", ""]
+    table = []
     for m, e in report["encodings"].items():
         tensors = ", ".join(f"`{k}` " + ", ".join(f"{x['untrained']} of {x['of']} along axis {axis}"
                                                   for axis, x in v["slices_by_axis"].items())
                             for k, v in e["untrained_by_tensor"].items()) or "–"
-        out.append(f"| {m} | {e['position_parameters']:,} | {e['untrained_used']:,} | {tensors} |")
+        table.append([m, f"{e['position_parameters']:,}", f"{e['untrained_used']:,}", tensors])
+    out.append(markdown_table(["encoding", "position parameters", "untrained, used by the long split",
+                               "tensors: untrained slices"], table, "lrrl", compact_rule=True))
     reached = [m for m, e in report["encodings"].items() if e["untrained_used"]]
     out += ["", "Encodings that translate the long split with position parameters they never trained: "
             + (", ".join(reached) if reached else "none") + "."]

@@ -36,6 +36,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
+from .tables import markdown_table
+
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("pe_plugin/encodings", "pe_plugin/modules", "pe_tools/scoring", "pe_tools/recipes")
 NO_MUTATE = "pragma: no mutate"
@@ -414,11 +416,11 @@ def summarize(results: Dict[str, dict], equivalent: Dict[str, str]) -> Tuple[Lis
                      "equivalent": len(eq), "kill_rate": killed / len(recs),
                      "kill_rate_non_equivalent": killed / max(len(recs) - len(eq), 1)})
         survivors += sorted(surv, key=lambda r: (r["line"], r["col"]))
-    lines = ["| module | mutants | killed | survived | of which equivalent | kill rate | "
-             "kill rate (equivalent excluded) |", "|---|---:|---:|---:|---:|---:|---:|"]
-    for r in rows:
-        lines.append(f"| {r['module']} | {r['mutants']} | {r['killed']} | {r['survived']} | {r['equivalent']} | "
-                     f"{100 * r['kill_rate']:.0f}% | {100 * r['kill_rate_non_equivalent']:.0f}% |")
+    lines = [markdown_table(["module", "mutants", "killed", "survived", "of which equivalent", "kill rate",
+                             "kill rate (equivalent excluded)"],
+                            [[r["module"], str(r["mutants"]), str(r["killed"]), str(r["survived"]), str(r["equivalent"]),
+                              f"{100 * r['kill_rate']:.0f}%", f"{100 * r['kill_rate_non_equivalent']:.0f}%"]
+                             for r in rows], "lrrrrrr", compact_rule=True)]
     lines += ["", "## Survivors", ""]
     if not survivors:
         lines.append("None.")

@@ -1,5 +1,5 @@
-"""Shared measurement helpers for the benchmarks: wall times of a callable, peak memory, isolated runs and
-markdown tables.
+"""Shared measurement helpers for the benchmarks: wall times of a callable, peak memory and isolated runs (their
+markdown tables: pe_tools/tables.py).
 
 Peak memory on CPU is the peak resident set size, which the kernel only ever raises (on Linux
 ``reset_peak_rss()`` lowers it to the current RSS). To compare candidates, measure each one in a fresh
@@ -13,7 +13,7 @@ import resource
 import subprocess
 import sys
 import time
-from typing import Dict, List, Sequence
+from typing import Dict, List
 
 import torch
 
@@ -102,14 +102,3 @@ def run_isolated(module: str, func: str, kwargs: Dict, timeout: float = None, en
         if line.startswith(_RESULT):
             return json.loads(line[len(_RESULT):])
     raise RuntimeError(f"{module}.{func}({kwargs}) failed (exit {proc.returncode}):\n{proc.stdout[-4000:]}")
-
-
-def markdown_table(headers: Sequence[str], rows: Sequence[Sequence]) -> str:
-    """A GitHub markdown table; numbers right-aligned."""
-    def cell(v):
-        return v if isinstance(v, str) else f"{v:,}" if isinstance(v, int) else f"{v:.3g}"
-
-    body = [[cell(v) for v in row] for row in rows]
-    align = ["---:" if rows and not isinstance(rows[0][i], str) else "---" for i in range(len(headers))]
-    lines = [headers, align, *body]
-    return "\n".join("| " + " | ".join(line) + " |" for line in lines)

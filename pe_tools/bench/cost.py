@@ -38,7 +38,7 @@ from ..fairseq_plugin import plugin_digest
 from ..file_io import csv_text, write_all_atomic
 from ..naming import BASELINE, SUFFIX_OF_CLASS as SIZES
 from ..recipes import recipe_names
-from ._timing import markdown_table
+from ..tables import markdown_table
 
 NAME = "cost"
 HELP = "bytes saved for backward, ATen ops, FLOPs and (B,H,T,T) bytes of one training step, as ratios to SAPE/stock"

@@ -37,7 +37,7 @@ from ..fairseq_plugin import plugin_digest
 from ..naming import BASELINE, SUFFIX_OF_CLASS as SIZES
 from ..recipes import batching, load_table
 from ._partial_runs import Progress, ResumeError, add_args as add_progress_args, resolve_device
-from ._timing import markdown_table
+from ..tables import markdown_table
 from .train_speed import add_run_args, output_json
 
 NAME = "fill"

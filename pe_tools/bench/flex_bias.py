@@ -25,7 +25,7 @@ import statistics
 import sys
 
 from ._partial_runs import Progress, ResumeError, add_args as add_progress_args
-from ._timing import markdown_table
+from ..tables import markdown_table
 
 NAME = "flex"
 HELP = "FlexAttention (score_mod + block mask) vs SDPA with a float mask for T5 and ALiBi biases (CUDA; CPU: check)"

@@ -28,7 +28,7 @@ from ..command_line import fail, int_at_least
 from ..naming import BASELINE, SUFFIX_OF_CLASS as SIZES
 from ..recipes import recipe_names, training_log
 from ._partial_runs import Progress, ResumeError, add_args as add_progress_args, resolve_device
-from ._timing import markdown_table
+from ..tables import markdown_table
 
 NAME = "train-speed"
 HELP = "words per second of real fairseq-train runs, per encoding, as ratios to stock fairseq and to SAPE"

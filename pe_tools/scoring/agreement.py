@@ -20,6 +20,7 @@ from typing import Dict, List, Optional
 
 from ..command_line import fail
 from ..file_io import dump_json, write_atomic
+from ..tables import markdown_table
 
 
 def rank_agreement(a: Dict[str, float], b: Dict[str, float]) -> Dict[str, object]:
@@ -75,10 +76,11 @@ def rows(reports: List[dict], names: List[str], metric: str,
 
 
 def markdown(results: List[Dict[str, object]], metric: str, label: str) -> str:
+    rows = [[str(r["compared"]), str(r["n"]), f"{r['kendall_tau']:.3f}", f"{r['kendall_p']:.3g}",
+             f"{r['spearman_rho']:.3f}", f"{r['spearman_p']:.3g}"] for r in results]
     lines = [f"Rank agreement of the systems by {label}", "",
-             "| compared | systems | Kendall tau-b | p | Spearman rho | p |", "|---|---|---|---|---|---|"]
-    lines += [f"| {r['compared']} | {r['n']} | {r['kendall_tau']:.3f} | {r['kendall_p']:.3g} | "
-              f"{r['spearman_rho']:.3f} | {r['spearman_p']:.3g} |" for r in results]
+             markdown_table(["compared", "systems", "Kendall tau-b", "p", "Spearman rho", "p"], rows, "llllll",
+                            compact_rule=True)]
     return "\n".join(lines) + "\n"
 
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..figures import png_bytes, pyplot
+from ..tables import markdown_table
 from .inputs import InputError, Inputs, System
 from .metrics import METRICS, MetricSpec
 from .report import summary_columns
@@ -145,14 +146,15 @@ def render_length_markdown(report: Dict[str, Any], width: int) -> str:
     lines = [f"Scores by source length in {lb['unit']} of `{lb['source']}`; buckets from {lb['buckets_from']}."]
     for spec in LENGTH_METRICS:
         head = [spec.label] + [f"{b['label']} ({b['segments']})" for b in buckets]
-        lines += ["", "| " + " | ".join(head) + " |", "|---|" + "---:|" * len(buckets)]
+        rows = []
         for name in names:
             row = [name + (" (baseline)" if name == report["baseline"] else "")]
             for b in buckets:
                 s = next((x for x in b.get("systems", []) if x["name"] == name), None)
                 m = s["summary"][spec.key] if s else None
                 row.append("–" if m is None else f"{m['mean']:.{width}f}{m.get('mark', '')}")
-            lines.append("| " + " | ".join(row) + " |")
+            rows.append(row)
+        lines += ["", markdown_table(head, rows, "l" + "r" * len(buckets), compact_rule=True)]
     lines += ["", f"Column heads: bucket (segments). Each bucket is tested on its own segments: {t['name']} against "
               f"{report['baseline']} ({t['n_samples']} samples, seed {t['seed']}); `++`/`+` better at p < 0.05 / "
               "p < 0.10, `--`/`-` worse. p-values, CIs and per-run scores: the CSV and JSON files."]

@@ -7,6 +7,7 @@ from typing import Any, Dict, List, Optional
 
 from .inputs import Inputs
 from .metrics import METRICS
+from ..tables import markdown_table
 from .significance import AR_CI_SAMPLES, DEFAULT_SAMPLES, TEST_NAMES, summarise
 
 
@@ -75,7 +76,7 @@ def render_markdown(report: Dict[str, Any], width: int) -> str:
     with_training = any(t["params"] is not None or t["train_minutes"] is not None for t in trained.values())
     head = (["System"] + [report["metrics"][spec.key]["label"] for spec in METRICS]
             + (["Params", "Train min"] if with_training else []) + (["PE"] if with_pe else []))
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    rows = []
     for s in report["systems"]:
         row = [s["name"] + (" (baseline)" if s["baseline"] else "")]
         row += [cell(s["summary"][spec.key], width) for spec in METRICS]
@@ -85,7 +86,8 @@ def render_markdown(report: Dict[str, Any], width: int) -> str:
                     "" if t["train_minutes"] is None else f"{t['train_minutes']:.0f}"]
         pe = s["pe_signature"].replace("|", "\\|")  # a bare '|' would end the cell, even inside backticks
         row += [f"`{pe}`" if pe else ""] if with_pe else []
-        lines.append("| " + " | ".join(row) + " |")
+        rows.append(row)
+    lines = markdown_table(head, rows, "l" * len(head), compact_rule=True).split("\n")
     t = report["test"]
     n_runs = {s["summary"][METRICS[0].key]["n_runs"] for s in report["systems"]}
     notes = [f"{report['segments']} segments of `{report['reference']}`; {t['name']} against {report['baseline']} "

@@ -7,7 +7,7 @@ from pathlib import Path
 from ...figures import png_bytes, pyplot
 from ...file_io import csv_text, dumps_json, write_all_atomic
 from ...naming import SUFFIX_OF_CLASS as SIZES
-from .._timing import markdown_table
+from ...tables import markdown_table
 from .build import STOCK
 
 OUT_NAME = "benchmark"
