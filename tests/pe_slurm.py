@@ -87,6 +87,9 @@ AccountingStorageType=accounting_storage/none
 MpiDefault=none
 ReturnToService=2
 SchedulerType=sched/backfill
+# the main scheduling pass every second (default 60 s): a requeued job starts once its BeginTime (cred_expire
+# + 1 s) has passed, 6 s after its requeue instead of 13-60 s
+SchedulerParameters=sched_interval=1
 KillWait=5
 MinJobAge=300
 NodeName={self.node} NodeAddr=127.0.0.1 CPUs={self.cpus} State=UNKNOWN
