@@ -457,7 +457,8 @@ def parameter_table(vocab=40000):
                     "--share-all-embeddings", "--max-source-positions", lmax, "--max-target-positions", lmax]
             argv += ["--posnet-max-positions", lmax] if pe != "sape" else []  # lift the default cap of 256
             args = options.parse_args_and_arch(options.get_training_parser(), list(map(str, argv)))
-            model = tasks.setup_task(args).build_model(args)
+            with torch.device("meta"):  # parameter counts only: no storage, no initialisation
+                model = tasks.setup_task(args).build_model(args)
             rows.append((pe, lmax, sum(p.numel() for p in model.parameters()), pe_parameter_count(model)))
             del model
     return rows

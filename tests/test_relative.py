@@ -535,23 +535,24 @@ def test_rpe_base_tables_are_per_layer_and_head_and_big_shares(data_bin):
     x (2k+1) x d_h x 2 tables. Base used to share one table across heads: (6, 1, 33, 64), 50,688 parameters."""
     from pe_plugin.models.validation import pe_parameter_count
 
-    _, base, _ = pe_testing.build_model(data_bin, "transformer_rpe_wmt_en_de")
+    # shapes and counts only: the models are built on the meta device (no storage, no initialisation)
+    _, base, _ = pe_testing.build_model(data_bin, "transformer_rpe_wmt_en_de", device="meta")
     assert _rpe_tables(base) == {(6, 8, 33, 64)}
     assert pe_parameter_count(base) == 2 * 6 * 8 * 33 * 64 * 2 == 405_504
     assert "rpe_per_head:True|rpe_shared_heads:False" in base.encoder.pe.signature()
     del base
-    _, big, _ = pe_testing.build_model(data_bin, "transformer_rpe_wmt_en_de_big")
+    _, big, _ = pe_testing.build_model(data_bin, "transformer_rpe_wmt_en_de_big", device="meta")
     assert _rpe_tables(big) == {(6, 1, 17, 64)}  # d 1024 / 16 heads
     assert pe_parameter_count(big) == 2 * 6 * 1 * 17 * 64 * 2 == 26_112
     del big
     # flags win over the size defaults, either way
-    _, shared, _ = pe_testing.build_model(data_bin, "transformer_rpe_wmt_en_de", ["--rpe-shared-heads"])
+    _, shared, _ = pe_testing.build_model(data_bin, "transformer_rpe_wmt_en_de", ["--rpe-shared-heads"], device="meta")
     assert _rpe_tables(shared) == {(6, 1, 33, 64)} and pe_parameter_count(shared) == 2 * 6 * 33 * 64 * 2
     assert "rpe_per_head:False|rpe_shared_heads:True" in shared.encoder.pe.signature()
     del shared
     _, narrow, _ = pe_testing.build_model(data_bin, "transformer_rpe_wmt_en_de", [  # multi30k's small size
         "--encoder-layers", "3", "--decoder-layers", "3", "--encoder-embed-dim", "256", "--decoder-embed-dim", "256",
-        "--encoder-attention-heads", "4", "--decoder-attention-heads", "4"])
+        "--encoder-attention-heads", "4", "--decoder-attention-heads", "4"], device="meta")
     assert _rpe_tables(narrow) == {(3, 4, 33, 64)}
     _, tiny, _ = pe_testing.build_model(data_bin, "transformer_rpe_tiny", ["--rpe-per-head"])
     assert _rpe_tables(tiny) == {(2, 2, 9, 32)}
