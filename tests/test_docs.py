@@ -28,12 +28,16 @@ def headings(note: str):
 
 
 def section_keys(note: str):
-    """What ``§...`` may name: a heading's full title, or the id that starts it (``D8`` for "D8 AT5's ...")."""
+    """What ``§...`` may name: a heading's full title, or the id that starts it (``D8`` for "D8 AT5's ...", ``7``
+    for "7. One run on several nodes")."""
     keys = set()
     for title in headings(note):
         keys.add(title)
         if re.match(r"[A-Z]\d+ ", title):
             keys.add(title.split()[0])
+        numbered = re.match(r"(\d+)\. ", title)
+        if numbered:
+            keys.add(numbered[1])
     return keys
 
 

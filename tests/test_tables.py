@@ -847,6 +847,11 @@ PINNED = {
         ("1.006", "computed:cost_rpe_flops_max", None, {}, "3"),
         ("2.571", COST, "attn_bytes_to_sape", {"pe": "rpe", "size": "base", "length": "200"}, "3"),
     ],
+    "docs/cluster.md": [  # the GPU-hours estimate: the other timed encodings' speed, and seconds per update
+        ("0.99", GPU_TRAIN_SPEED, "wps_to_sape", {"pe": "nope", "size": "base"}, ""),
+        ("1.51", GPU_TRAIN_SPEED, "wps_to_sape", {"pe": "t5", "size": "base"}, ""),
+        ("1.15", "computed:gpu_sape_seconds_per_32k_update", None, {}, ""),
+    ],
     "docs/benchmarks.md": [
         ("1.084", "computed:cpu_bench_malloc_default_step_rpe", None, {}, "3"),
         ("1.057", CPU_BENCH, "step_mem_ratio", {"pe": "rpe", "size": "base"}, "3"),
@@ -1093,6 +1098,9 @@ COMPUTED = {"small_lr_at_the_end": _small_lr_at_the_end, "user_default_less_lmax
             **{f"cpu_bench_malloc_default_step_{pe}": (lambda pe=pe: _cpu_bench_malloc_default_step(pe))
                for pe in ("rpe", "t5")},
             "gpu_python": _gpu_python,
+            # docs/cluster.md: "32,768 / 28,452" seconds per update at SAPE's recorded speed (the WMT14 tokens per update)
+            "gpu_sape_seconds_per_32k_update": lambda: 32768 / stated_value(GPU_TRAIN_SPEED, "wps",
+                                                                            {"pe": "sape", "size": "base"}),
             "gpu_busy_goal_held_but_rpe": lambda: _gpu_goal_held_but_rpe("step", "kernel_ratio"),
             "gpu_peak_goal_held_but_rpe": lambda: _gpu_goal_held_but_rpe("peak", "peak_ratio"),
             "gpu_t5_and_kerple_busy_at_200": lambda: _gpu_t5_and_kerple_busy_at_200("models"),
