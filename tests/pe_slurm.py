@@ -117,6 +117,15 @@ PartitionName={self.partition} Nodes={self.node} Default=YES MaxTime=INFINITE St
     def stop(self) -> None:
         """End the daemons named by the pid files (theirs alone), and the jobs' processes with slurmd."""
         subprocess.run(["scancel", "--full", "--user", "root"], env=self.env, capture_output=True, timeout=30)
+        # wait (up to 30 s) until the controller lists no job, so that slurmd ends each job's slurmstepd itself
+        # rather than leaving one behind when the daemons stop mid-cancel
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            listed = subprocess.run(["squeue", "-h", "-o", "%i"], env=self.env, capture_output=True, text=True,
+                                    timeout=30)
+            if listed.returncode or not listed.stdout.strip():
+                break
+            time.sleep(0.5)
         for daemon in reversed(DAEMONS):
             f = self.pid_file(daemon)
             if not f.is_file():
