@@ -1,5 +1,8 @@
-"""End to end, per registered encoding: train a few updates with --user-dir, beam-search with beam 4,
-resume from checkpoint_last.pt, average two checkpoints and decode with the average.
+"""End to end: the runs' flags, and a checkpoint trained with --eval-bleu loading everywhere. The per-encoding run
+(train a few updates with --user-dir, beam-search with beam 4, resume from checkpoint_last.pt, average two
+checkpoints and decode with the average) is test_standalone.py's
+test_a_copy_of_pe_plugin_alone_trains_generates_resumes_and_averages, on a copy of pe_plugin/ alone, so that each
+encoding trains once.
 
 Checkpoints are read with torch's default ``weights_only=True`` (the variable that switches it off is
 removed from the environment), so these runs also show that pe_plugin's checkpoints load safely.
@@ -7,27 +10,32 @@ removed from the environment), so these runs also show that pe_plugin's checkpoi
 import re
 
 import pytest
-from pe_testing import PLUGIN, REPO, SAFE_ENV, TRAIN_FLAGS, run
+from pe_testing import PLUGIN, SAFE_ENV, TRAIN_FLAGS, run
 
-from pe_plugin.encodings import PE_REGISTRY
 
 pytestmark = pytest.mark.slow
 
 
+def train_flags(data_bin, save_dir, arch, max_update, user_dir=PLUGIN, extra=()):
+    """fairseq-train's arguments: a checkpoint every two updates, the last five kept."""
+    return [data_bin, "--user-dir", user_dir, "--arch", arch, *TRAIN_FLAGS, "--save-dir", save_dir,
+            "--max-update", max_update, "--save-interval-updates", 2, "--keep-interval-updates", 5,
+            "--no-epoch-checkpoints", *extra]
+
+
 def train(data_bin, save_dir, arch, max_update, extra=()):
-    return run("fairseq_cli.train", [
-        data_bin, "--user-dir", PLUGIN, "--arch", arch, *TRAIN_FLAGS, "--save-dir", save_dir,
-        "--max-update", max_update, "--save-interval-updates", 2, "--keep-interval-updates", 5,
-        "--no-epoch-checkpoints", *extra]).stdout
+    return run("fairseq_cli.train", train_flags(data_bin, save_dir, arch, max_update, extra=extra)).stdout
+
+
+def generate_flags(data_bin, checkpoint, user_dir=PLUGIN):
+    # --required-batch-size-multiple 1: fairseq 0.12 drops a last batch whose size is not a multiple of it
+    # (default 8), and the toy test split has 13 sentences
+    return [data_bin, "--user-dir", user_dir, "--path", checkpoint, "--beam", 4, "--cpu",
+            "--batch-size", 8, "--max-len-b", 20, "--required-batch-size-multiple", 1]
 
 
 def generate(data_bin, checkpoint):
-    # --required-batch-size-multiple 1: fairseq 0.12 drops a last batch whose size is not a multiple of it
-    # (default 8), and the toy test split has 13 sentences
-    out = run("fairseq_cli.generate", [
-        data_bin, "--user-dir", PLUGIN, "--path", checkpoint, "--beam", 4, "--cpu",
-        "--batch-size", 8, "--max-len-b", 20, "--required-batch-size-multiple", 1]).stdout
-    return out
+    return run("fairseq_cli.generate", generate_flags(data_bin, checkpoint)).stdout
 
 
 def n_test(data_bin) -> int:
@@ -37,31 +45,6 @@ def n_test(data_bin) -> int:
 
 def n_hypotheses(gen_out: str) -> int:
     return sum(1 for line in gen_out.splitlines() if line.startswith("H-"))
-
-
-@pytest.mark.parametrize("pe", list(PE_REGISTRY))
-def test_train_generate_resume_average(pe, data_bin, tmp_path):
-    arch = f"transformer_{pe}_tiny"
-    save = tmp_path / "ck"
-    log = train(data_bin, save, arch, max_update=4)
-    assert f"arch {arch} | params total" in log  # the build-time summary with the encoding's signature
-    assert f"pe:{pe}|" in log
-    assert (save / "checkpoint_last.pt").exists() and (save / "checkpoint_1_4.pt").exists()
-
-    gen = generate(data_bin, save / "checkpoint_last.pt")
-    assert n_hypotheses(gen) == n_test(data_bin), gen[-2000:]  # every test sentence decoded
-    assert "BLEU4" in gen.splitlines()[-1]
-
-    log = train(data_bin, save, arch, max_update=6)
-    assert re.search(r"Loaded checkpoint .*checkpoint_last\.pt \(epoch \d+ @ 4 updates\)", log), log[-3000:]
-    assert "num_updates 6" in log or "num_updates=6" in log
-
-    avg = tmp_path / "avg.pt"
-    out = run("pe_tools.average", [
-        "--inputs", save / "checkpoint_1_2.pt", save / "checkpoint_1_4.pt", "--output", avg],
-        cwd=REPO).stdout
-    assert "averaged 2 checkpoints" in out
-    assert n_hypotheses(generate(data_bin, avg)) == n_test(data_bin)
 
 
 def test_eval_bleu_checkpoint_loads_safely_everywhere(data_bin, tmp_path):

@@ -1,7 +1,10 @@
 """pe_plugin/ stands alone: a copy of that one folder is a fairseq ``--user-dir``, as a fairseq user would use it.
 
 The plugin imports nothing from pe_tools (checked on the source, lazy imports in functions included, and by
-running fairseq-train and fairseq-generate on a copy of pe_plugin/ where ``import pe_tools`` fails). The tools
+running fairseq-train and fairseq-generate on a copy of pe_plugin/ where ``import pe_tools`` fails). Those runs are
+also the end-to-end check of every registered encoding (moved here from test_end_to_end.py, so that each encoding
+trains once): train a few updates, beam-search with beam 4, resume from checkpoint_last.pt, average two checkpoints
+and decode with the average, checkpoints read with torch's default ``weights_only=True``. The tools
 get the plugin's names without importing pe_plugin (``pe_tools/naming.py`` executes ``pe_plugin/naming.py`` by
 its path) and keep a copy of its three log-noise literals (``pe_tools/log_noise.py``); both must equal the
 plugin's, without torch or fairseq imported.
@@ -15,8 +18,8 @@ import sys
 from types import SimpleNamespace
 
 import pytest
-from pe_testing import REPO, SAFE_ENV, TRAIN_FLAGS, run
-from test_end_to_end import n_hypotheses, n_test
+from pe_testing import REPO, SAFE_ENV, run
+from test_end_to_end import n_hypotheses, n_test, train_flags
 
 from pe_plugin import log_noise as plugin_log_noise
 from pe_plugin import naming as plugin_naming
@@ -175,34 +178,71 @@ def _assert_standalone_run(out: str, standalone):
     assert _probe(out, "pe_tools") == "" and SHIM_MARK not in out  # nothing even tried to import pe_tools
 
 
+def _train(standalone, data_bin, save, arch, max_update):
+    """fairseq-train --user-dir COPY (test_end_to_end's flags): its process, output captured."""
+    return run("standalone_probe", ["fairseq_cli.train", *train_flags(data_bin, save, arch, max_update, standalone.copy)],
+               cwd=standalone.cwd, env=standalone.env, check=False)
+
+
+def _generate(standalone, data_bin, checkpoint):
+    """fairseq-generate --user-dir COPY with beam 4 (test_end_to_end's flags): its output."""
+    from test_end_to_end import generate_flags
+
+    out = run("standalone_probe", ["fairseq_cli.generate", *generate_flags(data_bin, checkpoint, standalone.copy)],
+              cwd=standalone.cwd, env=standalone.env).stdout
+    _assert_standalone_run(out, standalone)
+    return out
+
+
 @pytest.fixture(scope="module")
 def trained(standalone, data_bin, tmp_path_factory):
-    """Every registered encoding's tiny architecture trained for two updates by fairseq-train --user-dir COPY,
-    one process each: {pe: (output, save dir)}; failures are reported by the test of that encoding."""
+    """Every registered encoding's tiny architecture trained for four updates by fairseq-train --user-dir COPY
+    (a checkpoint every two), one process each: {pe: (output, save dir)}; failures are reported by the test of
+    that encoding. The tests copy a save dir before they write to it."""
     runs = {}
     for pe in PE_REGISTRY:
         arch = plugin_naming.arch_name(pe, plugin_naming.SUFFIX_OF_CLASS["tiny"])
         save = tmp_path_factory.mktemp(f"ck_{pe}")
-        proc = run("standalone_probe", [
-            "fairseq_cli.train", data_bin, "--user-dir", standalone.copy, "--arch", arch, *TRAIN_FLAGS,
-            "--save-dir", save, "--max-update", 2, "--no-epoch-checkpoints", "--disable-validation"],
-            cwd=standalone.cwd, env=standalone.env, check=False)
-        runs[pe] = (proc, save)
+        runs[pe] = (_train(standalone, data_bin, save, arch, max_update=4), save)
     return runs
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("pe", list(PE_REGISTRY))
-def test_a_copy_of_pe_plugin_alone_builds_and_trains(pe, standalone, trained):
+def test_a_copy_of_pe_plugin_alone_trains_generates_resumes_and_averages(pe, standalone, trained, data_bin, tmp_path):
+    """The copy builds and trains (4 updates), decodes with beam 4, resumes from checkpoint_last.pt to 6 updates;
+    two of its checkpoints averaged (pe-average, from the checkout) decode too: test_end_to_end's
+    test_train_generate_resume_average and this file's test_a_copy_of_pe_plugin_alone_builds_and_trains in one."""
     arch = plugin_naming.arch_name(pe, plugin_naming.SUFFIX_OF_CLASS["tiny"])
-    proc, save = trained[pe]
+    proc, trained_save = trained[pe]
     log = proc.stdout
     assert proc.returncode == 0, log[-4000:]
     _assert_standalone_run(log, standalone)
     assert f"'user_dir': '{standalone.copy}'" in log, log[-3000:]  # fairseq-train's configuration names the copy
     assert re.search(rf"\| pe_plugin \| arch {arch} \| params total \d", log), log[-3000:]  # logged by the copy
-    assert re.search(r"num_updates[ =]2\b", log), log[-3000:]
-    assert (save / "checkpoint_last.pt").is_file()
+    assert f"pe:{pe}|" in log  # the build-time summary with the encoding's signature
+    assert re.search(r"num_updates[ =]4\b", log), log[-3000:]
+    assert (trained_save / "checkpoint_last.pt").is_file() and (trained_save / "checkpoint_1_4.pt").is_file()
+
+    gen = _generate(standalone, data_bin, trained_save / "checkpoint_last.pt")
+    assert n_hypotheses(gen) == n_test(data_bin), gen[-2000:]  # every test sentence decoded
+    assert "BLEU4" in [line for line in gen.splitlines() if not line.startswith("PROBE ")][-1]  # the probe's after it
+
+    save = tmp_path / "ck"  # resumed in a copy: the fixture's checkpoints stay as trained
+    shutil.copytree(trained_save, save)
+    resumed = _train(standalone, data_bin, save, arch, max_update=6)
+    log = resumed.stdout
+    assert resumed.returncode == 0, log[-4000:]
+    _assert_standalone_run(log, standalone)
+    assert re.search(r"Loaded checkpoint .*checkpoint_last\.pt \(epoch \d+ @ 4 updates\)", log), log[-3000:]
+    assert "num_updates 6" in log or "num_updates=6" in log
+
+    avg = tmp_path / "avg.pt"
+    out = run("pe_tools.average", [
+        "--inputs", save / "checkpoint_1_2.pt", save / "checkpoint_1_4.pt", "--output", avg],
+        cwd=REPO).stdout
+    assert "averaged 2 checkpoints" in out
+    assert n_hypotheses(_generate(standalone, data_bin, avg)) == n_test(data_bin)
 
 
 @pytest.mark.slow
