@@ -18,7 +18,8 @@ def tokens_per_update(argv):
     return last(argv, "--max-tokens") * last(argv, "--update-freq", 1) * last(argv, "--distributed-world-size", 1)
 
 
-@pytest.mark.parametrize("tokens,world,cap", itertools.product([4096, 32768, 6000], [1, 2, 4, 8], [None, 1000, 4096, 32768]))
+@pytest.mark.parametrize("tokens,world,cap", list(itertools.product(
+    [4096, 32768, 6000], [1, 2, 4, 8], [None, 1000, 4096, 32768])))
 def test_plan_keeps_tokens_and_fits_the_cap(tokens, world, cap):
     p = batching.plan(tokens, world, cap)
     assert p.tokens_per_update == tokens and p.world_size == world

@@ -185,3 +185,36 @@ def test_swap_probe_leaves_out_sentences_beyond_lmax_and_names_them(data_bin, ra
     assert rep["left_out"] == long_ids and rep["n_sentences"] == len(src) - len(long_ids)
     warning = next(line for line in capsys.readouterr().err.splitlines() if "left out of the probe" in line)
     assert [int(i) for i in re.findall(r"(\d+) \(\d+ tokens\)", warning)] == long_ids
+
+
+def test_the_limit_reads_the_device_only_beyond_lmax_and_warns_once(caplog):
+    """``check_length`` reads the largest position (a host sync) only when the padded length exceeds L_max, under
+    clamp only until it has warned, and warns once per module. Reference: the calls of ``max`` on the positions,
+    counted by a tensor subclass, and the warnings logged."""
+    from pe_plugin.encodings import PE_REGISTRY
+    from pe_plugin.encodings.base import Dims
+
+    reads = []
+
+    class Counted(torch.Tensor):
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            if getattr(func, "__name__", "") == "max":
+                reads.append(func)
+            return super().__torch_function__(func, types, args, kwargs or {})
+
+    def positions(t):  # (1, t) positions 0..t-1 of an unpadded side, bound t
+        return Positions(torch.arange(t).view(1, t).as_subclass(Counted), None, bound=t)
+
+    pe = PE_REGISTRY["lape"](None, Dims(6, 2, 1, 4, 1, "decoder"))  # L_max 4
+    pe.check_length(positions(4))  # the padded length is L_max: no position can reach it
+    assert reads == []
+    with pytest.raises(ValueError, match="length 5 exceeds the 4 positions"):
+        pe.check_length(positions(5))
+    assert len(reads) == 1
+    pe.beyond_max = "clamp"
+    with caplog.at_level("WARNING", logger="pe_plugin"):
+        pe.check_length(positions(6))  # read, and warn
+        pe.check_length(positions(7))  # warned already: no read, no second warning
+    assert len(reads) == 2
+    assert sum("exceeds its 4 positions" in r.getMessage() for r in caplog.records) == 1
