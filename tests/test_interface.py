@@ -292,3 +292,16 @@ def test_module_cli_lists_every_architecture_and_rejects_unknown_ones():
     assert bad.returncode == 2 and "'transformer_sinusoid_tiny' is not a pe_plugin architecture" in bad.stdout
     shown = run("pe_plugin", ["transformer_rpe_wmt_en_de_big"]).stdout
     assert "--rpe-max-relative-position 8 " in shown and "--encoder-embed-dim 1024 " in shown  # Shaw: k=8 big
+
+
+def test_a_name_registers_once_and_never_empty():
+    """register_pe refuses a name already in the registry (which would replace an encoding silently) and an
+    empty one, and leaves the registry as it was."""
+    from pe_plugin.encodings import PE_REGISTRY, register_pe
+
+    before = dict(PE_REGISTRY)
+    for name in ("sape", ""):
+        cls = type("Impostor", (PositionalEncoding,), {"name": name})
+        with pytest.raises(ValueError, match="empty or registered twice"):
+            register_pe(cls)
+    assert PE_REGISTRY == before
