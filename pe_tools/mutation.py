@@ -414,12 +414,22 @@ def summarize(results: Dict[str, dict], equivalent: Dict[str, str]) -> Tuple[Lis
         eq = [r for r in surv if _eq_key(r) in equivalent]
         rows.append({"module": module, "mutants": len(recs), "killed": killed, "survived": len(surv),
                      "equivalent": len(eq), "kill_rate": killed / len(recs),
-                     "kill_rate_non_equivalent": killed / max(len(recs) - len(eq), 1)})
+                     # killed / (mutants - equivalent); None when every mutant is an equivalent survivor
+                     "kill_rate_non_equivalent": killed / (len(recs) - len(eq)) if len(recs) > len(eq) else None})
         survivors += sorted(surv, key=lambda r: (r["line"], r["col"]))
+    # one total per package (pe_plugin/encodings, ...): the figure the project's goal is stated for
+    for package in sorted({r["module"].rsplit("/", 1)[0] for r in rows}):
+        mine = [r for r in rows if r["module"].rsplit("/", 1)[0] == package]
+        n, k, e = (sum(r[c] for r in mine) for c in ("mutants", "killed", "equivalent"))
+        rows.append({"module": f"{package}/ (all)", "mutants": n, "killed": k, "survived": sum(r["survived"] for r in mine),
+                     "equivalent": e, "kill_rate": k / n, "kill_rate_non_equivalent": k / (n - e) if n > e else None})
+
+    def rate(x):
+        return "n/a" if x is None else f"{100 * x:.0f}%"
     lines = [markdown_table(["module", "mutants", "killed", "survived", "of which equivalent", "kill rate",
                              "kill rate (equivalent excluded)"],
                             [[r["module"], str(r["mutants"]), str(r["killed"]), str(r["survived"]), str(r["equivalent"]),
-                              f"{100 * r['kill_rate']:.0f}%", f"{100 * r['kill_rate_non_equivalent']:.0f}%"]
+                              rate(r["kill_rate"]), rate(r["kill_rate_non_equivalent"])]
                              for r in rows], "lrrrrrr", compact_rule=True)]
     lines += ["", "## Survivors", ""]
     if not survivors:

@@ -63,8 +63,10 @@ def test_verdicts_resume_and_record(tmp_path):
     assert len((tmp_path / "results.jsonl").read_text().splitlines()) == 4
     equivalent = {f"toy/calc.py|if x < 0:|x < 0 -> (x <= 0)": "x = 0 behaves as x > 0 here"}
     rows, text = mutation.summarize(mutation.load_results(tmp_path / "results.jsonl"), equivalent)
-    assert rows == [{"module": "toy/calc.py", "mutants": 4, "killed": 2, "survived": 2, "equivalent": 1,
-                     "kill_rate": 0.5, "kill_rate_non_equivalent": 2 / 3}]
+    row = {"module": "toy/calc.py", "mutants": 4, "killed": 2, "survived": 2, "equivalent": 1,
+           "kill_rate": 0.5, "kill_rate_non_equivalent": 2 / 3}
+    assert rows == [row, dict(row, module="toy/ (all)")]  # the module, then its package's total
+    assert "| toy/ (all) | 4 | 2 | 2 | 1 | 50% | 67% |" in text
     assert "`toy/calc.py:9` (comparison) `x < 0` -> `(x <= 0)`: equivalent: x = 0" in text
     assert "`toy/calc.py:9` (constant) `0` -> `1`: NOT KILLED" in text
 
