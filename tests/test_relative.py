@@ -712,3 +712,15 @@ def test_rpe_tables_start_normal_with_std_d_to_the_minus_half():
     d = 32
     for table in (pe.key_table, pe.value_table):
         assert abs(table.std().item() / d ** -0.5 - 1) < 0.1 and abs(table.mean().item()) < 0.02
+
+
+@pytest.mark.parametrize("side,buckets,distance,exact", [("encoder", 8, 2, 2), ("decoder", 8, 4, 4),
+                                                         ("encoder", 3, 10, 0)])
+def test_t5_settings_without_room_for_log_buckets_are_refused(side, buckets, distance, exact):
+    """N buckets: N/2 per direction for the encoder (both signs), N for the decoder (causal); half of them exact.
+    A maximum distance at or below the exact ones, or under 2 buckets per direction, is refused with the counts
+    as whole numbers: exact = N // 2 // 2 (encoder) or N // 2 (decoder), computed here from the definition."""
+    with pytest.raises(ValueError) as err:
+        make_pe("t5", side, t5_num_buckets=buckets, t5_max_distance=distance)
+    assert f"--t5-num-buckets {buckets} / --t5-max-distance {distance}" in str(err.value)
+    assert f"above the {exact} exact buckets" in str(err.value)
