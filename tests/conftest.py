@@ -53,3 +53,16 @@ def raw_corpus(tmp_path_factory):
 def data_bin(raw_corpus, tmp_path_factory):
     """The tiny corpus binarised once per session with a joined dictionary."""
     return pe_testing.preprocess(raw_corpus, tmp_path_factory.mktemp("bin"))
+
+
+@pytest.fixture(scope="session")
+def queue_reference(data_bin, tmp_path_factory):
+    """The local queue of tests/test_queue.py's three tiny runs, run to its end once per session and shared by the
+    xdist workers: its queue file (``queue``), recipe (``table``) and copy of the code (``code``). The killed queue
+    (test_queue.py) and the queues on SLURM (test_slurm.py) must record what it recorded."""
+    import test_queue
+    from types import SimpleNamespace
+
+    root = pe_testing.built_once(tmp_path_factory, "queue-reference",
+                                 lambda folder: test_queue.run_whole_queue(folder, data_bin))
+    return SimpleNamespace(queue=root / "whole" / "queue.txt", table=root / "tiny_methods.toml", code=root / "code")

@@ -4,7 +4,9 @@ parser, and the incremental-vs-full re-scoring check.
 Everything is generated here; no test reads shared data or the network.
 """
 import contextlib
+import fcntl
 import os
+import shutil
 import subprocess
 import sys
 from argparse import Namespace
@@ -107,6 +109,36 @@ def call_main(main, args, prog: str = "python", cwd=None) -> subprocess.Complete
         err.write(f"{code}\n")
         code = 1
     return subprocess.CompletedProcess([prog, *args], code or 0, out.getvalue(), err.getvalue())
+
+
+def built_once(tmp_path_factory, name: str, build) -> Path:
+    """A folder that ``build(folder)`` fills once per test session and every pytest-xdist worker shares: under the
+    session's temporary root (the workers' common parent), behind a file lock, so that a worker that needs it while
+    another builds it waits instead of building it again. A failed build leaves no mark and fails again for the
+    next test that asks."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # basetemp is ROOT/popen-gwN; ROOT is this session's
+        root = root.parent
+    folder, done = root / f"built-{name}", root / f"built-{name}.done"
+    with open(root / f"built-{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not done.is_file():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            build(folder)
+            done.touch()
+    return folder
+
+
+def code_copy(root: Path) -> Path:
+    """The working tree's pe_tools and pe_plugin as a copy of the code a queue runs (pe-queue --code), so that a
+    queue under test runs the code under test."""
+    code = root / "code"
+    if not (code / "COMMIT").is_file():
+        for pkg in ("pe_tools", "pe_plugin"):
+            shutil.copytree(REPO / pkg, code / pkg, ignore=shutil.ignore_patterns("__pycache__"))
+        (code / "COMMIT").write_text("test-working-tree\n")
+    return code
 
 
 def preprocess(raw_dir: Path, dest: Path, joined: bool = True) -> Path:

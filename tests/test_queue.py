@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pe_testing import REPO, SAFE_ENV
+from pe_testing import REPO, SAFE_ENV, code_copy
 
 from pe_tools.recipes import queue, queue_cli, training_log
 
@@ -48,11 +48,22 @@ def queue_file(tmp_path: Path, table: Path, name: str) -> Path:
     return q
 
 
-def start(q: Path, code_root: Path) -> subprocess.Popen:
-    """pe-queue run, started from the checkout (whose working tree must not be what the runs import)."""
-    env = dict(SAFE_ENV, PE_QUEUE_CODE_ROOT=str(code_root), OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
-    return subprocess.Popen([sys.executable, "-m", "pe_tools.recipes.queue_cli", "run", str(q), "-j", "2"],
-                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+def start(q: Path, code: Path) -> subprocess.Popen:
+    """pe-queue run -j 2 from the checkout, the runs from the copy of the code ``code`` (pe-queue --code)."""
+    env = dict(SAFE_ENV, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    return subprocess.Popen([sys.executable, "-m", "pe_tools.recipes.queue_cli", "run", str(q), "-j", "2",
+                             "--code", str(code)], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def run_whole_queue(root: Path, data: Path) -> None:
+    """The uninterrupted queue of RUNS, run to its end in ``root`` (the recipe, ``whole/``, ``code/``): the
+    reference that this file's killed queue and tests/test_slurm.py's queues on SLURM must record again. Built
+    once per session (conftest.py's ``queue_reference``)."""
+    table = recipe(root, data)
+    proc = start(queue_file(root, table, "whole"), code_copy(root))
+    out = proc.communicate(timeout=900)[0]
+    assert proc.returncode == 0, out[-4000:]
 
 
 def recorded(q: Path) -> dict:
@@ -64,28 +75,22 @@ def updates(log: Path) -> int:
 
 
 @pytest.mark.slow
-def test_killed_queue_records_what_an_uninterrupted_one_records(data_bin, tmp_path):
-    table, code_root = recipe(tmp_path, data_bin), tmp_path / "code"
-    whole = queue_file(tmp_path, table, "whole")
-    proc = start(whole, code_root)
-    out = proc.communicate(timeout=900)[0]
-    assert proc.returncode == 0, out[-4000:]
+def test_killed_queue_records_what_an_uninterrupted_one_records(queue_reference, tmp_path):
+    whole, table, code = queue_reference.queue, queue_reference.table, queue_reference.code
     reference = recorded(whole)
     assert sorted(reference) == sorted(f"{m}.en-de.mini.seed1/{d}hyp.detok.de" for m in RUNS for d in ("", "last/"))
-    (pinned,) = [p for p in code_root.iterdir() if not p.name.startswith(".")]  # HEAD, exported once
-    commit = (pinned / "COMMIT").read_text().strip()
-    assert pinned.name == commit and subprocess.run(["git", "-C", str(REPO), "cat-file", "-e", f"{commit}^{{commit}}"]).returncode == 0
-    for m in RUNS:  # the pinned code's commit, in the command of the run and of its record, and its plugin trained it
+    commit = (code / "COMMIT").read_text().strip()
+    for m in RUNS:  # the code's commit, in the command of the run and of its record, and its plugin trained it
         command = json.loads((whole.parent / "rec" / f"{m}.en-de.mini.seed1" / "command.json").read_text())
         assert command["commit"] == commit
-        assert command["argv"][command["argv"].index("--user-dir") + 1] == str(pinned / "pe_plugin")
+        assert command["argv"][command["argv"].index("--user-dir") + 1] == str(code / "pe_plugin")
         log = (whole.parent / "runs" / f"{m}.en-de.mini.seed1" / "train.log").read_text()
-        assert f"'user_dir': '{pinned / 'pe_plugin'}'" in log
+        assert f"'user_dir': '{code / 'pe_plugin'}'" in log
 
     # killed (SIGKILL, the queue alone: its trainings run on) while the first run is between two checkpoints
     cut = queue_file(tmp_path, table, "cut")
     first_log = cut.parent / "runs" / f"{RUNS[0]}.en-de.mini.seed1" / "train.log"
-    proc = start(cut, code_root)
+    proc = start(cut, code)
     deadline = time.monotonic() + 600
     while updates(first_log) < 5 and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -99,7 +104,7 @@ def test_killed_queue_records_what_an_uninterrupted_one_records(data_bin, tmp_pa
     time.sleep(0.5)
     last.write_bytes(last.read_bytes()[: last.stat().st_size // 2])
 
-    proc = start(cut, code_root)  # the same command
+    proc = start(cut, code)  # the same command
     out = proc.communicate(timeout=900)[0]
     assert proc.returncode == 0, out[-4000:]
     assert "left by an earlier queue" in out  # the orphaned trainings were ended, not trained beside
@@ -111,6 +116,27 @@ def test_killed_queue_records_what_an_uninterrupted_one_records(data_bin, tmp_pa
     rows = status.stdout.splitlines()
     assert rows[0].split()[:3] == ["run", "updates", "valid"]
     assert all(f"{MAX_UPDATE}/{MAX_UPDATE}" in r and " yes " in r for r in rows[1:]), status.stdout
+
+
+def test_pin_exports_the_commit_once_outside_the_working_tree(tmp_path, monkeypatch):
+    """pe-queue run's default, --pin HEAD: the commit exported with git archive under PE_QUEUE_CODE_ROOT, once; the
+    runs train from that copy (the queue tests run theirs from --code, a copy of the working tree under test)."""
+    monkeypatch.setenv("PE_QUEUE_CODE_ROOT", str(tmp_path / "codes"))
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    pinned = queue.pin_code("HEAD", REPO)
+    assert pinned == tmp_path / "codes" / head and queue.code_commit(pinned) == head
+    committed = subprocess.run(["git", "-C", str(REPO), "show", "HEAD:pe_plugin/__init__.py"], capture_output=True,
+                               check=True).stdout
+    assert (pinned / "pe_plugin" / "__init__.py").read_bytes() == committed
+    assert (pinned / "pe_tools" / "recipes" / "launch.py").is_file()
+    archives, real_popen = [], subprocess.Popen
+    monkeypatch.setattr(queue.subprocess, "Popen",
+                        lambda argv, *a, **k: ("archive" in argv and archives.append(argv)) or real_popen(argv, *a, **k))
+    assert queue.pin_code(head[:12], REPO) == pinned and archives == []  # exported once: found, not archived again
+    assert [p.name for p in (tmp_path / "codes").iterdir()] == [head]  # no temporary folder left
+    with pytest.raises(queue.QueueError, match=r"(?s)--pin no-such-rev: not a commit .*--code DIR"):
+        queue.pin_code("no-such-rev", REPO)
 
 
 def test_repair_resumes_from_the_newest_whole_checkpoint(tmp_path):

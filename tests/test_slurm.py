@@ -7,7 +7,6 @@ import json
 import os
 import re
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
@@ -18,8 +17,9 @@ import pytest
 
 import pe_slurm
 import test_queue
-from pe_testing import REPO, SAFE_ENV
+from pe_testing import REPO, SAFE_ENV, code_copy
 from pe_tools.recipes import queue, queue_cli
+from pe_tools.recipes import slurm as slurm_recipes
 from pe_tools.recipes.results import SEGMENT_START
 
 
@@ -49,17 +49,6 @@ def test_the_cluster_runs_batch_jobs_and_array_tasks_side_by_side(slurm, tmp_pat
 
 
 # ------------------------------------------------------------------------------------- the queue on SLURM
-def code_copy(root: Path) -> Path:
-    """The working tree's pe_tools and pe_plugin as a pinned copy (--code), so that both queues run the code
-    under test."""
-    code = root / "code"
-    if not (code / "COMMIT").is_file():
-        for pkg in ("pe_tools", "pe_plugin"):
-            shutil.copytree(REPO / pkg, code / pkg, ignore=shutil.ignore_patterns("__pycache__"))
-        (code / "COMMIT").write_text("test-working-tree\n")
-    return code
-
-
 def env_of(cluster) -> dict:
     return dict(SAFE_ENV, SLURM_CONF=cluster.env["SLURM_CONF"], OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore",
                 PYTHONPATH=str(REPO))
@@ -79,18 +68,6 @@ def wait_queue(cluster, q: Path, timeout: float = 900) -> None:
         wait_gone(cluster, j["job"], timeout)
 
 
-@pytest.fixture(scope="module")
-def local_reference(data_bin, tmp_path_factory):
-    """The translations the local queue records for the three tiny runs of tests/test_queue.py."""
-    tmp = tmp_path_factory.mktemp("local")
-    table = test_queue.recipe(tmp, data_bin)
-    q = test_queue.queue_file(tmp, table, "whole")
-    out = pe_queue(["run", q, "-j", "2", "--code", code_copy(tmp)], tmp, dict(SAFE_ENV, OMP_NUM_THREADS="1",
-                                                                              PYTHONWARNINGS="ignore"))
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    return table, test_queue.recorded(q)
-
-
 def weird_queue(tmp: Path, table: Path, methods=test_queue.RUNS) -> Path:
     """A queue whose runs-dir holds a space, quotes, `;` and a command substitution: it must train there and run
     nothing else."""
@@ -102,8 +79,8 @@ def weird_queue(tmp: Path, table: Path, methods=test_queue.RUNS) -> Path:
     return q
 
 
-def test_a_queue_on_slurm_records_what_the_local_queue_records(slurm, local_reference, tmp_path):
-    table, reference = local_reference
+def test_a_queue_on_slurm_records_what_the_local_queue_records(slurm, queue_reference, tmp_path):
+    table, reference = queue_reference.table, test_queue.recorded(queue_reference.queue)
     q = weird_queue(tmp_path, table)
     started = time.monotonic()
     out = pe_queue(["run", q, "--slurm", "--code", code_copy(tmp_path)], tmp_path, env_of(slurm))
@@ -142,11 +119,11 @@ def wait_for(what, test, timeout: float = 600):
     raise AssertionError(f"{what}: not after {timeout} s")
 
 
-def test_a_run_requeued_mid_training_resumes_and_records_the_same(slurm, local_reference, tmp_path):
+def test_a_run_requeued_mid_training_resumes_and_records_the_same(slurm, queue_reference, tmp_path):
     """Interrupted twice, as SLURM does it: USR1 before the time limit (the job requeues itself), then an outside
     `scontrol requeue`; each restart resumes from the last checkpoint, appends to the one train.log, and records
     what the uninterrupted local queue recorded. Requeued again once recorded, it trains nothing."""
-    table, reference = local_reference
+    table, reference = queue_reference.table, test_queue.recorded(queue_reference.queue)
     q = tmp_path / "q" / "queue.txt"
     q.parent.mkdir()
     q.write_text(f"{table} sape en-de mini 1 runs-dir={q.parent / 'runs'} into={q.parent / 'rec'}\n")
@@ -229,32 +206,32 @@ def resumed_as_uninterrupted(log: Path, reference: dict) -> list:
     return [min(p, default=0) for p in parts]
 
 
-def test_runs_past_their_time_limit_resume_from_their_checkpoints(slurm, data_bin, tmp_path):
+def seconds_to_first_update(log: Path) -> float:
+    """Seconds from a train.log's first line to its first update's (fairseq logs whole seconds: one added)."""
+    stamps = [(time.mktime(time.strptime(m.group(1), "%Y-%m-%d %H:%M:%S")), m.group(0))
+              for m in re.finditer(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) \|.*$", log.read_text(), flags=re.M)]
+    first = next(t for t, line in stamps if "num_updates=1," in line)
+    return first - stamps[0][0] + 1
+
+
+def test_runs_past_their_time_limit_resume_from_their_checkpoints(slurm, queue_reference, tmp_path):
     """Two runs meet a real SLURM time limit (sbatch --time, whole minutes), side by side. With SLURM's signal
     (--signal-seconds before the limit) the job requeues itself and resumes from its checkpoint. Where the requeue
     is refused (--no-requeue, as on clusters without requeue), the limit ends the job (TIMEOUT) and the run
     resumes from checkpoint_last.pt when the queue is submitted again. Both log, update for update, what the
     uninterrupted run logged."""
-    table, code, started = test_queue.recipe(tmp_path, data_bin), code_copy(tmp_path), time.monotonic()
+    table, code, started = queue_reference.table, code_copy(tmp_path), time.monotonic()
     queues = {case: tmp_path / case / "queue.txt" for case in ("signal", "limit")}
     for q in queues.values():
         q.parent.mkdir()
         q.write_text(f"{table} sape en-de mini 1 runs-dir={q.parent / 'runs'} into={q.parent / 'rec'}\n")
-    # first the training uninterrupted, here: the reference, update for update; the time its first update takes
-    # sets the time limits (whole minutes), so that a slow machine still trains past update 3 before the limit
-    (line,) = queue.parse_queue(q)
-    ref_args = line.train_args()
-    ref_args[ref_args.index("--runs-dir") + 1] = str(tmp_path / "reference")
-    ref_log = tmp_path / "reference" / "sape.en-de.mini.seed1" / "train.log"
-    reference_run = subprocess.Popen([sys.executable, "-m", "pe_tools.recipes.launch", *ref_args], cwd=tmp_path,
-                                     env=dict(env_of(slurm), PYTHONPATH=str(code), PYTHONSAFEPATH="1"),
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    wait_for("the reference's first update", lambda: ref_log.is_file() and "num_updates=1," in ref_log.read_text())
-    first_update = time.monotonic() - started
-    out = reference_run.communicate(timeout=600)[0]
-    assert reference_run.returncode == 0, out[-3000:]
+    # the reference, update for update: the same run in the uninterrupted local queue; the time its first update
+    # took there (plus an interpreter's start) sets the time limits (whole minutes), so that a slow machine still
+    # trains past update 3 before the limit
+    ref_log = queue_reference.queue.parent / "runs" / "sape.en-de.mini.seed1" / "train.log"
     (reference,) = per_update(ref_log)
     assert sorted(reference) == list(range(1, test_queue.MAX_UPDATE + 1))
+    first_update = seconds_to_first_update(ref_log) + 10
 
     # SLURM's 30 s time-limit pass signals once the job has less than --signal-seconds + 30 s left: with 60 s, at
     # 60 x limit - 90 s or in the 30 s after; the limit itself ends a job in the 30 s after 60 x limit
@@ -351,9 +328,15 @@ def test_status_says_what_became_of_jobs_slurm_no_longer_knows(slurm, tiny_queue
     assert queue_cli.main(["run", str(q), "--slurm", "--code", str(code_copy(tmp_path)), "--sbatch=--hold"]) == 0
     (record,) = jobs_of(q)
 
+    commands, real_run = [], subprocess.run
+    monkeypatch.setattr(slurm_recipes.subprocess, "run",
+                        lambda argv, *a, **k: commands.append(argv[0]) or real_run(argv, *a, **k))
+
     def status() -> tuple:
         capsys.readouterr()
+        commands.clear()
         assert queue_cli.main(["status", str(q)]) == 0
+        assert commands.count("squeue") == 1, commands  # one `squeue -t all` answers for live and ended jobs
         rows = capsys.readouterr().out.splitlines()
         return rows[1].split()[-3:], rows[2:]
 

@@ -242,16 +242,28 @@ def load_jobs(queue_path: Path) -> List[dict]:
     return json.loads(f.read_text()) if f.is_file() else []
 
 
-def live_states(job_ids: Sequence[str], finished: bool = False) -> Dict[str, str]:
-    """{array task id "JOB_TASK" or job id: SLURM state} of the jobs queued or running (with ``finished``: also
-    those that ended less than MinJobAge ago, e.g. TIMEOUT, CANCELLED); {} without squeue."""
+# SLURM's states of a job that is queued or running (squeue(1), JOB STATE CODES); every other state is an end
+# (COMPLETED, CANCELLED, TIMEOUT, FAILED, PREEMPTED, NODE_FAIL, ...)
+ACTIVE_STATES = frozenset({"PENDING", "RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "REQUEUED", "REQUEUE_FED",
+                           "REQUEUE_HOLD", "RESIZING", "SIGNALING", "SPECIAL_EXIT", "STAGE_OUT", "STOPPED",
+                           "RESV_DEL_HOLD"})
+
+
+def job_states(job_ids: Sequence[str]) -> Dict[str, str]:
+    """{array task id "JOB_TASK" or job id: SLURM state} of the jobs SLURM knows: queued, running, or ended less
+    than MinJobAge ago (one ``squeue -t all``); {} without squeue."""
     if not job_ids or not shutil.which("squeue"):
         return {}
-    out = subprocess.run(["squeue", "-h", "-r", *(["-t", "all"] if finished else []), "-j", ",".join(job_ids),
-                          "-o", "%i|%T"], capture_output=True, text=True, timeout=120)
+    out = subprocess.run(["squeue", "-h", "-r", "-t", "all", "-j", ",".join(job_ids), "-o", "%i|%T"],
+                         capture_output=True, text=True, timeout=120)
     if out.returncode:
         return {}
     return dict(line.split("|", 1) for line in out.stdout.split())
+
+
+def live_states(job_ids: Sequence[str]) -> Dict[str, str]:
+    """``job_states`` of the jobs still queued or running."""
+    return {job: state for job, state in job_states(job_ids).items() if state in ACTIVE_STATES}
 
 
 def submit(a, runs, queue_path: Path) -> int:
@@ -377,7 +389,8 @@ def status_columns(queue_path: Path, runs, notes: Optional[List[str]] = None) ->
     if not jobs:
         return None
     ids = [j["job"] for j in jobs]
-    running, ended = live_states(ids), live_states(ids, finished=True)
+    known = job_states(ids)
+    running = {job: state for job, state in known.items() if state in ACTIVE_STATES}
     latest: Dict[str, str] = {}  # run directory -> its newest array task id
     for j in jobs:
         for line, run_dir in j["snapshot_lines"].items():
@@ -389,7 +402,7 @@ def status_columns(queue_path: Path, runs, notes: Optional[List[str]] = None) ->
         state = json.loads(f.read_text()) if f.is_file() else {}
         job = latest.get(str(run.run_dir.resolve())) or state.get("job") or "-"
         own = state.get("state")
-        word = running.get(job) or (own if own in OWN_FINAL else None) or ended.get(job)
+        word = running.get(job) or (own if own in OWN_FINAL else None) or known.get(job)
         if not word and job != "-":
             if accounted is None:
                 accounted = sacct_states(ids)
