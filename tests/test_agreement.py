@@ -64,3 +64,38 @@ def test_cli_compares_runs_of_one_report_and_means_of_two(tmp_path, capsys):
     assert "(means) | 4 | -0.913 |" in capsys.readouterr().out
     assert main([one, "--metric", "chrf"]) == 2
     assert "no metric 'chrf'" in capsys.readouterr().err
+
+
+def test_markdown_file_and_stdout_end_with_a_newline(tmp_path, capsys):
+    """The table is a text file: every line, the last one included, ends with a newline (POSIX), on stdout too."""
+    one = _report(tmp_path / "a.json", {"s1": [1, 2], "s2": [2, 1], "s3": [3, 3]})
+    out = tmp_path / "agree.md"
+    assert main([one, "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert printed == out.read_text()
+    lines = printed.split("\n")
+    # title, blank line, header, rule, one row for the one pair of runs, then the final newline's empty tail
+    assert len(lines) == 6 and lines[-1] == "" and lines[-2].startswith("| run 1 vs run 2 | 3 |")
+
+
+def test_help_describes_the_tool_with_the_docstrings_first_sentence(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--help"])
+    assert e.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())  # argparse re-wraps the description
+    assert "How far two rankings of the encodings agree: Kendall's tau-b and Spearman's rho" in text
+    assert "seed i against seed j" not in text  # the docstring's second paragraph (the usage lines) is not it
+
+
+def test_rename_maps_the_first_reports_system_onto_the_seconds(tmp_path, capsys):
+    a = _report(tmp_path / "a.json", {"lape_lmax256": [1], "s2": [2], "s3": [3], "s4": [4]})
+    b = _report(tmp_path / "b.json", {"lape": [1], "s2": [2], "s3": [4], "s4": [3]})
+    assert main([a, b, "--rename", "lape_lmax256=lape"]) == 0
+    # 4 common systems, 6 pairs, one discordant (s3, s4), no ties: tau = (5 - 1) / 6
+    assert "(means) | 4 | 0.667 |" in capsys.readouterr().out
+    assert main([a, b]) == 0  # without it only s2, s3, s4 are common
+    assert "(means) | 3 | 0.333 |" in capsys.readouterr().out  # 3 pairs, one discordant: (2 - 1) / 3
+    for bad in ("lape_lmax256", "a=b=c", "=lape"):
+        with pytest.raises(SystemExit) as e:
+            main([a, b, "--rename", bad])
+        assert e.value.code == 2 and f"--rename {bad!r}: expected OLD=NEW" in capsys.readouterr().err

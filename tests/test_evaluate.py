@@ -408,6 +408,18 @@ def test_json_holds_numpy2_float32_values(corpus, tmp_path):
     assert isinstance(good["mu"], float) and isinstance(good["ci95"], float)
 
 
+def test_json_report_is_indented_by_two_spaces_and_ends_with_a_newline(corpus, tmp_path):
+    """PREFIX.json is meant to be read and diffed: one value per line, indented by two spaces (like the other JSON
+    reports of the repository), UTF-8 characters as they are, a final newline; the reference is the standard
+    library's own rendering of the same data."""
+    out = tmp_path / "out"
+    assert evaluate(corpus, out, "--baseline", "base=base1.de", "--system", "good=good1.de", "--n-samples", "10",
+                    "--prefix", "r") == 0
+    text = (out / "r.json").read_text(encoding="utf-8")
+    assert text == json.dumps(json.loads(text), indent=2, ensure_ascii=False) + "\n"
+    assert '\n  "systems": [\n' in text  # a top-level key, two spaces in
+
+
 def test_seed_is_ours_and_reproducible_whatever_the_environment(corpus, tmp_path, monkeypatch):
     monkeypatch.setenv("SACREBLEU_SEED", "0")  # would unseed sacrebleu's paired tests
     ps = []
