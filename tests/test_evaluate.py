@@ -522,6 +522,38 @@ def test_meta_sidecar_and_override_reach_every_output(corpus, tmp_path):
     assert table["good"]["pe_signature"] == "pe:posnet|side:encoder"
 
 
+def test_markdown_shows_training_columns_and_where_the_runs_trained(corpus, tmp_path):
+    """Runs whose meta files carry pe-generate's ``training`` block add Params (millions) and Train min (mean
+    wall time over runs) columns, and the note says on what they trained; a system without it gets empty cells."""
+    d = tmp_path / "in"
+    shutil.copytree(corpus, d)
+    for run, seconds in ((1, 240.0), (2, 360.0)):
+        (d / f"good{run}.de.meta.json").write_text(json.dumps(
+            {"pe_signature": "pe:posnet", "training": {"params": 2_500_000, "train_seconds": seconds, "device": "cpu",
+                                                       "threads": 2}}))
+    out = tmp_path / "out"
+    assert evaluate(d, out, "--baseline", "base=base1.de", "--system", "good=good1.de,good2.de",
+                    "--n-samples", "10") == 0
+    md = (out / "results.md").read_text(encoding="utf-8")
+    head = next(line for line in md.splitlines() if line.startswith("| System"))
+    assert head.endswith("| Params | Train min | PE |")
+    good = next(line for line in md.splitlines() if line.startswith("| good "))
+    base = next(line for line in md.splitlines() if line.startswith("| base (baseline) "))
+    assert good.endswith("| 2.50M | 5 | `pe:posnet` |")  # 2.5 million parameters; (240 s + 360 s) / 2 = 5 minutes
+    assert base.endswith("|  |  |  |")
+    assert "summed over resumed segments), mean over runs, on cpu, 2 thread(s).\n" in md
+
+
+def test_markdown_report_ends_with_exactly_one_newline(corpus, tmp_path, capsys):
+    """PREFIX.md is a text file: its last line (the last signature) ends with a newline, and nothing follows."""
+    out = tmp_path / "out"
+    assert evaluate(corpus, out, "--baseline", "base=base1.de", "--system", "good=good1.de", "--n-samples", "10") == 0
+    md = (out / "results.md").read_text(encoding="utf-8")
+    assert md.endswith("`\n") and not md.endswith("\n\n")
+    assert md.splitlines()[-1].startswith("- BLEU (compound split): `")
+    assert capsys.readouterr().out == md
+
+
 def test_markdown_table_marks_follow_p_and_sign(corpus, tmp_path, capsys):
     out = tmp_path / "out"
     assert evaluate(corpus, out, "--baseline", "base=base1.de", "--system", "good=good1.de",
@@ -629,6 +661,33 @@ def test_length_buckets_equal_sacrebleu_on_each_subset(with_source, tmp_path):
     assert sigs["BLEU"] in description and sigs["chrF2++"] in description
     md = (out / "results_length.md").read_text(encoding="utf-8")
     assert "| sacreBLEU | ≤8 (" in md and sigs["chrF2++"] in md and "words" in md
+
+
+def test_length_plot_draws_each_system_at_its_own_bucket_scores(with_source, tmp_path, monkeypatch):
+    """The length figure has one panel per metric (sacreBLEU, chrF++) and one line per system whose points are that
+    system's sacrebleu scores on the lines of each bucket, computed here from the files."""
+    from pe_tools.scoring import length_buckets
+
+    figures = []  # the figure pe-evaluate draws, kept instead of saved
+    monkeypatch.setattr(length_buckets, "png_bytes", lambda fig, **kw: figures.append(fig) or b"")
+    d, out = with_source, tmp_path / "out"
+    assert evaluate(d, out, "--baseline", "base=base1.de", "--system", "good=good1.de", "--system", "bad=bad1.de",
+                    "--source", "src.en", "--length-buckets", "8,16", "--n-samples", "10") == 0
+    words = [len(line.split()) for line in lines_of(d / "src.en")]
+    ref = lines_of(d / "ref.de")
+    picks = [[i for i, n in enumerate(words) if lo <= n <= hi] for lo, hi in ((0, 8), (9, 16), (17, 10 ** 9))]
+    (fig,) = figures
+    panels = [ax for ax in fig.axes if ax.lines]
+    assert [ax.get_title() for ax in panels] == ["sacreBLEU", "chrF++"]
+    for ax, score in zip(panels, (lambda h, r: BLEU().corpus_score(h, [r]).score,
+                                  lambda h, r: CHRF(word_order=2).corpus_score(h, [r]).score)):
+        drawn = {line.get_label(): list(line.get_ydata()) for line in ax.lines}
+        assert list(drawn) == ["base (baseline)", "good", "bad"]
+        for label, name in zip(drawn, ("base", "good", "bad")):
+            hyp = lines_of(d / f"{name}1.de")
+            expect = [score([hyp[i] for i in pick], [ref[i] for i in pick]) for pick in picks]
+            assert drawn[label] == pytest.approx(expect, abs=1e-9), (ax.get_title(), name)
+    length_buckets.pyplot().close(fig)
 
 
 def test_length_quantiles_and_several_runs(corpus, tmp_path):

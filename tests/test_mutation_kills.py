@@ -79,3 +79,42 @@ def test_generate_output_missing_ids_are_listed_the_first_twenty_then_a_count():
         in missing_message(range(5), 26)
     assert id_list([7]) == "7" and id_list([]) == ""
     assert id_list(list(range(4)), shown=3) == "0, 1, 2 and 1 more" and id_list([1, 2, 3], shown=3) == "1, 2, 3"
+
+
+# ---- the metrics (pe_tools.scoring.metrics) -------------------------------------------------------------------
+def test_compound_split_bleu_does_not_warn_about_tokenised_input(caplog):
+    """Compound-split BLEU scores Moses tokens on purpose: its hypotheses end in ' .', and sacrebleu's BLEU warns
+    ('you forgot to detokenize') from 100 such lines unless built with force=True. sacreBLEU proper keeps the
+    warning, which is right for it."""
+    import logging
+
+    from sacrebleu.metrics import BLEU
+
+    from pe_tools.scoring.metrics import METRICS, compound_split
+
+    spec = {s.key: s for s in METRICS}["bleu_cs"]
+    tokens = compound_split([f"Das Haus Nummer {i} ist groß." for i in range(100)], "de")
+    assert all(t.endswith(" groß .") for t in tokens)  # Moses splits the full stop off
+    with caplog.at_level(logging.WARNING, logger="sacrebleu"):
+        BLEU(tokenize="none").corpus_score(tokens, [tokens])  # the reference: sacrebleu's default warns
+        assert "tokenized period" in caplog.text
+        caplog.clear()
+        assert spec.build("de", [tokens]).corpus_score(tokens, None).score == pytest.approx(100.0)
+        assert caplog.text == ""
+
+
+def test_metric_specs_cannot_be_changed_in_place_and_are_hashable():
+    """METRICS is one module-level tuple shared by every report a process builds (the whole set, the length
+    buckets): its specs are frozen, so a caller cannot rename or rewire a metric for the others, and they can be
+    set members and dict keys."""
+    import dataclasses
+
+    from pe_tools.scoring.metrics import METRICS
+
+    for spec in METRICS:
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            spec.key = "renamed"
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            spec.tokenised = not spec.tokenised
+    assert [s.key for s in METRICS] == ["bleu", "chrf", "bleu_cs"] and not METRICS[0].tokenised
+    assert len({*METRICS, *METRICS}) == len(METRICS) == len({s: s.label for s in METRICS})
