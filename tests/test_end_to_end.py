@@ -1,8 +1,8 @@
 """End to end: the runs' flags, and a checkpoint trained with --eval-bleu loading everywhere. The per-encoding run
-(train a few updates with --user-dir, beam-search with beam 4, resume from checkpoint_last.pt, average two
-checkpoints and decode with the average) is test_standalone.py's
-test_a_copy_of_pe_plugin_alone_trains_generates_resumes_and_averages, on a copy of pe_plugin/ alone, so that each
-encoding trains once.
+(train a few updates with --user-dir, resume from checkpoint_last.pt, average two checkpoints and decode with the
+average, beam 4) is test_standalone.py's test_a_copy_of_pe_plugin_alone_trains_resumes_averages_and_decodes, on a
+copy of pe_plugin/ alone, so that each encoding trains once; test_a_copy_of_pe_plugin_alone_decodes_every_checkpoint
+beam-searches with every encoding's last checkpoint.
 
 Checkpoints are read with torch's default ``weights_only=True`` (the variable that switches it off is
 removed from the environment), so these runs also show that pe_plugin's checkpoints load safely.

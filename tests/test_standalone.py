@@ -3,8 +3,9 @@
 The plugin imports nothing from pe_tools (checked on the source, lazy imports in functions included, and by
 running fairseq-train and fairseq-generate on a copy of pe_plugin/ where ``import pe_tools`` fails). Those runs are
 also the end-to-end check of every registered encoding (moved here from test_end_to_end.py, so that each encoding
-trains once): train a few updates, beam-search with beam 4, resume from checkpoint_last.pt, average two checkpoints
-and decode with the average, checkpoints read with torch's default ``weights_only=True``. The tools
+trains once): train a few updates, resume from checkpoint_last.pt, average two checkpoints and beam-search with the
+average (beam 4), and every encoding's last checkpoint beam-searched together as one ensemble, checkpoints read with
+torch's default ``weights_only=True``. The tools
 get the plugin's names without importing pe_plugin (``pe_tools/naming.py`` executes ``pe_plugin/naming.py`` by
 its path) and keep a copy of its three log-noise literals (``pe_tools/log_noise.py``); both must equal the
 plugin's, without torch or fairseq imported.
@@ -18,12 +19,13 @@ import sys
 from types import SimpleNamespace
 
 import pytest
-from pe_testing import REPO, SAFE_ENV, run
+from pe_testing import REPO, SAFE_ENV, call_main, run
 from test_end_to_end import n_hypotheses, n_test, train_flags
 
 from pe_plugin import log_noise as plugin_log_noise
 from pe_plugin import naming as plugin_naming
 from pe_plugin.encodings import PE_REGISTRY
+from pe_tools import average
 from pe_tools import log_noise as tools_log_noise
 from pe_tools import naming as tools_naming
 
@@ -209,10 +211,10 @@ def trained(standalone, data_bin, tmp_path_factory):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("pe", list(PE_REGISTRY))
-def test_a_copy_of_pe_plugin_alone_trains_generates_resumes_and_averages(pe, standalone, trained, data_bin, tmp_path):
-    """The copy builds and trains (4 updates), decodes with beam 4, resumes from checkpoint_last.pt to 6 updates;
-    two of its checkpoints averaged (pe-average, from the checkout) decode too: test_end_to_end's
-    test_train_generate_resume_average and this file's test_a_copy_of_pe_plugin_alone_builds_and_trains in one."""
+def test_a_copy_of_pe_plugin_alone_trains_resumes_averages_and_decodes(pe, standalone, trained, data_bin, tmp_path):
+    """The copy builds and trains (4 updates) and resumes from checkpoint_last.pt to 6 updates; two of its
+    checkpoints averaged (pe-average, from the checkout) decode with beam 4. Its checkpoint_last.pt is decoded by
+    test_a_copy_of_pe_plugin_alone_decodes_every_checkpoint, with every other encoding's, in one process."""
     arch = plugin_naming.arch_name(pe, plugin_naming.SUFFIX_OF_CLASS["tiny"])
     proc, trained_save = trained[pe]
     log = proc.stdout
@@ -224,10 +226,6 @@ def test_a_copy_of_pe_plugin_alone_trains_generates_resumes_and_averages(pe, sta
     assert re.search(r"num_updates[ =]4\b", log), log[-3000:]
     assert (trained_save / "checkpoint_last.pt").is_file() and (trained_save / "checkpoint_1_4.pt").is_file()
 
-    gen = _generate(standalone, data_bin, trained_save / "checkpoint_last.pt")
-    assert n_hypotheses(gen) == n_test(data_bin), gen[-2000:]  # every test sentence decoded
-    assert "BLEU4" in [line for line in gen.splitlines() if not line.startswith("PROBE ")][-1]  # the probe's after it
-
     save = tmp_path / "ck"  # resumed in a copy: the fixture's checkpoints stay as trained
     shutil.copytree(trained_save, save)
     resumed = _train(standalone, data_bin, save, arch, max_update=6)
@@ -237,12 +235,13 @@ def test_a_copy_of_pe_plugin_alone_trains_generates_resumes_and_averages(pe, sta
     assert re.search(r"Loaded checkpoint .*checkpoint_last\.pt \(epoch \d+ @ 4 updates\)", log), log[-3000:]
     assert "num_updates 6" in log or "num_updates=6" in log
 
-    avg = tmp_path / "avg.pt"
-    out = run("pe_tools.average", [
-        "--inputs", save / "checkpoint_1_2.pt", save / "checkpoint_1_4.pt", "--output", avg],
-        cwd=REPO).stdout
-    assert "averaged 2 checkpoints" in out
-    assert n_hypotheses(_generate(standalone, data_bin, avg)) == n_test(data_bin)
+    avg = tmp_path / "avg.pt"  # pe-average's main in this process (test_install runs its console script)
+    out = call_main(average.main, ["--inputs", save / "checkpoint_1_2.pt", save / "checkpoint_1_4.pt",
+                                   "--output", avg], prog="pe-average", cwd=REPO)
+    assert out.returncode == 0 and "averaged 2 checkpoints" in out.stdout, out.stdout + out.stderr
+    gen = _generate(standalone, data_bin, avg)
+    assert n_hypotheses(gen) == n_test(data_bin), gen[-2000:]  # every test sentence decoded
+    assert "BLEU4" in [line for line in gen.splitlines() if not line.startswith("PROBE ")][-1]  # the probe's after it
 
 
 @pytest.mark.slow
