@@ -404,6 +404,23 @@ def run_check(modules: Sequence[str], out: Path, max_per_module: Optional[int] =
 
 
 # ---- the record -------------------------------------------------------------------------------------------
+def current(results: Dict[str, dict], root: Path = REPO) -> Tuple[Dict[str, dict], Dict[str, int]]:
+    """The results of mutants of each file as it is now (its content's hash, ``file_sha``), and the count of
+    superseded ones per file (mutants of an earlier version: that code is gone, and the file's sample is drawn
+    anew, so ``run_check`` records its new mutants on the next run)."""
+    shas: Dict[str, Optional[str]] = {}
+    kept, superseded = {}, {}
+    for key, rec in results.items():
+        if rec["path"] not in shas:
+            f = root / rec["path"]
+            shas[rec["path"]] = hashlib.sha1(f.read_text().encode()).hexdigest() if f.is_file() else None
+        if shas[rec["path"]] == rec["file_sha"]:
+            kept[key] = rec
+        else:
+            superseded[rec["path"]] = superseded.get(rec["path"], 0) + 1
+    return kept, superseded
+
+
 def summarize(results: Dict[str, dict], equivalent: Dict[str, str]) -> Tuple[List[dict], str]:
     """Per-module rows (mutants, killed, survived, equivalent, kill rate) and the markdown record."""
     by_module: Dict[str, List[dict]] = {}
@@ -491,11 +508,14 @@ def main(argv=None) -> int:
                            rerun_survivors=args.rerun_survivors, log=lambda s: print(s, flush=True))
     eq_path = args.out / "equivalent.json"
     equivalent = json.loads(eq_path.read_text()) if eq_path.is_file() else {}
-    rows, text = summarize(load_results(args.out / "results.jsonl"), equivalent)
+    results, superseded = current(load_results(args.out / "results.jsonl"))
+    rows, text = summarize(results, equivalent)
+    old = "".join(f"\n* `{path}`: {n}" for path, n in sorted(superseded.items()))
     (args.out / "summary.md").write_text(
         "# Mutation check\n\nWritten by `scripts/mutation_check.py` (docs/testing.md): each row counts the mutants run "
         "in that module, one planted change at a time, against the tests `pe_tools/mutation.TEST_MAP` names for it.\n\n"
-        + text)
+        + text + (f"\nNot counted: mutants of earlier versions of a file (results.jsonl keeps them; the file has "
+                  f"changed since, and its new sample is what counts):\n{old}\n" if old else ""))
     for r in rows:
         print(f"{r['module']:45s} {r['killed']:3d}/{r['mutants']:3d} killed  {100 * r['kill_rate']:5.1f}%  "
               f"survived {r['survived']} (equivalent {r['equivalent']})")

@@ -71,6 +71,24 @@ def test_verdicts_resume_and_record(tmp_path):
     assert "`toy/calc.py:9` (constant) `0` -> `1`: NOT KILLED" in text
 
 
+def test_only_mutants_of_each_files_present_version_count(tmp_path):
+    """A record counts while its file is as it was mutated (the hash of its text); once the file changes, its old
+    mutants are superseded (that code is gone) and counted apart, per file."""
+    (tmp_path / "toy").mkdir()
+    calc = tmp_path / "toy" / "calc.py"
+    calc.write_text(TOY)
+    records = {m.key: {"path": m.path, "file_sha": m.file_sha, "status": "killed"}
+               for m in mutation.generate(calc, tmp_path)}
+    assert len(records) == 4
+    kept, superseded = mutation.current(records, tmp_path)
+    assert kept == records and superseded == {}
+    calc.write_text(TOY.replace("a + b", "b + a"))  # an edit: every record of the file is of the old version
+    kept, superseded = mutation.current(records, tmp_path)
+    assert kept == {} and superseded == {"toy/calc.py": 4}
+    calc.unlink()  # a file that is gone supersedes its records too
+    assert mutation.current(records, tmp_path) == ({}, {"toy/calc.py": 4})
+
+
 def test_the_copy_is_what_the_tests_import(tmp_path):
     """A mutant in the copy must reach the tests: a planted failure in the copied module kills."""
     files = dict(FILES, **{"tests/test_calc.py": TOY_TEST + "\n\ndef test_where():\n    import toy\n"
