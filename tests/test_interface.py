@@ -284,6 +284,27 @@ def test_listed_flag_values_are_those_the_model_is_built_with(pe, data_bin):
     assert listed["--max-target-positions"] == model.decoder.max_target_positions
 
 
+@pytest.mark.parametrize("pe", list(PE_REGISTRY))
+def test_the_embedding_hook_runs_once_per_pass_where_there_is_one(pe, data_bin, monkeypatch):
+    """A forward pass calls each side's ``embed`` once where the encoding has that hook (before the dropout, through
+    the position slot, or after it), and never where it has none: no positional work on a batch of zeros."""
+    import pe_testing
+
+    task, model, _ = build_model(data_bin, f"transformer_{pe}_tiny")
+    calls = {"encoder": 0, "decoder": 0}
+    for side in calls:
+        hook = getattr(model, side).pe
+
+        def counted(x, pos, _real=hook.embed, _side=side):
+            calls[_side] += 1
+            return _real(x, pos)
+        monkeypatch.setattr(hook, "embed", counted)
+    sample = pe_testing.batch(task, "train", n=8)
+    with torch.no_grad():
+        model(**sample["net_input"])
+    assert calls == {side: int(getattr(model, side).pe.has_embedding_hook()) for side in calls}
+
+
 def test_module_cli_lists_every_architecture_and_rejects_unknown_ones():
     out = run("pe_plugin", [])
     for name in architecture_names():
