@@ -690,6 +690,28 @@ def test_length_plot_draws_each_system_at_its_own_bucket_scores(with_source, tmp
     length_buckets.pyplot().close(fig)
 
 
+def test_ngram_figure_draws_each_sweep_in_its_own_panel(monkeypatch):
+    """Figure 4's panels, one per n-gram sweep (titled as the sweep), each with one line per system through that
+    sweep's (order, gap) rows and no other sweep's: rows made up here, each sweep at its own gaps."""
+    from pe_tools.scoring import ngram
+
+    figures = []  # the figure, kept instead of saved
+    monkeypatch.setattr(ngram, "png_bytes", lambda fig, **kw: figures.append(fig) or b"")
+    rows = [{"analysis": sweep.key, "system": name, "order": n, "gap": 10 * k + n + (0.5 if name == "b" else 0.0)}
+            for k, sweep in enumerate(ngram.NGRAM_SWEEPS) for name in ("a", "b") for n in (1, 2, 3)]
+    ngram.plot_ngram_gaps(rows, "base")
+    (fig,) = figures
+    panels = [ax for ax in fig.axes if ax.lines]
+    assert [ax.get_title() for ax in panels] == [sweep.title for sweep in ngram.NGRAM_SWEEPS]
+    for k, ax in enumerate(panels):
+        drawn = {line.get_label(): (list(line.get_xdata()), list(line.get_ydata())) for line in ax.lines
+                 if not line.get_label().startswith("_")}  # the zero line is unlabelled
+        assert drawn == {"a": ([1, 2, 3], [10 * k + 1, 10 * k + 2, 10 * k + 3]),
+                         "b": ([1, 2, 3], [10 * k + 1.5, 10 * k + 2.5, 10 * k + 3.5])}, ax.get_title()
+        assert ax.get_ylabel() == "score - base"
+    ngram.pyplot().close(fig)
+
+
 def test_length_quantiles_and_several_runs(corpus, tmp_path):
     """Quantile edges are numpy's inverted-CDF quantiles of the source lengths, ties merged; with two runs a
     bucket's score is the mean of the runs' sacrebleu scores on its lines."""
