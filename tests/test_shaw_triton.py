@@ -5,24 +5,14 @@ tables, no key table, two masks and three; through the attention module on left-
 incremental decoding; and the settings it refuses, each named with its fix."""
 import os
 
-import pytest
-import torch
+os.environ["TRITON_INTERPRET"] = "1"  # before the kernels are defined: Triton's interpreter, on the CPU
 
-from pe_plugin.encodings.shaw_core import shaw_attention
-from pe_plugin.encodings.shaw_triton import ShawTriton, shaw_attention_triton
-from test_shaw_core import core_inputs, make as core_make, padded
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
-
-@pytest.fixture(scope="module", autouse=True)
-def triton_interpreter():
-    """Triton's interpreter, on the CPU, for this file's tests alone: Triton reads TRITON_INTERPRET=1 when a kernel
-    is defined (pe_plugin/kernels/shaw_rpe.py, imported on the first call here), and the variable is gone again
-    after the last test of this file, so no later test or child process runs under it."""
-    before = os.environ.get("TRITON_INTERPRET")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("TRITON_INTERPRET", "1")
-        yield
-    assert os.environ.get("TRITON_INTERPRET") == before
+from pe_plugin.encodings.shaw_core import shaw_attention  # noqa: E402
+from pe_plugin.encodings.shaw_triton import ShawTriton, shaw_attention_triton  # noqa: E402
+from test_shaw_core import core_inputs, make as core_make, padded  # noqa: E402
 
 
 def both(shape, masks=None, no_keys=False):
