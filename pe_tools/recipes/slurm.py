@@ -261,9 +261,14 @@ def job_states(job_ids: Sequence[str]) -> Dict[str, str]:
     return dict(line.split("|", 1) for line in out.stdout.split())
 
 
+def active(states: Dict[str, str]) -> Dict[str, str]:
+    """Those of ``states`` (``job_states``) still queued or running."""
+    return {job: state for job, state in states.items() if state in ACTIVE_STATES}
+
+
 def live_states(job_ids: Sequence[str]) -> Dict[str, str]:
     """``job_states`` of the jobs still queued or running."""
-    return {job: state for job, state in job_states(job_ids).items() if state in ACTIVE_STATES}
+    return active(job_states(job_ids))
 
 
 def submit(a, runs, queue_path: Path) -> int:
@@ -390,7 +395,7 @@ def status_columns(queue_path: Path, runs, notes: Optional[List[str]] = None) ->
         return None
     ids = [j["job"] for j in jobs]
     known = job_states(ids)
-    running = {job: state for job, state in known.items() if state in ACTIVE_STATES}
+    running = active(known)
     latest: Dict[str, str] = {}  # run directory -> its newest array task id
     for j in jobs:
         for line, run_dir in j["snapshot_lines"].items():
