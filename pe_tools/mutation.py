@@ -95,7 +95,9 @@ TEST_MAP: Dict[str, Optional[List[str]]] = {
     "pe_tools/recipes/batching.py": ["tests/test_batching.py"],
     "pe_tools/recipes/curves.py": ["tests/test_annealed.py"],
     "pe_tools/recipes/generate.py": ["tests/test_recipes.py"],
-    "pe_tools/recipes/launch.py": ["tests/test_recipes.py"],
+    # pe-train's flags after -- (test_batching) and its help listing each recipe's methods (test_annealed)
+    "pe_tools/recipes/launch.py": ["tests/test_batching.py", "-k", "pe_train_auto_on_a_gpu", "tests/test_annealed.py",
+                                   "-k", "train_help_lists_the_methods", "tests/test_recipes.py"],
     "pe_tools/recipes/queue.py": ["tests/test_queue.py"],
     "pe_tools/recipes/queue_cli.py": ["tests/test_queue.py"],
     "pe_tools/recipes/results.py": ["tests/test_results.py"],

@@ -154,6 +154,64 @@ def test_valid_curve_reads_each_validation_once():
                                 {"updates": 200, "loss": 8.5, "nll_loss": 8.2}]  # a resumed run's repeat: the last
 
 
+VALID_LINE = ("2026-01-01 10:00:00 | INFO | valid | epoch 001 | valid on 'valid' subset | loss {nll} | nll_loss {nll} | "
+              "ppl 9 | wps 1 | wpb 2 | bsz 3 | num_updates {u}\n")
+
+
+def write_curve(results, method, seed, size, points, pair="en-de"):
+    """A recorded run's command.json and a train.log of its validations ``points`` [(updates, nll_loss)]."""
+    run = results / f"{method}.{pair}.{size}.seed{seed}"
+    run.mkdir(parents=True)
+    (run / "command.json").write_text(json.dumps({"method": method, "pair": pair, "size": size, "seed": seed}))
+    (run / "train.log").write_text("".join(VALID_LINE.format(nll=n, u=u) for u, n in points))
+
+
+def test_curves_keep_the_asked_seed(tmp_path):
+    from pe_tools.recipes.curves import curves
+
+    write_curve(tmp_path, "sape", 1, "annealed", [(250, 5.0)])
+    write_curve(tmp_path, "sape", 2, "annealed", [(250, 4.0)])
+    write_curve(tmp_path, "sape", 1, "annealed", [(250, 3.0)], pair="en-fr")
+    assert [(r["seed"], r["nll_loss"]) for r in curves(tmp_path, "en-de", 2, None)] == [(2, 4.0)]
+    assert [(r["seed"], r["nll_loss"]) for r in curves(tmp_path, "en-de", None, None)] == [(1, 5.0), (2, 4.0)]
+
+
+def test_curves_without_a_run_name_the_pair_and_seed(tmp_path, capsys):
+    from pe_tools.recipes import curves
+
+    write_curve(tmp_path, "sape", 1, "annealed", [(250, 5.0)])
+    for seed, said in (["--seed", "3"], "no recorded run of en-de seed 3 with"), ([], "no recorded run of en-fr with"):
+        assert curves.main(["--results", str(tmp_path), *seed, "--out", str(tmp_path / "c.png"),
+                            "--pair", "en-de" if seed else "en-fr"]) == 2
+        assert said in capsys.readouterr().err
+    assert not (tmp_path / "c.png").exists()
+
+
+def test_curves_plot_one_panel_per_size_and_a_line_per_method(tmp_path, monkeypatch):
+    """Each size a panel, each method its points in its system_style, small markers (at most 3 pt, as the other
+    figures' curves: ngram.py, length_buckets.py; matplotlib's 6 pt default hides a curve's shape), and the y axis
+    cut above the highest loss after 500 updates."""
+    from pe_tools.recipes import curves
+    from pe_tools.scoring.style import system_style
+
+    figures = []
+    monkeypatch.setattr(curves, "png_bytes", lambda fig, **kw: figures.append(fig) or b"png")
+    write_curve(tmp_path, "sape", 1, "small", [(250, 9.0), (500, 4.0), (750, 3.0)])
+    write_curve(tmp_path, "rope", 1, "small", [(250, 8.0), (500, 4.5)])
+    write_curve(tmp_path, "rope", 1, "annealed", [(500, 2.0)])
+    assert curves.main(["--results", str(tmp_path), "--sizes", "small", "annealed", "--out", str(tmp_path / "c.png")]) == 0
+    assert (tmp_path / "c.png").read_bytes() == b"png"
+    small, annealed = figures[0].axes
+    assert (small.get_title(), annealed.get_title()) == ("small", "annealed")
+    drawn = {ax.get_title(): [(line.get_label(), list(line.get_xdata()), list(line.get_ydata()), line.get_color(),
+                               line.get_marker()) for line in ax.get_lines()] for ax in (small, annealed)}
+    sape, rope = system_style(0), system_style(1)  # SAPE first: the baseline
+    assert drawn == {"small": [("sape", [250, 500, 750], [9.0, 4.0, 3.0], sape["color"], sape["marker"]),
+                               ("rope", [250, 500], [8.0, 4.5], rope["color"], rope["marker"])],
+                     "annealed": [("rope", [500], [2.0], rope["color"], rope["marker"])]}
+    assert all(0 < line.get_markersize() <= 3 for ax in (small, annealed) for line in ax.get_lines())
+    assert small.get_ylim()[1] == pytest.approx(4.5 * 1.05)
+
 def test_agreement_maps_a_renamed_system(tmp_path):
     from pe_tools.scoring import agreement
 

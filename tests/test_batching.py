@@ -40,6 +40,22 @@ def test_plan_refuses_what_cannot_keep_the_tokens():
         batching.plan(32768, 1, 0)
 
 
+
+def test_a_micro_batch_may_hold_a_single_token():
+    """--max-tokens 1 is the smallest cap plan accepts: every token its own micro-batch (batching.py: cap < 1)."""
+    assert batching.plan(6, 1, 1) == batching.BatchPlan(max_tokens=1, update_freq=6, world_size=1)
+    assert batching.plan(6, 2, 1) == batching.BatchPlan(max_tokens=1, update_freq=3, world_size=2)
+
+
+def test_a_plan_cannot_be_changed_after_it_was_checked():
+    """BatchPlan is frozen: its tokens per update stay what plan() checked (batching.py: frozen=True)."""
+    import dataclasses
+
+    p = batching.plan(32768, 2, 4096)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        p.update_freq = 1
+    assert p.tokens_per_update == 32768 and len({p, batching.BatchPlan(4096, 4, 2)}) == 1  # a value: hashable
+
 @pytest.mark.parametrize("gpus", [1, 2, 4, 8, 16])
 def test_wmt14_keeps_the_papers_tokens_per_update(gpus):
     argv = train_argv(load_table("wmt14"), "sape", "en-de", "base", 1, "data", "run", gpus=gpus)

@@ -201,6 +201,102 @@ def test_average_is_the_mean_of_its_inputs(tmp_path, capsys):
     assert torch.equal(avg["model"]["steps"], models[-1]["steps"]) and avg["extra_state"] == {"num_updates": 8}
 
 
+def test_a_missing_table_is_named_by_its_kind():
+    """load_table's error says which table is missing: a methods table is the 'recipe table', corpora.toml the
+    'corpora table' (__init__.py: kind == "methods")."""
+    from pe_tools.file_io import TomlError
+
+    for kind, label in (("methods", "recipe table"), ("corpora", "corpora table")):
+        with pytest.raises(TomlError, match=rf"^{label} \S*nowhere[/\\]{kind}\.toml not found$"):
+            load_table("nowhere", kind)
+
+
+def generate_run(tmp_path, checkpoints):
+    """A run directory with command.json and ``checkpoints`` empty update checkpoints (nothing to decode)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "command.json").write_text(json.dumps({"data": str(tmp_path / "data"), "pair": "en-de"}))
+    for u in range(1, checkpoints + 1):
+        (run / f"checkpoint_1_{2 * u}.pt").write_bytes(b"")
+    return run
+
+
+def generate_args(run, checkpoints):
+    from argparse import Namespace
+
+    return Namespace(run_dir=str(run), data=None, checkpoints=checkpoints, subset="test", name=None,
+                     pe_beyond_max="clamp", no_detok=True)
+
+
+def test_generate_warns_only_when_there_are_fewer_checkpoints_than_asked(tmp_path, capsys, monkeypatch):
+    """2 checkpoints and --checkpoints 2: no warning; --checkpoints 3: averaging 2, fewer than asked
+    (generate.py: len(paths) < a.checkpoints)."""
+    from pe_tools.recipes import generate
+
+    run = generate_run(tmp_path, 2)
+    averaged = []
+    monkeypatch.setattr(generate.subprocess, "call", lambda cmd: averaged.append(cmd) or 7)  # pe_tools.average fails
+    for asked, warned in ((2, False), (3, True)):
+        assert generate.generate(generate_args(run, asked)) == 7  # the averaging's status, nothing decoded
+        err = capsys.readouterr().err
+        assert ("warning: averaging" in err) == warned, (asked, err)
+        assert "warning: averaging 2 checkpoints, fewer than the 3 asked for" in err or not warned
+    assert all(cmd[cmd.index("--inputs") + 1:cmd.index("--output")] == [str(run / "checkpoint_1_2.pt"),
+                                                                       str(run / "checkpoint_1_4.pt")]
+               for cmd in averaged) and len(averaged) == 2
+
+
+def test_generate_refuses_a_missing_split_with_status_2_and_decodes_nothing(tmp_path, capsys, monkeypatch):
+    """The position check finds no binarised test split: pe-generate names the files and exits 2, the status of
+    every input it refuses (command_line.fail), without running fairseq-generate (generate.py: return 2)."""
+    import pe_plugin.decode_limits as decode_limits
+    from pe_tools.recipes import generate
+
+    run = generate_run(tmp_path, 1)
+    (tmp_path / "data").mkdir()
+    monkeypatch.setattr(generate.subprocess, "call", lambda cmd: 0)  # averaged (no file: the model is faked below)
+    monkeypatch.setattr(decode_limits, "checkpoint_limits",
+                        lambda checkpoint, data: decode_limits.Limits("rope", None, None, (1024, 1024)))
+    monkeypatch.setattr(generate, "run_captured", lambda cmd: pytest.fail(f"decoded: {cmd}"))
+    assert generate.generate(generate_args(run, 1)) == 2
+    err = capsys.readouterr().err
+    assert "error: no binarised test split of en-de: looked for " in err and str(tmp_path / "data" / "test.en-de.en.idx") in err
+
+
+FAIRSEQ_OUTPUT = ("S-1\tb\nT-1\tzwei hunde\nH-1\t-0.5\tzwei hunde .\nD-1\t-0.5\tzwei hunde .\nP-1\t-0.1 -0.2 -0.3\n"
+                  "S-0\ta\nT-0\tein mann\nH-0\t-0.3\tein mann\nD-0\t-0.3\tein mann\nP-0\t-0.1 -0.2\n")
+PE_LOG = ("2026-01-01 10:00:00 | INFO | pe_plugin | arch transformer_rope_tiny | params total 1,234 | pe-only 0 | "
+          "pe:rope|side:both\n")
+
+
+@pytest.mark.parametrize("log, arch, signature", [
+    (PE_LOG, "transformer_rope_tiny", "pe:rope|side:both"),  # pe_plugin's summary line
+    ("", "transformer_wmt_en_de", "fairseq:transformer_wmt_en_de|positions:sinusoidal"),  # a stock fairseq model
+    ("", None, None)])  # neither: no signature, a warning
+def test_write_outputs_orders_by_sentence_id_and_records_the_signature(log, arch, signature, tmp_path, capsys):
+    """Hypotheses (the third field of H- lines) and references in sentence-id order; the meta file's signature is
+    pe_plugin's when the log has one, a stock model's only without it (generate.py lines 124 and 134)."""
+    from pe_tools.recipes.generate import write_outputs
+
+    (tmp_path / "train.log").write_text(log)
+    command = {"argv": ["--arch", arch]} if arch else None
+    assert write_outputs(FAIRSEQ_OUTPUT, tmp_path, "de", tmp_path / "train.log", True, {"checkpoints": ["c"]},
+                         command) == 0
+    assert (tmp_path / "hyp.detok.de").read_text() == "ein mann\nzwei hunde .\n"
+    assert (tmp_path / "ref.detok.de").read_text() == "ein mann\nzwei hunde\n"
+    meta = json.loads((tmp_path / "hyp.detok.de.meta.json").read_text())
+    assert meta.get("pe_signature") == signature and meta["checkpoints"] == ["c"]
+    assert ("no encoding signature" in capsys.readouterr().err) == (signature is None)
+
+
+def test_report_looks_for_the_reference_in_the_prepared_data(tmp_path, capsys, monkeypatch):
+    """Without --ref, pe-report's reference is DATA/work/raw.test.TGT of the recipe's data folder (launch.py:149)."""
+    monkeypatch.chdir(tmp_path)  # the recipe's data folder is relative: none here
+    assert launch.main(["report", "--recipe", "multi30k", "--pair", "en-fr", "--out-dir", "out"]) == 2
+    err = capsys.readouterr().err
+    assert f"reference {os.path.join('data-bin', 'multi30k_en_fr', 'work', 'raw.test.fr')} not found" in err, err
+
+
 @pytest.mark.slow
 def test_train_resume_and_generate(data_bin, raw_corpus, tmp_path):
     runs = tmp_path / "runs"
