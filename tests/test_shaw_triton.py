@@ -4,15 +4,39 @@ outputs and every gradient, several key and query tiles, a decoding step, k = 0 
 tables, no key table, two masks and three; through the attention module on left- and right-padded batches and in
 incremental decoding; and the settings it refuses, each named with its fix."""
 import os
+import sys
 
-os.environ["TRITON_INTERPRET"] = "1"  # before the kernels are defined: Triton's interpreter, on the CPU
+import pytest
+import torch
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
+from pe_plugin.encodings.shaw_core import shaw_attention
+from pe_plugin.encodings.shaw_triton import ShawTriton, shaw_attention_triton
+from test_shaw_core import core_inputs, make as core_make, padded
 
-from pe_plugin.encodings.shaw_core import shaw_attention  # noqa: E402
-from pe_plugin.encodings.shaw_triton import ShawTriton, shaw_attention_triton  # noqa: E402
-from test_shaw_core import core_inputs, make as core_make, padded  # noqa: E402
+
+def _triton_modules():
+    """Triton's Python modules and the plugin's kernels (not its compiled core, ``triton._C``, which loads once)."""
+    return [n for n in sys.modules if (n == "triton" or n.startswith(("triton.", "pe_plugin.kernels")))
+            and not n.startswith("triton._C")]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def triton_interpreter():
+    """Triton's interpreter (``TRITON_INTERPRET=1``) for this file's tests only. Triton reads the variable when a
+    function is decorated with ``@triton.jit``, and it decorates its own standard library (``tl.max``, ``tl.cdiv``)
+    when first imported: so Triton and the kernels are imported afresh under the variable, and the earlier modules
+    and the variable's old value come back afterwards, for later tests and their child processes."""
+    saved = {n: sys.modules.pop(n) for n in _triton_modules()}
+    old = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1"
+    yield
+    for n in _triton_modules():  # kept in sys.modules under another name: Python then frees them at exit
+        sys.modules[f"_interpreted_{n}"] = sys.modules.pop(n)  # (else nanobind reports Triton's objects leaked)
+    sys.modules.update(saved)
+    if old is None:
+        os.environ.pop("TRITON_INTERPRET", None)
+    else:
+        os.environ["TRITON_INTERPRET"] = old
 
 
 def both(shape, masks=None, no_keys=False):
@@ -149,3 +173,32 @@ def test_model_with_triton_equals_reference_in_a_training_step(data_bin, kernel_
     assert fast.encoder.pe.attention_impl == "triton" and len(fast.encoder.layers) == 1
     assert_same_step(task, fast, ref, pe_testing.batch(task, "train", n=3))
     assert len(kernel_calls) == 2  # the encoder's and the decoder's self-attention
+
+
+PROBE = '''
+import os, sys
+def pytest_sessionstart(session):
+    import triton.language  # compiled, as any earlier test of the process would have imported it
+def pytest_sessionfinish(session, exitstatus):
+    from triton.runtime.interpreter import InterpretedFunction
+    import triton.language as tl
+    with open(os.environ["PROBE_OUT"], "w") as f:
+        f.write(repr((os.environ.get("TRITON_INTERPRET"), isinstance(tl.cdiv, InterpretedFunction))))
+'''
+
+
+def test_the_interpreter_stays_in_this_file(tmp_path):
+    """Triton imported without the interpreter before this file runs (as in a worker that ran other tests first):
+    the kernels still run interpreted here, and afterwards the process has its variable and compiled Triton
+    back. A pytest run in a child process, with a plugin that imports Triton at the start and looks at the end."""
+    import subprocess
+
+    (tmp_path / "triton_probe.py").write_text(PROBE)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.update(PYTHONPATH=os.pathsep.join([str(tmp_path), env.get("PYTHONPATH", "")]), PROBE_OUT=str(tmp_path / "out"))
+    run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider", "-p",
+                          "triton_probe", "-q", f"{__file__}::test_kernels_equal_the_core_in_float64[one_tile-causal]"],
+                         env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert (tmp_path / "out").read_text() == "(None, False)"
+    assert "leaked" not in run.stderr
