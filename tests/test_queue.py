@@ -120,23 +120,36 @@ def test_killed_queue_records_what_an_uninterrupted_one_records(queue_reference,
 
 def test_pin_exports_the_commit_once_outside_the_working_tree(tmp_path, monkeypatch):
     """pe-queue run's default, --pin HEAD: the commit exported with git archive under PE_QUEUE_CODE_ROOT, once; the
-    runs train from that copy (the queue tests run theirs from --code, a copy of the working tree under test)."""
+    runs train from that copy (the queue tests run theirs from --code, a copy of the working tree under test). A
+    repository of its own, with a later commit and an uncommitted edit that the pinned copy must not hold."""
     monkeypatch.setenv("PE_QUEUE_CODE_ROOT", str(tmp_path / "codes"))
-    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True,
-                          check=True).stdout.strip()
-    pinned = queue.pin_code("HEAD", REPO)
+    repo = tmp_path / "repo"
+    (repo / "pe_plugin").mkdir(parents=True)
+
+    def git(*args):
+        return subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args],
+                              capture_output=True, text=True, check=True).stdout.strip()
+
+    git("init", "-q")
+    (repo / "pe_plugin" / "__init__.py").write_text("first\n")
+    git("add", "-A")
+    git("commit", "-qm", "first")
+    first = git("rev-parse", "HEAD")
+    (repo / "pe_plugin" / "__init__.py").write_text("second\n")
+    git("commit", "-qam", "second")
+    head = git("rev-parse", "HEAD")
+    (repo / "pe_plugin" / "__init__.py").write_text("uncommitted\n")
+    pinned = queue.pin_code("HEAD", repo)
     assert pinned == tmp_path / "codes" / head and queue.code_commit(pinned) == head
-    committed = subprocess.run(["git", "-C", str(REPO), "show", "HEAD:pe_plugin/__init__.py"], capture_output=True,
-                               check=True).stdout
-    assert (pinned / "pe_plugin" / "__init__.py").read_bytes() == committed
-    assert (pinned / "pe_tools" / "recipes" / "launch.py").is_file()
+    assert (pinned / "pe_plugin" / "__init__.py").read_text() == "second\n"
+    assert (queue.pin_code(first, repo) / "pe_plugin" / "__init__.py").read_text() == "first\n"
     archives, real_popen = [], subprocess.Popen
     monkeypatch.setattr(queue.subprocess, "Popen",
                         lambda argv, *a, **k: ("archive" in argv and archives.append(argv)) or real_popen(argv, *a, **k))
-    assert queue.pin_code(head[:12], REPO) == pinned and archives == []  # exported once: found, not archived again
-    assert [p.name for p in (tmp_path / "codes").iterdir()] == [head]  # no temporary folder left
+    assert queue.pin_code(head[:12], repo) == pinned and archives == []  # exported once: found, not archived again
+    assert sorted(p.name for p in (tmp_path / "codes").iterdir()) == sorted([first, head])  # no temporary folder
     with pytest.raises(queue.QueueError, match=r"(?s)--pin no-such-rev: not a commit .*--code DIR"):
-        queue.pin_code("no-such-rev", REPO)
+        queue.pin_code("no-such-rev", repo)
 
 
 def test_repair_resumes_from_the_newest_whole_checkpoint(tmp_path):
