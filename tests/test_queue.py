@@ -266,3 +266,51 @@ def test_check_names_every_bad_line_and_both_sides_dictionaries(tmp_path, capsys
     assert "seed 'one'" in lines[1] and "has no dict.fr.txt" in lines[2]
     assert lines[3] == f"3 bad lines in {q}"
     assert sorted(p.name for p in tmp_path.rglob("*")) == before  # nothing written
+
+
+def test_counts_of_one_are_a_run_and_zero_is_refused(data_bin, tmp_path):
+    """gpus=, cpus=, nodes=: whole numbers from 1 (one GPU is the usual run); 0 names the option and the rule."""
+    q = tmp_path / "q.txt"
+    q.write_text(f"multi30k sape en-de annealed 1 data={data_bin} gpus=1 cpus=1 nodes=1\n")
+    assert queue.parse_queue(q)[0].options == {"data": str(data_bin), "gpus": "1", "cpus": "1", "nodes": "1"}
+    q.write_text(f"multi30k sape en-de annealed 1 data={data_bin} gpus=0\n")
+    with pytest.raises(queue.QueueError, match="gpus=0: give a whole number >= 1"):
+        queue.parse_queue(q)
+
+
+def test_a_restarted_queue_ends_the_launches_an_earlier_one_left(tmp_path):
+    """QUEUE.pids names the process groups of a killed queue's steps: a restart kills those still running a
+    pe_tools.recipes.launch (here a stand-in that sleeps, in a group of its own), leaves a reused number alone
+    (another program), and removes the file."""
+    fake = tmp_path / "pe_tools" / "recipes"
+    fake.mkdir(parents=True)
+    for init in (tmp_path / "pe_tools" / "__init__.py", fake / "__init__.py"):
+        init.write_text("")
+    (fake / "launch.py").write_text("import time\ntime.sleep(60)\n")
+    env = dict(os.environ, PYTHONPATH=str(tmp_path))
+    launch = subprocess.Popen([sys.executable, "-m", "pe_tools.recipes.launch"], env=env, start_new_session=True)
+    other = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        for _ in range(100):  # until the stand-in's command line is there to read
+            if b"launch" in Path(f"/proc/{launch.pid}/cmdline").read_bytes():
+                break
+            time.sleep(0.05)
+        q = queue.Queue(tmp_path / "q.txt", [], tmp_path, jobs=1, threads=1, log=lambda *a: None)
+        q.pids_file.write_text(json.dumps({"sape.en-de.annealed.seed1": launch.pid, "other": other.pid}))
+        q.end_orphans()
+        assert launch.wait(timeout=10) == -signal.SIGKILL
+        assert other.poll() is None and not q.pids_file.exists()
+    finally:
+        for p in (launch, other):
+            p.kill()
+            p.wait()
+
+
+def test_status_puts_each_extra_column_on_its_own_run(tmp_path):
+    """pe-queue status's extra columns (the SLURM job's, {heading: one value per run}) line up with their runs."""
+    runs = [queue.Run(n, "multi30k", method, "en-de", "annealed", 1, {"runs-dir": str(tmp_path)})
+            for n, method in ((1, "sape"), (2, "rope"))]
+    table = queue.status_table(runs, {"job": ["11", "22"], "state": ["RUNNING", "PENDING"]}).splitlines()
+    assert table[0].split()[-2:] == ["job", "state"]
+    assert [(row.split()[0], row.split()[-2:]) for row in table[1:]] == [
+        ("sape.en-de.annealed.seed1", ["11", "RUNNING"]), ("rope.en-de.annealed.seed1", ["22", "PENDING"])]
