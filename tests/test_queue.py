@@ -314,3 +314,27 @@ def test_status_puts_each_extra_column_on_its_own_run(tmp_path):
     assert table[0].split()[-2:] == ["job", "state"]
     assert [(row.split()[0], row.split()[-2:]) for row in table[1:]] == [
         ("sape.en-de.annealed.seed1", ["11", "RUNNING"]), ("rope.en-de.annealed.seed1", ["22", "PENDING"])]
+
+
+def test_pe_queue_without_a_command_names_the_commands(capsys):
+    with pytest.raises(SystemExit) as e:
+        queue_cli.main([])
+    assert e.value.code == 2 and "required: cmd" in capsys.readouterr().err
+
+
+def test_check_without_data_passes_a_queue_written_before_its_data(tmp_path, capsys):
+    """pe-queue check --no-data (on a login node, before pe-prepare): every check but the data's; without the
+    option the missing data is named."""
+    q = tmp_path / "q.txt"
+    q.write_text(f"multi30k sape en-de annealed 1 data={tmp_path / 'not_yet'}\n")
+    assert queue_cli.main(["check", str(q), "--no-data"]) == 0
+    assert capsys.readouterr().out == f"{q}: 1 runs, all valid\n"
+    assert queue_cli.main(["check", str(q)]) == 2 and "not_yet" in capsys.readouterr().err
+
+
+def test_run_refuses_a_code_folder_without_the_project(data_bin, tmp_path, capsys):
+    q = tmp_path / "q.txt"
+    q.write_text(f"multi30k sape en-de annealed 1 data={data_bin} runs-dir={tmp_path / 'runs'}\n")
+    assert queue_cli.main(["run", str(q), "--code", str(tmp_path / "empty")]) == 2
+    assert "--code" in (err := capsys.readouterr().err) and "no pe_tools/recipes/launch.py there" in err
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "q.txt.lock").exists()
