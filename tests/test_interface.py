@@ -1,11 +1,12 @@
 """The encoding interface and its fairseq glue: registry, CLI errors, SAPE/LAPE tables, PEAttention."""
 import argparse
+import shutil
 
 import pytest
 import torch
 from fairseq.modules import MultiheadAttention, SinusoidalPositionalEmbedding
 from fairseq.modules.positional_embedding import PositionalEmbedding
-from pe_testing import PLUGIN, TRAIN_FLAGS, build_model, run
+from pe_testing import PLUGIN, TRAIN_FLAGS, build_model, call_main, run
 
 from pe_plugin.encodings import PE_REGISTRY, config_fields
 from pe_plugin.encodings.base import Dims, PositionalEncoding, Positions
@@ -72,10 +73,14 @@ def test_signature_names_the_sides_that_have_the_encoding(data_bin, arch, extra,
 
 # ---- bad input ---------------------------------------------------------------------------------------
 def _train_error(data_bin, tmp_path, *extra):
-    proc = run("fairseq_cli.train", [data_bin, "--user-dir", PLUGIN, *TRAIN_FLAGS, "--max-update", 1,
-                                     "--save-dir", tmp_path, *extra], check=False)
+    """fairseq-train's error for these flags, its cli_main called in this interpreter (the console script's own
+    errors, in processes of their own: test_cli_output)."""
+    from fairseq_cli import train
+
+    proc = call_main(lambda argv: train.cli_main(), [data_bin, "--user-dir", PLUGIN, *TRAIN_FLAGS, "--max-update", 1,
+                                                     "--save-dir", tmp_path, *extra], prog="fairseq-train")
     assert proc.returncode != 0
-    return proc.stdout
+    return proc.stdout + proc.stderr
 
 
 def test_unknown_architecture_lists_the_valid_ones(data_bin, tmp_path):
@@ -112,10 +117,13 @@ def test_flag_of_another_encoding_is_rejected(data_bin, tmp_path):
     assert f"--{flag.replace('_', '-')} is a flag of pe '{owner}'" in out
 
 
-def test_share_all_embeddings_needs_a_joined_dictionary(raw_corpus, tmp_path):
-    from pe_testing import preprocess
-
-    split = preprocess(raw_corpus, tmp_path / "split", joined=False)
+def test_share_all_embeddings_needs_a_joined_dictionary(data_bin, tmp_path):
+    """The tiny corpus with a target dictionary of its own (one word more than the source's, as a preprocess
+    without --joined-dictionary gives)."""
+    split = tmp_path / "split"
+    shutil.copytree(data_bin, split)
+    with open(split / "dict.de.txt", "a") as f:
+        f.write("onlyintarget 1\n")
     out = _train_error(split, tmp_path / "ck", "--arch", "transformer_sape_tiny")
     assert "--share-all-embeddings" in out and "--joined-dictionary" in out
 
@@ -309,9 +317,11 @@ def test_module_cli_lists_every_architecture_and_rejects_unknown_ones():
     out = run("pe_plugin", [])
     for name in architecture_names():
         assert name in out.stdout
-    bad = run("pe_plugin", ["transformer_sinusoid_tiny"], check=False)
-    assert bad.returncode == 2 and "'transformer_sinusoid_tiny' is not a pe_plugin architecture" in bad.stdout
-    shown = run("pe_plugin", ["transformer_rpe_wmt_en_de_big"]).stdout
+    from pe_plugin.__main__ import main  # the module's entry point ran above; its answers, in this interpreter
+
+    bad = call_main(main, ["transformer_sinusoid_tiny"], prog="python -m pe_plugin")
+    assert bad.returncode == 2 and "'transformer_sinusoid_tiny' is not a pe_plugin architecture" in bad.stderr
+    shown = call_main(main, ["transformer_rpe_wmt_en_de_big"], prog="python -m pe_plugin").stdout
     assert "--rpe-max-relative-position 8 " in shown and "--encoder-embed-dim 1024 " in shown  # Shaw: k=8 big
 
 
