@@ -446,3 +446,22 @@ def test_check_without_data_checks_the_paper_queue_files(tmp_path, capsys):
         parsed = queue.parse_queue(q, data=False)
         assert {r.size for r in parsed} == {"base" if "1" in name else "big"}
         assert {r.pair for r in parsed} == {"en-de", "en-fr"}
+
+
+def test_sacct_states_read_accountings_parsable_lines(tmp_path, monkeypatch):
+    """Where accounting is on (no test cluster here has a database), status asks sacct for the jobs SLURM has
+    forgotten. A stand-in sacct on PATH prints what `sacct -n -P -X -o JobID,State` prints (one JOB|STATE line per
+    job or array task; a cancelled job's state carries 'by UID'); a failing sacct (accounting off: "Slurm accounting
+    storage is disabled", exit 1) gives no states."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    sacct = bin_dir / "sacct"
+    sacct.write_text("#!/bin/sh\nprintf '%s\\n' \"$@\" > \"$(dirname \"$0\")/args\"\n"
+                     "printf '12_0|COMPLETED\\n12_1|CANCELLED by 0\\n13|TIMEOUT\\n14|\\n\\n'\n")
+    sacct.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    assert slurm_recipes.sacct_states(["12_0", "12_1", "13", "14"]) == {
+        "12_0": "COMPLETED", "12_1": "CANCELLED", "13": "TIMEOUT"}
+    assert (bin_dir / "args").read_text().split() == ["-n", "-P", "-X", "-j", "12_0,12_1,13,14", "-o", "JobID,State"]
+    sacct.write_text("#!/bin/sh\necho 'sacct: error: Slurm accounting storage is disabled' >&2\nexit 1\n")
+    assert slurm_recipes.sacct_states(["12_0"]) == {} and slurm_recipes.sacct_states([]) == {}
