@@ -465,3 +465,29 @@ def test_sacct_states_read_accountings_parsable_lines(tmp_path, monkeypatch):
     assert (bin_dir / "args").read_text().split() == ["-n", "-P", "-X", "-j", "12_0,12_1,13,14", "-o", "JobID,State"]
     sacct.write_text("#!/bin/sh\necho 'sacct: error: Slurm accounting storage is disabled' >&2\nexit 1\n")
     assert slurm_recipes.sacct_states(["12_0"]) == {} and slurm_recipes.sacct_states([]) == {}
+
+
+def test_a_job_whose_chain_fails_exits_1_and_a_bad_line_2(data_bin, tmp_path, monkeypatch, capsys):
+    """A job's exit status, which SLURM keeps as its exit code: 1 when its run's chain did not record (here the
+    queue refuses a run directory begun by other code) with FAILED and the reason in RUN/slurm.json, 2 when its
+    line of the queue copy is not a run."""
+    for name in ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_RESTART_COUNT"):
+        monkeypatch.delenv(name, raising=False)
+    snapshot, code = tmp_path / "queue.txt", tmp_path / "code"
+    snapshot.write_text(f"multi30k sape en-de annealed 1 data={data_bin} runs-dir={tmp_path / 'runs'}\n")
+    code.mkdir()
+    (code / "COMMIT").write_text("mine\n")
+    run_dir = tmp_path / "runs" / "sape.en-de.annealed.seed1"
+    run_dir.mkdir(parents=True)
+    (run_dir / "command.json").write_text(json.dumps({"commit": "theirs"}))
+    (run_dir / "checkpoint_last.pt").write_bytes(b"")
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGUSR1, signal.SIGTERM)}
+    try:
+        assert slurm_recipes.job_main([str(snapshot), "--line", "1", "--code", str(code)]) == 1
+        assert slurm_recipes.job_main([str(snapshot), "--line", "2", "--code", str(code)]) == 2
+    finally:
+        for s, h in handlers.items():
+            signal.signal(s, h)
+    state = json.loads((run_dir / slurm_recipes.STATE_FILE).read_text())
+    assert state["state"] == "FAILED" and "was begun by code theirs" in state["message"]
+    assert "error: line 2 of" in capsys.readouterr().out
