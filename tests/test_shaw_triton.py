@@ -27,16 +27,12 @@ def triton_interpreter():
     when first imported: so Triton and the kernels are imported afresh under the variable, and the earlier modules
     and the variable's old value come back afterwards, for later tests and their child processes."""
     saved = {n: sys.modules.pop(n) for n in _triton_modules()}
-    old = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = "1"
-    yield
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TRITON_INTERPRET", "1")
+        yield
     for n in _triton_modules():  # kept in sys.modules under another name: Python then frees them at exit
         sys.modules[f"_interpreted_{n}"] = sys.modules.pop(n)  # (else nanobind reports Triton's objects leaked)
     sys.modules.update(saved)
-    if old is None:
-        os.environ.pop("TRITON_INTERPRET", None)
-    else:
-        os.environ["TRITON_INTERPRET"] = old
 
 
 def both(shape, masks=None, no_keys=False):
