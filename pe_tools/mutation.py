@@ -360,6 +360,8 @@ def run_check(modules: Sequence[str], out: Path, max_per_module: Optional[int] =
     out.mkdir(parents=True, exist_ok=True)
     results_path = out / "results.jsonl"
     results = load_results(results_path)
+    eq_path = out / "equivalent.json"  # survivors judged equivalent are not rerun: no test can kill them
+    equivalent = json.loads(eq_path.read_text()) if eq_path.is_file() else {}
     with tempfile.TemporaryDirectory(prefix="pe_mutation_") as tmp:
         copy_root = Path(tmp) / "repo"
         source_id = make_copy(copy_root, root, commit, files)
@@ -377,7 +379,8 @@ def run_check(modules: Sequence[str], out: Path, max_per_module: Optional[int] =
             original = target.read_text()
             mutants = sample(generate(target, copy_root), max_per_module, seed)
             todo = [m for m in mutants if m.key not in results
-                    or (rerun_survivors and results[m.key]["status"] == "survived")]
+                    or (rerun_survivors and results[m.key]["status"] == "survived"
+                        and _eq_key(results[m.key]) not in equivalent)]
             if not todo:
                 log(f"{module}: {len(mutants)} mutants already recorded")
                 continue

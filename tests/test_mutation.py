@@ -62,6 +62,14 @@ def test_verdicts_resume_and_record(tmp_path):
     assert any("already recorded" in line for line in again)
     assert len((tmp_path / "results.jsonl").read_text().splitlines()) == 4
     equivalent = {f"toy/calc.py|if x < 0:|x < 0 -> (x <= 0)": "x = 0 behaves as x > 0 here"}
+    # a rerun of the survivors skips the one judged equivalent (equivalent.json beside the record)
+    (tmp_path / "equivalent.json").write_text(json.dumps(equivalent))
+    rerun = []
+    mutation.run_check(["toy/calc.py"], tmp_path, test_map=test_map, files=FILES, root=tmp_path,
+                       rerun_survivors=True, log=rerun.append)
+    assert any("1 of 4 mutants to run" in line for line in rerun), rerun
+    ran = [line for line in rerun if line.lstrip().startswith(("survived", "killed"))]
+    assert len(ran) == 1 and "toy/calc.py:9 constant: 0 -> 1" in ran[0], ran
     rows, text = mutation.summarize(mutation.load_results(tmp_path / "results.jsonl"), equivalent)
     row = {"module": "toy/calc.py", "mutants": 4, "killed": 2, "survived": 2, "equivalent": 1,
            "kill_rate": 0.5, "kill_rate_non_equivalent": 2 / 3}
