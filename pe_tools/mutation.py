@@ -245,25 +245,35 @@ def _variants(node: ast.AST) -> Iterable[Tuple[str, ast.AST, bool]]:
             yield "constant", ast.Constant(v * 2 if v else 1.0), False
 
 
-def generate(path: Path, root: Path = REPO) -> List[Mutant]:
-    """Every mutant of one file, in source order; each compiles and changes the syntax tree."""
+def generate(path: Path, root: Path = REPO, limit: Optional[int] = None) -> List[Mutant]:
+    """Every mutant of one file, in source order; each compiles and changes the syntax tree. With ``limit``, the
+    first ``limit`` found in the walk (each found costs a parse of the whole file)."""
     source = path.read_text()
     rel = str(path.relative_to(root))
     sha = hashlib.sha1(source.encode()).hexdigest()
     tree = ast.parse(source)
     skip = _skipped_nodes(tree)
     lines = source.splitlines()
+    # marked[i]: how many of the first i lines carry the no-mutate pragma (a span's check in O(1))
+    marked = [0]
+    for text in lines:
+        marked.append(marked[-1] + (NO_MUTATE in text))
+    encoded = [text.encode() for text in source.splitlines(keepends=True)]  # offsets are in UTF-8 bytes
     original_dump = ast.dump(tree)
     mutants = []
     for node in ast.walk(tree):
         if id(node) in skip or not hasattr(node, "lineno") or node.end_lineno is None:
             continue
-        if any(NO_MUTATE in lines[n - 1] for n in range(node.lineno, node.end_lineno + 1)):
+        if marked[node.end_lineno] - marked[node.lineno - 1]:
             continue
-        segment = ast.get_source_segment(source, node)
-        if segment is None:
+        variants = list(_variants(node))
+        if not variants:
             continue
-        for kind, new, parens in _variants(node):
+        first, last = node.lineno - 1, node.end_lineno - 1  # the node's source text, as ast.get_source_segment
+        segment = (encoded[first][node.col_offset:node.end_col_offset] if first == last else
+                   encoded[first][node.col_offset:] + b"".join(encoded[first + 1:last])
+                   + encoded[last][:node.end_col_offset]).decode()
+        for kind, new, parens in variants:
             text = ast.unparse(new)
             text = f"({text})" if parens else text
             m = Mutant(rel, node.lineno, node.col_offset, node.end_lineno, node.end_col_offset, kind,
@@ -274,6 +284,10 @@ def generate(path: Path, root: Path = REPO) -> List[Mutant]:
                 continue
             if ast.dump(mutated) != original_dump:
                 mutants.append(m)
+                if limit is not None and len(mutants) >= limit:
+                    break
+        if limit is not None and len(mutants) >= limit:
+            break
     mutants.sort(key=lambda m: (m.line, m.col, m.kind, m.replacement))
     return mutants
 
