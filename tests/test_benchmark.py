@@ -13,7 +13,7 @@ import pytest
 
 from pe_testing import REPO, call_main
 
-ENCODINGS = ["nope", "sape", "posnet_embed", "stock"]  # registry order, stock last
+ENCODINGS = ["sape", "posnet_embed", "stock"]  # registry order, stock last (no PE's row adds nothing here)
 LENGTHS = [6, 10]
 MAX_TOKENS = 40  # batches of 40 // 6 = 6 and 40 // 10 = 4 sentences
 VOCAB = 100
@@ -109,14 +109,14 @@ def test_sape_is_the_unit_of_every_ratio(tiny_run, length):
 #   encoder layer: 4 attention projections 4 x (64 x 64 + 64) = 16,640, FFN 2 x (64 x 64 + 64) = 8,320,
 #                  2 LayerNorms 2 x 128 = 256: 25,216; two layers 50,432
 #   decoder layer: self- and cross-attention 2 x 16,640, FFN 8,320, 3 LayerNorms 384: 41,984; two layers 83,968
-#   no-PE and SAPE (sinusoids are a buffer): 6,400 + 50,432 + 83,968 = 140,800
+#   SAPE (sinusoids are a buffer): 6,400 + 50,432 + 83,968 = 140,800
 #   stock fairseq transformer_tiny: the same model as the plugin's SAPE, 140,800
 #   PosNet-Embed (d_p 16 at tiny, the recipe's L_max 200, one kernel set for both stacks):
 #                  2 d d_p + L_max d_p^2 = 2 x 64 x 16 + 200 x 16^2 = 2,048 + 51,200 = 53,248; 194,048 in all
-PARAMS = {"nope": (140800, 0), "sape": (140800, 0), "posnet_embed": (194048, 53248), "stock": (140800, 0)}
-MAX_POSITIONS = {"nope": [1024, 1024], "sape": [1024, 1024], "posnet_embed": [200, 200],  # fairseq's default; L_max
+PARAMS = {"sape": (140800, 0), "posnet_embed": (194048, 53248), "stock": (140800, 0)}
+MAX_POSITIONS = {"sape": [1024, 1024], "posnet_embed": [200, 200],  # fairseq's default; L_max
                  "stock": [1024, 1024]}
-ARCHS = {"nope": "transformer_nope_tiny", "sape": "transformer_sape_tiny",
+ARCHS = {"sape": "transformer_sape_tiny",
          "posnet_embed": "transformer_posnet_embed_tiny", "stock": "transformer_tiny"}
 
 

@@ -1,8 +1,8 @@
 """End to end: the runs' flags, and a checkpoint trained with --eval-bleu loading everywhere. The per-encoding run
-(train a few updates with --user-dir, resume from checkpoint_last.pt, average two checkpoints and decode with the
-average, beam 4) is test_standalone.py's test_a_copy_of_pe_plugin_alone_trains_resumes_averages_and_decodes, on a
-copy of pe_plugin/ alone, so that each encoding trains once; test_a_copy_of_pe_plugin_alone_decodes_every_checkpoint
-beam-searches with every encoding's last checkpoint.
+(train a few updates with --user-dir, resume from checkpoint_last.pt, average two checkpoints) is
+test_standalone.py's test_a_copy_of_pe_plugin_alone_trains_resumes_and_averages, on a copy of pe_plugin/ alone, so
+that each encoding trains once; test_a_copy_of_pe_plugin_alone_decodes_every_checkpoint beam-searches (beam 4) with
+every encoding's last checkpoint and average together, in one process.
 
 Checkpoints are read with torch's default ``weights_only=True`` (the variable that switches it off is
 removed from the environment), so these runs also show that pe_plugin's checkpoints load safely.

@@ -3,9 +3,9 @@
 The plugin imports nothing from pe_tools (checked on the source, lazy imports in functions included, and by
 running fairseq-train and fairseq-generate on a copy of pe_plugin/ where ``import pe_tools`` fails). Those runs are
 also the end-to-end check of every registered encoding (moved here from test_end_to_end.py, so that each encoding
-trains once): train a few updates, resume from checkpoint_last.pt, average two checkpoints and beam-search with the
-average (beam 4), and every encoding's last checkpoint beam-searched together as one ensemble, checkpoints read with
-torch's default ``weights_only=True``. The tools
+trains once): train a few updates, resume from checkpoint_last.pt, average two checkpoints, and every encoding's
+last checkpoint and average beam-searched (beam 4) together as one ensemble, checkpoints read with torch's default
+``weights_only=True``. The tools
 get the plugin's names without importing pe_plugin (``pe_tools/naming.py`` executes ``pe_plugin/naming.py`` by
 its path) and keep a copy of its three log-noise literals (``pe_tools/log_noise.py``); both must equal the
 plugin's, without torch or fairseq imported.
@@ -186,16 +186,6 @@ def _train(standalone, data_bin, save, arch, max_update):
                cwd=standalone.cwd, env=standalone.env, check=False)
 
 
-def _generate(standalone, data_bin, checkpoint):
-    """fairseq-generate --user-dir COPY with beam 4 (test_end_to_end's flags): its output."""
-    from test_end_to_end import generate_flags
-
-    out = run("standalone_probe", ["fairseq_cli.generate", *generate_flags(data_bin, checkpoint, standalone.copy)],
-              cwd=standalone.cwd, env=standalone.env).stdout
-    _assert_standalone_run(out, standalone)
-    return out
-
-
 @pytest.fixture(scope="module")
 def trained(standalone, data_bin, tmp_path_factory):
     """Every registered encoding's tiny architecture trained for four updates by fairseq-train --user-dir COPY
@@ -209,11 +199,32 @@ def trained(standalone, data_bin, tmp_path_factory):
     return runs
 
 
+@pytest.fixture(scope="module")
+def resumed(standalone, trained, data_bin, tmp_path_factory):
+    """Each trained run resumed from its checkpoint_last.pt to 6 updates, in a copy of its save dir (the trained
+    checkpoints stay as they are), and two of its checkpoints averaged by pe-average (from the checkout, its main
+    in this process; test_install runs its console script): {pe: (resumed fairseq-train, pe-average's output,
+    the average)}. Encodings whose training failed are left out (their test reports it)."""
+    runs = {}
+    for pe, (proc, trained_save) in trained.items():
+        if proc.returncode != 0:
+            continue
+        arch = plugin_naming.arch_name(pe, plugin_naming.SUFFIX_OF_CLASS["tiny"])
+        save = tmp_path_factory.mktemp(f"resumed_{pe}")
+        shutil.copytree(trained_save, save, dirs_exist_ok=True)
+        again = _train(standalone, data_bin, save, arch, max_update=6)
+        avg = save / "avg.pt"
+        out = call_main(average.main, ["--inputs", save / "checkpoint_1_2.pt", save / "checkpoint_1_4.pt",
+                                       "--output", avg], prog="pe-average", cwd=REPO)
+        runs[pe] = (again, out, avg)
+    return runs
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("pe", list(PE_REGISTRY))
-def test_a_copy_of_pe_plugin_alone_trains_resumes_averages_and_decodes(pe, standalone, trained, data_bin, tmp_path):
+def test_a_copy_of_pe_plugin_alone_trains_resumes_and_averages(pe, standalone, trained, resumed):
     """The copy builds and trains (4 updates) and resumes from checkpoint_last.pt to 6 updates; two of its
-    checkpoints averaged (pe-average, from the checkout) decode with beam 4. Its checkpoint_last.pt is decoded by
+    checkpoints are averaged. Its average and its checkpoint_last.pt are beam-searched by
     test_a_copy_of_pe_plugin_alone_decodes_every_checkpoint, with every other encoding's, in one process."""
     arch = plugin_naming.arch_name(pe, plugin_naming.SUFFIX_OF_CLASS["tiny"])
     proc, trained_save = trained[pe]
@@ -226,37 +237,32 @@ def test_a_copy_of_pe_plugin_alone_trains_resumes_averages_and_decodes(pe, stand
     assert re.search(r"num_updates[ =]4\b", log), log[-3000:]
     assert (trained_save / "checkpoint_last.pt").is_file() and (trained_save / "checkpoint_1_4.pt").is_file()
 
-    save = tmp_path / "ck"  # resumed in a copy: the fixture's checkpoints stay as trained
-    shutil.copytree(trained_save, save)
-    resumed = _train(standalone, data_bin, save, arch, max_update=6)
-    log = resumed.stdout
-    assert resumed.returncode == 0, log[-4000:]
+    again, out, avg = resumed[pe]
+    log = again.stdout
+    assert again.returncode == 0, log[-4000:]
     _assert_standalone_run(log, standalone)
     assert re.search(r"Loaded checkpoint .*checkpoint_last\.pt \(epoch \d+ @ 4 updates\)", log), log[-3000:]
     assert "num_updates 6" in log or "num_updates=6" in log
-
-    avg = tmp_path / "avg.pt"  # pe-average's main in this process (test_install runs its console script)
-    out = call_main(average.main, ["--inputs", save / "checkpoint_1_2.pt", save / "checkpoint_1_4.pt",
-                                   "--output", avg], prog="pe-average", cwd=REPO)
     assert out.returncode == 0 and "averaged 2 checkpoints" in out.stdout, out.stdout + out.stderr
-    gen = _generate(standalone, data_bin, avg)
-    assert n_hypotheses(gen) == n_test(data_bin), gen[-2000:]  # every test sentence decoded
-    assert "BLEU4" in [line for line in gen.splitlines() if not line.startswith("PROBE ")][-1]  # the probe's after it
+    assert avg.is_file()
 
 
 @pytest.mark.slow
-def test_a_copy_of_pe_plugin_alone_decodes_every_checkpoint(standalone, trained, data_bin):
-    """One fairseq-generate --user-dir COPY loads every encoding's checkpoint (torch's weights_only load with the
-    copy's allow-list) and beam-searches with their ensemble, so that each model decodes incrementally; one
-    process rather than one per encoding keeps the test short (test_end_to_end decodes each one alone)."""
+def test_a_copy_of_pe_plugin_alone_decodes_every_checkpoint(standalone, trained, resumed, data_bin):
+    """One fairseq-generate --user-dir COPY loads every encoding's checkpoint_last.pt and its average of two
+    resumed checkpoints (torch's weights_only load with the copy's allow-list) and beam-searches with their
+    ensemble, so that each model decodes incrementally; one process rather than two per encoding keeps the test
+    short (test_end_to_end decodes a model alone)."""
     checkpoints = [save / "checkpoint_last.pt" for _, save in trained.values()]
-    assert len(checkpoints) == len(PE_REGISTRY) and all(c.is_file() for c in checkpoints)
+    checkpoints += [avg for _, _, avg in resumed.values()]
+    assert len(checkpoints) == 2 * len(PE_REGISTRY) and all(c.is_file() for c in checkpoints)
     # --required-batch-size-multiple 1: fairseq 0.12 drops a last batch whose size is not a multiple of it
     paths = os.pathsep.join(map(str, checkpoints))
     gen = run("standalone_probe", [
         "fairseq_cli.generate", data_bin, "--user-dir", standalone.copy, "--path", paths,
-        "--beam", 2, "--cpu", "--batch-size", 16, "--max-len-a", 0, "--max-len-b", 12,
+        "--beam", 4, "--cpu", "--batch-size", 16, "--max-len-a", 0, "--max-len-b", 12,
         "--required-batch-size-multiple", 1], cwd=standalone.cwd, env=standalone.env).stdout
     _assert_standalone_run(gen, standalone)
     assert f"loading model(s) from {paths}" in gen, gen[-3000:]
     assert n_hypotheses(gen) == n_test(data_bin), gen[-3000:]  # every test sentence decoded
+    assert "BLEU4" in [line for line in gen.splitlines() if not line.startswith("PROBE ")][-1]  # the probe's after it
