@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from pe_testing import PLUGIN, REPO, TRAIN_FLAGS, run
+from pe_testing import PLUGIN, REPO, TRAIN_FLAGS, call_main, run
 
 NOTICE = "Please install tensorboardX"
 BIN = Path(sys.executable).parent
@@ -67,9 +67,21 @@ def test_reference_format_is_fairseqs_own(data_bin, tmp_path):
     (["--arch", "transformer_sape_tiny", "--pe", "lape"], "--pe lape", "transformer_lape_tiny"),
 ])
 def test_train_flag_errors_end_like_argparse(data_bin, tmp_path, extra, flag, fix):
-    proc = fairseq("train", train_args(data_bin, tmp_path, *extra))
+    """fairseq-train's cli_main called in this interpreter, as the console script calls it (a new interpreter per
+    case would spend its seconds importing fairseq; the console script itself is the next test's)."""
+    from fairseq_cli import train
+
+    proc = call_main(lambda argv: train.cli_main(), train_args(data_bin, tmp_path, *extra), prog=prog("train"))
     assert_usage_error(proc, "train", flag, fix)
     assert not any(tmp_path.iterdir())  # nothing trained or saved
+
+
+def test_the_console_script_ends_a_plugin_error_like_argparse(data_bin, tmp_path):
+    """The same through fairseq-train's console script, in a process of its own: the error at model build."""
+    proc = fairseq("train", train_args(data_bin, tmp_path, "--arch", "transformer_sape_tiny",
+                                       "--no-token-positional-embeddings"))
+    assert_usage_error(proc, "train", "--no-token-positional-embeddings", "transformer_nope_<size>")
+    assert not any(tmp_path.iterdir())
 
 
 def test_library_callers_still_get_the_exception(data_bin):
