@@ -1285,7 +1285,7 @@ def recorded_timings() -> dict:
 # every timing of the documents: (document, its text with the figure as a group, row of examples/timings.md); the
 # text names the machine and the load
 TIMED = [
-    ("README.md", r"whole test suite: (\d+) minutes on 2 idle CPU cores \(at 407292c\)",
+    ("README.md", r"whole test suite: (\d+) minutes on 2 idle CPU cores \(at ead11a3\)",
      ("make test", "2 CPU cores, 2 test processes")),
     ("README.md", r"end-to-end runs of the tools\): (\d+) minutes on 2 idle CPU cores",
      ("make test-fast", "2 CPU cores, 2 test processes")),
