@@ -25,6 +25,7 @@ import ast
 import copy
 import fnmatch
 import hashlib
+import itertools
 import json
 import os
 import random
@@ -34,7 +35,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from .tables import markdown_table
 
@@ -248,6 +249,13 @@ def _variants(node: ast.AST) -> Iterable[Tuple[str, ast.AST, bool]]:
 def generate(path: Path, root: Path = REPO, limit: Optional[int] = None) -> List[Mutant]:
     """Every mutant of one file, in source order; each compiles and changes the syntax tree. With ``limit``, the
     first ``limit`` found in the walk (each found costs a parse of the whole file)."""
+    mutants = list(itertools.islice(_walk_mutants(path, root), limit))
+    mutants.sort(key=lambda m: (m.line, m.col, m.kind, m.replacement))
+    return mutants
+
+
+def _walk_mutants(path: Path, root: Path) -> Iterator[Mutant]:
+    """The mutants of one file in the order of ``ast.walk``, found lazily."""
     source = path.read_text()
     rel = str(path.relative_to(root))
     sha = hashlib.sha1(source.encode()).hexdigest()
@@ -260,7 +268,6 @@ def generate(path: Path, root: Path = REPO, limit: Optional[int] = None) -> List
         marked.append(marked[-1] + (NO_MUTATE in text))
     encoded = [text.encode() for text in source.splitlines(keepends=True)]  # offsets are in UTF-8 bytes
     original_dump = ast.dump(tree)
-    mutants = []
     for node in ast.walk(tree):
         if id(node) in skip or not hasattr(node, "lineno") or node.end_lineno is None:
             continue
@@ -283,13 +290,7 @@ def generate(path: Path, root: Path = REPO, limit: Optional[int] = None) -> List
             except SyntaxError:
                 continue
             if ast.dump(mutated) != original_dump:
-                mutants.append(m)
-                if limit is not None and len(mutants) >= limit:
-                    break
-        if limit is not None and len(mutants) >= limit:
-            break
-    mutants.sort(key=lambda m: (m.line, m.col, m.kind, m.replacement))
-    return mutants
+                yield m
 
 
 def sample(mutants: List[Mutant], n: Optional[int], seed: int = 0) -> List[Mutant]:
@@ -364,6 +365,12 @@ def load_results(path: Path) -> Dict[str, dict]:
     return results
 
 
+def load_equivalent(out: Path) -> Dict[str, str]:
+    """out/equivalent.json, written by hand: {equivalence key: why that survivor is equivalent} ({} if absent)."""
+    path = out / "equivalent.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
 def run_check(modules: Sequence[str], out: Path, max_per_module: Optional[int] = None, seed: int = 0,
               timeout: Optional[float] = None, root: Path = REPO, commit: str = "HEAD",
               test_map: Optional[Dict[str, Optional[List[str]]]] = None, files: Optional[Dict[str, str]] = None,
@@ -374,8 +381,7 @@ def run_check(modules: Sequence[str], out: Path, max_per_module: Optional[int] =
     out.mkdir(parents=True, exist_ok=True)
     results_path = out / "results.jsonl"
     results = load_results(results_path)
-    eq_path = out / "equivalent.json"  # survivors judged equivalent are not rerun: no test can kill them
-    equivalent = json.loads(eq_path.read_text()) if eq_path.is_file() else {}
+    equivalent = load_equivalent(out)  # survivors judged equivalent are not rerun: no test can kill them
     with tempfile.TemporaryDirectory(prefix="pe_mutation_") as tmp:
         copy_root = Path(tmp) / "repo"
         source_id = make_copy(copy_root, root, commit, files)
@@ -526,8 +532,7 @@ def main(argv=None) -> int:
     if not args.summary_only:
         run_check(modules, args.out, args.max_per_module, args.seed, args.timeout, commit=args.commit,
                            rerun_survivors=args.rerun_survivors, log=lambda s: print(s, flush=True))
-    eq_path = args.out / "equivalent.json"
-    equivalent = json.loads(eq_path.read_text()) if eq_path.is_file() else {}
+    equivalent = load_equivalent(args.out)
     results, superseded = current(load_results(args.out / "results.jsonl"))
     rows, text = summarize(results, equivalent)
     old = "".join(f"\n* `{path}`: {n}" for path, n in sorted(superseded.items()))
