@@ -18,5 +18,13 @@ from .safe_load import register_safe_globals  # noqa: E402
 
 register_safe_globals()
 
+from .gloo_exit import register as register_gloo_exit  # noqa: E402
+
+register_gloo_exit()
+
+from .resume_batches import register as register_resumable_translation  # noqa: E402
+
+register_resumable_translation()
+
 from . import encodings  # noqa: E402,F401  (fills the registry)
 from .models import pe_transformer, architectures  # noqa: E402,F401  (fairseq registrations)

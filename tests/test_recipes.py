@@ -430,6 +430,28 @@ def _by_method(output: str) -> dict:
     return dict(zip(parts[1::2], parts[2::2]))
 
 
+@pytest.mark.slow
+def test_plugin_destroys_a_gloo_group_before_the_interpreter_finalises(tmp_path):
+    """fairseq never destroys its process group; a gloo group torn down in interpreter finalisation can abort a
+    rank that trained to the end (pe_plugin/gloo_exit.py). A hook registered before pe_plugin's runs after it
+    (atexit is last in, first out) and must find the group gone; without the plugin's hook it is still there."""
+    probe = (
+        "import atexit, sys, torch.distributed as dist\n"
+        "atexit.register(lambda: print('group at exit:', dist.is_initialized()))\n"
+        "if sys.argv[1] == 'plugin':\n"
+        "    import pe_plugin  # noqa: F401\n"
+        f"dist.init_process_group('gloo', init_method='file://{tmp_path}/' + sys.argv[1], rank=0, world_size=1)\n"
+        "dist.barrier()\n"
+    )
+    outs = {}
+    for mode in ("plugin", "bare"):
+        p = subprocess.run([sys.executable, "-c", probe, mode], env=dict(os.environ, PYTHONPATH=str(REPO)),
+                           cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr[-3000:]
+        outs[mode] = p.stdout.strip().splitlines()[-1]
+    assert outs == {"plugin": "group at exit: False", "bare": "group at exit: True"}
+
+
 def _drive(jobs_file: str) -> int:
     """Train each {method: argv} of ``jobs_file`` in this process (fairseq keeps one process group)."""
     from fairseq import distributed_utils, options

@@ -1,0 +1,52 @@
+"""A run resumed after epoch 1 trains on the batches of the uninterrupted run (pe_plugin/resume_batches.py):
+fairseq-train's iterators built exactly as it builds them, once in epoch 1 and carried into epoch 2 (the
+uninterrupted run), and once in epoch 2 in a new task (a run resumed from a checkpoint saved at the end of epoch 1);
+fairseq's own task, which the plugin replaces, gives the resumed run batches of other sentences."""
+import pytest
+from fairseq import tasks
+from fairseq.tasks.translation import TranslationTask
+
+from pe_testing import parse_train_args
+
+from pe_plugin.resume_batches import ResumableTranslationTask
+
+EPOCHS = 3
+
+
+def batches_by_epoch(task_class, args, start_epoch: int) -> dict:
+    """{epoch: [sorted sentence ids of each batch, in training order]} from ``start_epoch`` to EPOCHS, read from
+    one iterator built as fairseq-train's trainer builds it at ``start_epoch`` (Trainer.get_train_iterator)."""
+    cfg = tasks.setup_task(args).cfg  # the plugin's registered task builds the config
+    task = task_class.setup_task(cfg)
+    task.load_dataset("train", epoch=start_epoch)
+    itr = task.get_batch_iterator(dataset=task.dataset("train"), max_tokens=args.max_tokens,
+                                  max_positions=(1024, 1024), required_batch_size_multiple=8, seed=args.seed,
+                                  epoch=start_epoch)
+    out = {}
+    for _ in range(start_epoch, EPOCHS + 1):
+        epoch_itr = itr.next_epoch_itr(shuffle=True)
+        out[itr.epoch] = [sorted(s["id"].tolist()) for s in epoch_itr]
+    return out
+
+
+@pytest.fixture(scope="module")
+def args(data_bin):
+    return parse_train_args(data_bin, "transformer_sape_tiny", ["--max-tokens", "200", "--seed", "3"])
+
+
+def test_the_plugin_is_fairseqs_translation_task(args):
+    assert isinstance(tasks.setup_task(args), ResumableTranslationTask) and args.task == "translation"
+
+
+@pytest.mark.parametrize("start", [2, 3])
+def test_a_resumed_run_trains_on_the_uninterrupted_runs_batches(args, start):
+    whole = batches_by_epoch(ResumableTranslationTask, args, 1)
+    assert whole[1] != whole[2] and sorted(whole[1]) == sorted(whole[2])  # one set of batches, reshuffled
+    assert batches_by_epoch(ResumableTranslationTask, args, start) == {e: whole[e] for e in range(start, EPOCHS + 1)}
+
+
+def test_fairseqs_own_task_rebuilds_other_batches_on_resume(args):
+    """The reference that makes the test above able to fail: the same sizes, other sentences."""
+    whole, resumed = batches_by_epoch(TranslationTask, args, 1), batches_by_epoch(TranslationTask, args, 2)
+    assert whole[1] == batches_by_epoch(ResumableTranslationTask, args, 1)[1]  # an uninterrupted run is unchanged
+    assert sorted(map(len, resumed[2])) == sorted(map(len, whole[2])) and sorted(resumed[2]) != sorted(whole[2])
