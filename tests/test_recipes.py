@@ -235,15 +235,23 @@ def test_generate_warns_only_when_there_are_fewer_checkpoints_than_asked(tmp_pat
 
     run = generate_run(tmp_path, 2)
     averaged = []
-    monkeypatch.setattr(generate.subprocess, "call", lambda cmd: averaged.append(cmd) or 7)  # pe_tools.average fails
+    monkeypatch.setattr(generate, "average_into", lambda paths, avg: averaged.append(paths) or 7)  # pe-average fails
     for asked, warned in ((2, False), (3, True)):
         assert generate.generate(generate_args(run, asked)) == 7  # the averaging's status, nothing decoded
         err = capsys.readouterr().err
         assert ("warning: averaging" in err) == warned, (asked, err)
         assert "warning: averaging 2 checkpoints, fewer than the 3 asked for" in err or not warned
-    assert all(cmd[cmd.index("--inputs") + 1:cmd.index("--output")] == [str(run / "checkpoint_1_2.pt"),
-                                                                       str(run / "checkpoint_1_4.pt")]
-               for cmd in averaged) and len(averaged) == 2
+    assert averaged == [[str(run / "checkpoint_1_2.pt"), str(run / "checkpoint_1_4.pt")]] * 2
+
+
+def test_an_averaging_error_ends_pe_generate_with_its_message(tmp_path, capsys):
+    """pe-average runs inside pe-generate: its error (here a checkpoint that is gone) is printed as pe-average prints
+    it, and pe-generate returns its status 1 without writing the average."""
+    from pe_tools.recipes.generate import average_into
+
+    assert average_into([str(tmp_path / "gone.pt")], tmp_path / "avg.pt") == 1
+    assert f"error: {tmp_path / 'gone.pt'} does not exist" in capsys.readouterr().err
+    assert not (tmp_path / "avg.pt").exists()
 
 
 def test_generate_refuses_a_missing_split_with_status_2_and_decodes_nothing(tmp_path, capsys, monkeypatch):
@@ -254,7 +262,7 @@ def test_generate_refuses_a_missing_split_with_status_2_and_decodes_nothing(tmp_
 
     run = generate_run(tmp_path, 1)
     (tmp_path / "data").mkdir()
-    monkeypatch.setattr(generate.subprocess, "call", lambda cmd: 0)  # averaged (no file: the model is faked below)
+    monkeypatch.setattr(generate, "average_into", lambda paths, avg: 0)  # averaged (no file: the model is faked below)
     monkeypatch.setattr(decode_limits, "checkpoint_limits",
                         lambda checkpoint, data: decode_limits.Limits("rope", None, None, (1024, 1024)))
     monkeypatch.setattr(generate, "run_captured", lambda cmd: pytest.fail(f"decoded: {cmd}"))

@@ -5,7 +5,6 @@ the training summary and the sentences beyond the model's positions) for pe-eval
 import json
 import re
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 
@@ -40,9 +39,7 @@ def generate(a) -> int:
     out = results.decode_dir(run_dir, getattr(a, "name", None))
     out.mkdir(parents=True, exist_ok=True)
     avg = out / f"checkpoint.avg{len(paths)}.pt"
-    rc = subprocess.call([sys.executable, "-m", "pe_tools.average",
-                          "--inputs", *paths, "--output", str(avg)])
-    if rc:
+    if rc := average_into(paths, avg):
         return rc
     limits = check_positions(avg, data, a.subset, src, tgt, a.pe_beyond_max)
     if limits is None:
@@ -65,6 +62,18 @@ def generate(a) -> int:
     count_long_hypotheses(proc.stdout, limits)
     return write_outputs(proc.stdout, out, tgt, run_dir / "train.log", a.no_detok,
                          {"positions_beyond_max": limits, "checkpoints": [Path(p).name for p in paths]}, meta)
+
+
+def average_into(paths, avg: Path) -> int:
+    """pe-average of ``paths`` into ``avg``, in this process: it imports torch and fairseq, which the decode's checks
+    below import anyway, where a process of its own imported them a second time. Its errors end pe-generate."""
+    from ..average import main as average_main
+
+    try:
+        return average_main(["--inputs", *paths, "--output", str(avg)])
+    except SystemExit as e:  # the message names the checkpoint and the fix, as pe-average prints it
+        print(e, file=sys.stderr)
+        return e.code if isinstance(e.code, int) else 1
 
 
 def check_positions(checkpoint: Path, data: Path, subset: str, src: str, tgt: str, mode: str):
