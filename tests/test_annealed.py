@@ -129,21 +129,61 @@ def test_decode_names_are_checked(name, tmp_path, capsys):
     assert "a decode name is lowercase letters" in capsys.readouterr().err
 
 
+def save_checkpoint(path, updates: int) -> None:
+    """A checkpoint as fairseq-train saves one (torch's zip archive): tensors, an argparse.Namespace, numpy values,
+    and the update count in its last optimizer_history entry."""
+    import argparse
+    from collections import OrderedDict
+
+    import numpy as np
+    import torch
+
+    torch.save({"args": argparse.Namespace(arch="transformer_sape_tiny", max_update=updates),
+                "model": OrderedDict(w=torch.ones(3, 2)), "extra_state": {"metrics": {"bleu": np.float64(1.5)}},
+                "optimizer_history": [{"num_updates": updates - 2}, {"num_updates": updates, "lr": 1e-3}]}, path)
+
+
+def test_updates_of_reads_the_count_without_tensors_or_code(tmp_path):
+    """checkpoint_files.updates_of against torch's own load of the same file; a cut file and a pickle that would run
+    code (a file created on load) read as None and run nothing."""
+    import pathlib
+
+    import torch
+
+    from pe_tools.checkpoint_files import updates_of
+
+    save_checkpoint(tmp_path / "c.pt", 7)
+    assert updates_of(tmp_path / "c.pt") == torch.load(tmp_path / "c.pt", weights_only=False)[
+        "optimizer_history"][-1]["num_updates"] == 7
+    data = (tmp_path / "c.pt").read_bytes()
+    (tmp_path / "cut.pt").write_bytes(data[: len(data) // 2])
+    assert updates_of(tmp_path / "cut.pt") is None and updates_of(tmp_path / "none.pt") is None
+
+    class Trap:
+        def __reduce__(self):
+            return pathlib.Path.touch, (tmp_path / "ran",)
+
+    torch.save({"optimizer_history": [{"num_updates": Trap()}]}, tmp_path / "trap.pt")
+    assert updates_of(tmp_path / "trap.pt") is None and not (tmp_path / "ran").exists()
+
+
 def test_a_finished_run_is_not_trained_again(tmp_path):
-    """fairseq-train resumed at its --max-update trains one more update; pe-train must not start it then."""
+    """fairseq-train resumed at its --max-update trains one more update; pe-train must not start it then. Finished
+    is what checkpoint_last.pt holds, whatever the log says: a run killed after its last checkpoint, before fairseq
+    logged "done training", has finished."""
     run = tmp_path / "run"
     run.mkdir()
-    seg = "2026-01-01 10:00:00 | INFO | fairseq_cli.train | {'_name': None}\n"
-    done = "2026-01-01 10:00:09 | INFO | fairseq_cli.train | done training in 9.0 seconds\n"
-    step = "2026-01-01 10:00:05 | INFO | train_inner | epoch 001: loss=5.0, num_updates={u}, wall=0\n"
     argv = ["d", "--max-update", "6"]
-    (run / "train.log").write_text(seg + step.format(u=6) + done)
     assert not finished(run, argv)  # no checkpoint_last.pt
-    (run / "checkpoint_last.pt").write_bytes(b"x")
-    assert finished(run, argv)
+    save_checkpoint(run / "checkpoint_last.pt", 6)
+    assert finished(run, argv)  # no train.log at all
     assert not finished(run, ["d", "--max-update", "8"])  # a longer budget resumes
-    (run / "train.log").write_text(seg + step.format(u=6) + done + seg + step.format(u=7))  # resumed, not done
-    assert not finished(run, ["d", "--max-update", "7"])
+    save_checkpoint(run / "checkpoint_last.pt", 5)
+    assert not finished(run, argv)
+    save_checkpoint(run / "checkpoint_last.pt", 6)
+    data = (run / "checkpoint_last.pt").read_bytes()
+    (run / "checkpoint_last.pt").write_bytes(data[:-100])  # cut short: fairseq cannot resume from it either
+    assert not finished(run, argv)
 
 
 def test_valid_curve_reads_each_validation_once():

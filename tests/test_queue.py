@@ -316,6 +316,23 @@ def test_status_puts_each_extra_column_on_its_own_run(tmp_path):
         ("sape.en-de.annealed.seed1", ["11", "RUNNING"]), ("rope.en-de.annealed.seed1", ["22", "PENDING"])]
 
 
+def test_progress_takes_the_checkpoints_count_where_the_log_lags(tmp_path):
+    """A run killed after its last checkpoint and before the tee wrote fairseq's last lines has trained to the
+    checkpoint's update (checkpoint_files.updates_of), which the queue's check after pe-train reads; a log ahead of
+    its checkpoint (the updates since it) is read as it is."""
+    from test_annealed import save_checkpoint
+
+    run = queue.Run(1, "multi30k", "sape", "en-de", "annealed", 1, {"runs-dir": str(tmp_path)})
+    run.run_dir.mkdir(parents=True)
+    step = "2026-01-01 10:00:0{u} | INFO | train_inner | epoch 001: loss=5.0, num_updates={u}, wall=0\n"
+    (run.run_dir / "train.log").write_text("".join(step.format(u=u) for u in (1, 2)))
+    assert queue.progress(run)["updates"] == 2
+    save_checkpoint(run.run_dir / "checkpoint_last.pt", 3)
+    assert queue.progress(run)["updates"] == 3
+    (run.run_dir / "train.log").write_text("".join(step.format(u=u) for u in (1, 2, 3, 4)))
+    assert queue.progress(run)["updates"] == 4
+
+
 def test_pe_queue_without_a_command_names_the_commands(capsys):
     with pytest.raises(SystemExit) as e:
         queue_cli.main([])

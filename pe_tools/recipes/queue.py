@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from ..checkpoint_files import numbered_checkpoints
+from ..checkpoint_files import numbered_checkpoints, updates_of
 from ..file_io import write_atomic
 from . import is_recipe, load_table, recipe_names, results, training_log
 from .train import check_pair, data_dir, size_entry
@@ -247,7 +247,9 @@ def progress(run: Run) -> dict:
     command = json.loads((run_dir / "command.json").read_text()) if (run_dir / "command.json").is_file() else {}
     s = results.training_summary(log, command) if log else {}
     total = s.get("max_update") or max_update(run)
-    out = {"run": run.name, "updates": s.get("updates", 0), "total": total, "valid_loss": s.get("valid_loss"),
+    # the checkpoint's count where the log lags behind it (a kill before the tee wrote fairseq's last lines)
+    updates = max(s.get("updates", 0), updates_of(run_dir / "checkpoint_last.pt") or 0)
+    out = {"run": run.name, "updates": updates, "total": total, "valid_loss": s.get("valid_loss"),
            "commit": command.get("commit"), "recorded": (run.recorded / "command.json").is_file()}
     times = [(r.time, r.updates) for r in training_log.records(log, "train_inner") if r.updates is not None]
     if len(times) >= 2 and times[-1][1] > times[-2][1]:

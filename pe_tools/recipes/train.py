@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Tuple
 
+from ..checkpoint_files import updates_of
 from ..command_line import fail
 from ..fairseq_plugin import cpu_fp16_problem, foreign_user_dir, plugin_dir
 from ..file_io import write_atomic
@@ -137,15 +138,12 @@ def batch_record(split, choice) -> dict:
 
 
 def finished(run_dir: Path, argv) -> bool:
-    """Whether the run in ``run_dir`` has trained to this argv's --max-update: fairseq logged "done training" at
-    the end of its last segment, at that update, and checkpoint_last.pt exists."""
-    log_file, last = run_dir / "train.log", run_dir / "checkpoint_last.pt"
+    """Whether the run in ``run_dir`` has trained to this argv's --max-update: the checkpoint fairseq would resume
+    from, checkpoint_last.pt, reads whole and holds that update. Not the log: a run killed after its last
+    checkpoint and before fairseq's "done training" line (or before the tee wrote it) has finished, and fairseq
+    resumed there would train one update more and overwrite the checkpoints."""
     top = results.max_update_of(argv)
-    if top is None or not (log_file.is_file() and last.is_file()):
-        return False
-    log = log_file.read_text(encoding="utf-8", errors="replace")
-    segment = log[log.rfind(results.SEGMENT_START):] if results.SEGMENT_START in log else log
-    return "done training in" in segment and results.training_summary(segment).get("updates") == top
+    return top is not None and (updates_of(run_dir / "checkpoint_last.pt") or 0) >= top
 
 
 def cuda() -> bool:
