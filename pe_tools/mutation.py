@@ -44,9 +44,11 @@ PACKAGES = ("pe_plugin/encodings", "pe_plugin/modules", "pe_tools/scoring", "pe_
 NO_MUTATE = "pragma: no mutate"
 
 # ---- which tests cover which module ------------------------------------------------------------------------
-# module (path relative to the repository) -> pytest arguments (files, node ids, -k expressions), run with
-# -m "not slow" -x. None: not run, with the reason in NOT_RUN. Chosen to exercise the module in seconds, not to be
-# every test that touches it: a survivor means these tests miss the change.
+# module (path relative to the repository) -> pytest arguments (files, node ids, -k expressions), run with -x and
+# -m MARKS: the fast tier, and the slow tests marked `mutation` because they kill mutants of their module (the SLURM
+# trainings, the partial benchmarks). None: not run, with the reason in NOT_RUN. Chosen to exercise the module in
+# seconds, not to be every test that touches it: a survivor means these tests miss the change.
+MARKS = "not slow or mutation"
 _FAST_REL = "not help_states and not slopes_are_divided and not base_tables_are_per_layer"
 _REL = ["tests/test_relative.py"]
 _IFACE = ["tests/test_interface.py", "-k", "not module_cli and not share_all and not unknown and not flag_of_another "
@@ -341,7 +343,7 @@ def run_tests(copy_root: Path, selection: Sequence[str], timeout: float) -> Tupl
     tail = ""
     for group in pytest_argv(selection):
         left = timeout - (time.monotonic() - start)
-        cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-m", "not slow", *group]
+        cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-m", MARKS, *group]
         try:
             proc = subprocess.run(cmd, cwd=copy_root, env=copy_env(copy_root), capture_output=True, text=True,
                                   timeout=max(left, 1))

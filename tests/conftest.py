@@ -9,7 +9,11 @@ import pe_testing  # noqa: E402
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "slow: end-to-end runs of the fairseq command-line tools")
+    config.addinivalue_line("markers", "slow: a call of 5 s or more on an idle core (tests/durations.log): end-to-end "
+                                       "runs of the tools, trainings, SLURM jobs, Triton's interpreter; make test-fast "
+                                       "leaves them out")
+    config.addinivalue_line("markers", "mutation: a slow test that the mutation check still runs for the modules it "
+                                       "covers (pe_tools/mutation.py TEST_MAP, -m 'not slow or mutation')")
     config.addinivalue_line("markers", "needs_multi30k: checks against the Multi30k test set, which is not in the "
                                        "repository; run where it is found (PE_MULTI30K_REF=FILE, the recipe's "
                                        "prepared data, or ../shared/data/multi30k as under CI), deselected elsewhere "

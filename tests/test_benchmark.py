@@ -47,6 +47,7 @@ def tiny_run(tmp_path_factory):
     return out, proc, json.loads((out / "benchmark.json").read_text())
 
 
+@pytest.mark.slow
 def test_every_encoding_and_size_measured_and_files_complete(tiny_run):
     out, proc, data = tiny_run
     assert {p.name for p in out.iterdir()} == FILES  # no temporary file left behind
@@ -80,6 +81,7 @@ def test_every_encoding_and_size_measured_and_files_complete(tiny_run):
         assert "torch " in text and "CUDA " in text and "fp32" in text
 
 
+@pytest.mark.slow
 def test_batches_hold_max_tokens_at_each_length(tiny_run):
     settings, results = tiny_run[2]["settings"], tiny_run[2]["results"]
     assert settings["batches"] == {"6": 6, "10": 4}  # 40 // 6, 40 // 10
@@ -91,6 +93,7 @@ def test_batches_hold_max_tokens_at_each_length(tiny_run):
 
 
 @pytest.mark.parametrize("length", LENGTHS)
+@pytest.mark.slow
 def test_sape_is_the_unit_of_every_ratio(tiny_run, length):
     results = [r for r in tiny_run[2]["results"] if r["length"] == length]
     sape = next(r for r in results if r["pe"] == "sape")
@@ -120,6 +123,7 @@ ARCHS = {"sape": "transformer_sape_tiny",
          "posnet_embed": "transformer_posnet_embed_tiny", "stock": "transformer_tiny"}
 
 
+@pytest.mark.slow
 def test_parameter_counts_are_the_recipe_models(tiny_run):
     assert tiny_run[2]["settings"]["recipe"] == "wmt14"
     for length in LENGTHS:
@@ -201,6 +205,7 @@ def test_fp16_step_is_fairseqs_with_fp32_master_weights():
     assert all(torch.equal(p, m.half()) for p, m in zip(params, opt.fp32_params))  # fp16 = rounded masters
 
 
+@pytest.mark.slow
 def test_fp16_run_and_the_old_batch_length_flags(tmp_path):
     """A whole --fp16 run on a CPU at tiny size, with the single-length --length and a fixed --batch."""
     proc = benchmark("--sizes", "tiny", "--pe", "sape", "--rounds", 1, "--steps", 1, "--warmup", 0,
@@ -276,6 +281,7 @@ def test_an_isolated_run_gets_the_environment_it_is_given(monkeypatch):
     assert run_isolated("os", "getenv", {"key": "PE_BENCH_PROBE"}, env={"PE_BENCH_PROBE": "131072"}) == "131072"
 
 
+@pytest.mark.slow
 def test_one_process_measures_every_row_and_moves_one_model_copy_at_a_time(tmp_path, monkeypatch):
     """--processes one (CUDA's default): every row in this process, each (pe, size) built once, a fresh copy per
     measurement; the same rows, parameter counts and weights as the fresh-interpreter path."""
@@ -306,6 +312,7 @@ def test_one_process_measures_every_row_and_moves_one_model_copy_at_a_time(tmp_p
     assert all(torch.equal(a, b) for a, b in zip(fresh.state_dict().values(), cached.state_dict().values()))
 
 
+@pytest.mark.slow
 def test_one_process_run_from_the_command_line(tmp_path):
     proc = benchmark("--sizes", "tiny", "--pe", "sape", "stock", "--rounds", 2, "--steps", 1, "--warmup", 0,
                      "--forward-passes", 1, "--vocab", VOCAB, "--lengths", 6, "--max-tokens", MAX_TOKENS,

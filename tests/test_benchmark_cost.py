@@ -83,6 +83,7 @@ def test_attention_sized_outputs_by_hand():
     assert c["attn_bytes"] == sum(c["attn_op_bytes"].values()) == 600 + 600 + 960 + 600
 
 
+@pytest.mark.slow
 def test_every_encoding_at_or_under_its_recorded_counts(tmp_path):
     from pe_plugin.encodings import PE_REGISTRY
 
@@ -127,6 +128,7 @@ def test_the_guard_trips_on_one_more_saved_tensor():
     assert over_recorded([dict(plain, pe="new")], [plain])[0][-1] is None
 
 
+@pytest.mark.slow
 def test_merged_runs_are_the_table_of_one_run(tmp_path):
     """pe-bench cost --merge of two runs of one length each gives the rows and ratios of one run of both lengths."""
     from pe_tools.bench import cli

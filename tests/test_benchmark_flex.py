@@ -34,6 +34,7 @@ def test_flex_forward_equals_sdpa_with_the_same_bias(bias):
     assert (steeper - ref).abs().max() > 1e-3 and (unmasked - ref).abs().max() > 1e-3
 
 
+@pytest.mark.slow
 def test_cpu_run_says_why_no_times():
     proc = subprocess.run([sys.executable, str(REPO / "scripts" / "benchmark.py"), "flex", "--device", "cpu",
                            "--lengths", "9", "--max-tokens", "27"], cwd=REPO, stdout=subprocess.PIPE,

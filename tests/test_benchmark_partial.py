@@ -61,12 +61,16 @@ def uninterrupted(tmp_path_factory):
     return json.loads((out / "benchmark.json").read_text())
 
 
+@pytest.mark.slow
+@pytest.mark.mutation
 def test_an_uninterrupted_run_is_complete(uninterrupted):
     assert uninterrupted["complete"] is True and keys(uninterrupted) == KEYS and uninterrupted["missing"] == []
     assert [(r["pe"], r["length"], len(r["rounds"]["step_wall_s"])) for r in uninterrupted["results"]] == [
         (pe, n, 2) for n in (6, 10) for pe in ("nope", "sape")]
 
 
+@pytest.mark.slow
+@pytest.mark.mutation
 def test_a_killed_run_leaves_its_measurements_and_resume_completes_it(tmp_path, uninterrupted):
     proc = bench(*MODELS, "--out-dir", tmp_path, killer=4)  # warm-up + 3 measurements, killed in the 4th
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
@@ -99,6 +103,8 @@ def test_a_killed_run_leaves_its_measurements_and_resume_completes_it(tmp_path, 
 
 @pytest.mark.parametrize("flag, value, name", [("--vocab", 200, "vocab"), ("--lengths", 6, "lengths"),
                                                ("--rounds", 3, "rounds")])
+@pytest.mark.slow
+@pytest.mark.mutation
 def test_resume_with_another_setting_is_refused_naming_it(uninterrupted, tmp_path, flag, value, name):
     (tmp_path / "benchmark.json").write_text(json.dumps(uninterrupted))
     args = list(MODELS)
@@ -109,6 +115,8 @@ def test_resume_with_another_setting_is_refused_naming_it(uninterrupted, tmp_pat
     assert json.loads((tmp_path / "benchmark.json").read_text()) == uninterrupted  # left as it was
 
 
+@pytest.mark.slow
+@pytest.mark.mutation
 def test_time_budget_zero_writes_one_measurement_and_the_resume_command(tmp_path):
     out = tmp_path / "b.json"
     proc = bench(*MODELS, "--json", out, "--time-budget", 0)
@@ -129,6 +137,8 @@ def test_resume_needs_an_output(tmp_path):
     assert proc.returncode == 2 and "--resume needs the output" in proc.stderr
 
 
+@pytest.mark.slow
+@pytest.mark.mutation
 def test_posnet_kernel_time_budget_then_resume(tmp_path):
     out = tmp_path / "pk.json"
     args = ["posnet_kernel", "--device", "cpu", "--batch", 3, "--length", 5, "--dim", 16, "--posnet-dim", 4,
@@ -147,6 +157,8 @@ def test_posnet_kernel_time_budget_then_resume(tmp_path):
     assert proc.returncode == 2 and "measured with length = 5" in proc.stderr
 
 
+@pytest.mark.slow
+@pytest.mark.mutation
 def test_flex_time_budget_then_resume(tmp_path):
     out = tmp_path / "flex.json"
     args = ["flex", "--device", "cpu", "--lengths", 9, 12, "--max-tokens", 27, "--json", out]

@@ -57,6 +57,7 @@ def test_real_runs_on_a_toy_corpus(data_bin, tmp_path, half):
     assert {p.name for p in tmp_path.iterdir()} == {"train_speed.json", "train_speed.csv", "train_speed.md"}
 
 
+@pytest.mark.slow
 def test_a_folder_without_dictionaries_is_refused(tmp_path):
     proc = bench("--data", tmp_path, "--device", "cpu")
     assert proc.returncode != 0 and "dict" in proc.stderr

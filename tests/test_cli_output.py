@@ -50,6 +50,7 @@ def train_args(data_bin, save_dir, *extra):
     return [data_bin, "--user-dir", PLUGIN, *TRAIN_FLAGS, "--max-update", 1, "--save-dir", save_dir, *extra]
 
 
+@pytest.mark.slow
 def test_reference_format_is_fairseqs_own(data_bin, tmp_path):
     """The format asserted below is the one argparse gives fairseq-train for a bad --arch."""
     proc = fairseq("train", train_args(data_bin, tmp_path, "--arch", "transformer_fancy_tiny"))
@@ -76,6 +77,7 @@ def test_train_flag_errors_end_like_argparse(data_bin, tmp_path, extra, flag, fi
     assert not any(tmp_path.iterdir())  # nothing trained or saved
 
 
+@pytest.mark.slow
 def test_the_console_script_ends_a_plugin_error_like_argparse(data_bin, tmp_path):
     """The same through fairseq-train's console script, in a process of its own: the error at model build."""
     proc = fairseq("train", train_args(data_bin, tmp_path, "--arch", "transformer_sape_tiny",
@@ -117,6 +119,7 @@ def python(code: str) -> subprocess.CompletedProcess:
                           stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONWARNINGS="ignore"))
 
 
+@pytest.mark.slow
 def test_importing_pe_plugin_first_drops_the_notice_only():
     # the reference: fairseq on its own prints the notice (else this test could not fail)
     assert NOTICE in python("import fairseq").stdout

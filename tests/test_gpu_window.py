@@ -78,6 +78,7 @@ def test_no_triton_row_unless_fp16_agrees(tmp_path, monkeypatch):
     assert "rpe:triton" not in more and "sape/tiny" in more
 
 
+@pytest.mark.slow
 def test_short_of_time_c_is_dropped_first_and_a_rerun_resumes(tmp_path, monkeypatch):
     # the budget runs out during b: fill_more and models are dropped, fill_recipe stays partial
     plan = {"fill_splits": {"sleep": 1}, "fill_recipe": {"sleep": 9, "complete": False}}
@@ -92,6 +93,7 @@ def test_short_of_time_c_is_dropped_first_and_a_rerun_resumes(tmp_path, monkeypa
     assert "fill_splits.json is complete; skipped" in log and "models" in steps_of(calls)
 
 
+@pytest.mark.slow
 def test_a_step_that_overruns_is_killed_and_the_next_runs(tmp_path, monkeypatch):
     monkeypatch.setitem(gpu_window.BUDGETS, "fill_splits", 10)
     rc, calls, log = window(tmp_path, monkeypatch, {"fill_splits": {"sleep": 60}}, grace=1)

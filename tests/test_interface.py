@@ -313,6 +313,7 @@ def test_the_embedding_hook_runs_once_per_pass_where_there_is_one(pe, data_bin, 
     assert calls == {side: int(getattr(model, side).pe.has_embedding_hook()) for side in calls}
 
 
+@pytest.mark.slow
 def test_module_cli_lists_every_architecture_and_rejects_unknown_ones():
     out = run("pe_plugin", [])
     for name in architecture_names():

@@ -3,6 +3,8 @@ against a toy test that checks one function and not the other, run in a temporar
 import ast
 import json
 
+import pytest
+
 from pe_tools import mutation
 
 TOY = '''"""A docstring with 1 + 2 < 3 in it."""
@@ -48,6 +50,7 @@ def test_mutants_of_a_toy_module(tmp_path):
     assert len(first) == 1 and first[0] in mutants
 
 
+@pytest.mark.slow
 def test_verdicts_resume_and_record(tmp_path):
     test_map = {"toy/calc.py": ["tests/test_calc.py"]}
     seen = []
@@ -99,6 +102,7 @@ def test_only_mutants_of_each_files_present_version_count(tmp_path):
     assert mutation.current(records, tmp_path) == ({}, {"toy/calc.py": 4})
 
 
+@pytest.mark.slow
 def test_the_copy_is_what_the_tests_import(tmp_path):
     """A mutant in the copy must reach the tests: a planted failure in the copied module kills."""
     files = dict(FILES, **{"tests/test_calc.py": TOY_TEST + "\n\ndef test_where():\n    import toy\n"

@@ -587,6 +587,7 @@ def _at5_reference(pe, r, divisor):
     return out
 
 
+@pytest.mark.slow
 def test_at5_slopes_are_divided_by_256_whatever_the_max_positions(data_bin):
     """The official code divides the slopes by its trainer's max_length = 256. With --max-source/target-positions
     1024 (every recipe's), the bias at base size must be the one of slopes ReLU(a~) / 256, computed here from the

@@ -13,6 +13,8 @@ from pe_plugin.encodings.shaw_core import shaw_attention
 from pe_plugin.encodings.shaw_triton import ShawTriton, shaw_attention_triton
 from test_shaw_core import core_inputs, make as core_make, padded
 
+pytestmark = pytest.mark.slow  # Triton's interpreter: seconds per kernel launch
+
 
 def _triton_modules():
     """Triton's Python modules and the plugin's kernels (not its compiled core, ``triton._C``, which loads once)."""

@@ -79,6 +79,8 @@ def weird_queue(tmp: Path, table: Path, methods=test_queue.RUNS) -> Path:
     return q
 
 
+@pytest.mark.slow
+@pytest.mark.mutation
 def test_a_queue_on_slurm_records_what_the_local_queue_records(slurm, queue_reference, tmp_path):
     table, reference = queue_reference.table, test_queue.recorded(queue_reference.queue)
     q = weird_queue(tmp_path, table)
@@ -119,6 +121,8 @@ def wait_for(what, test, timeout: float = 600):
     raise AssertionError(f"{what}: not after {timeout} s")
 
 
+@pytest.mark.slow
+@pytest.mark.mutation
 def test_a_run_requeued_mid_training_resumes_and_records_the_same(slurm, queue_reference, tmp_path):
     """Interrupted twice, as SLURM does it: USR1 before the time limit (the job requeues itself), then an outside
     `scontrol requeue`; each restart resumes from the last checkpoint, appends to the one train.log, and records
@@ -214,6 +218,8 @@ def seconds_to_first_update(log: Path) -> float:
     return first - stamps[0][0] + 1
 
 
+@pytest.mark.slow
+@pytest.mark.mutation
 def test_runs_past_their_time_limit_resume_from_their_checkpoints(slurm, queue_reference, tmp_path):
     """Two runs meet a real SLURM time limit (sbatch --time, whole minutes), side by side. With SLURM's signal
     (--signal-seconds before the limit) the job requeues itself and resumes from its checkpoint. Where the requeue
@@ -287,6 +293,8 @@ def first_update(text: str) -> dict:
     return {k: v for k, v in re.findall(r"(\w+)=([^,\s]+)", line) if k in ("loss", "nll_loss", "wpb", "bsz", "gnorm")}
 
 
+@pytest.mark.slow
+@pytest.mark.mutation
 def test_two_srun_tasks_train_as_two_hand_launched_ranks(slurm, data_bin, tmp_path):
     """pe-train --gpus 2 in a two-task SLURM job starts one srun task per rank (gloo on CPU): its first update
     equals that of the two ranks launched by hand (loss, gradient norm, words and sentences)."""

@@ -419,6 +419,7 @@ def test_the_size_mismatch_message_names_the_sizing_override_only():
     assert size_mismatch_message(RuntimeError("Missing key(s) in state_dict: x"), {}) is None
 
 
+@pytest.mark.slow
 def test_piping_the_architecture_listing_into_head_prints_no_traceback():
     """docs/design.md pipes `python -m pe_plugin ARCH` into head: head stops reading, which is no error."""
     proc = subprocess.run(["bash", "-c", f"{sys.executable} -m pe_plugin transformer_posnet_embed_wmt_en_de | head -1; "

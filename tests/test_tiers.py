@@ -1,0 +1,59 @@
+"""The suite's two tiers against its recorded durations (tests/durations.log): every test whose call took 5 s or
+more is marked ``slow``, so that ``make test-fast`` stays fast. Read from the test files' source (their decorators
+and module ``pytestmark``), not from this session's collection, which ``-m``/``-k`` may have cut."""
+import ast
+import re
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parent
+SLOW_CALL_S = 5.0  # the `slow` marker's definition in conftest.py
+
+
+def recorded_calls(log: str) -> dict:
+    """{node id: seconds} of the log's `call` lines (pytest --durations=0)."""
+    return {m.group(2): float(m.group(1)) for m in re.finditer(r"^\s*([\d.]+)s call\s+(\S+)$", log, flags=re.M)}
+
+
+def _is_slow(node: ast.expr) -> bool:
+    """``pytest.mark.slow`` or a list holding it."""
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return any(_is_slow(e) for e in node.elts)
+    return ast.unparse(node) == "pytest.mark.slow"
+
+
+def slow_tests(source: str) -> set:
+    """Names of a test file's functions in the slow tier: each one if the module's pytestmark is slow."""
+    tree = ast.parse(source)
+    module_slow = any(isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "pytestmark" for t in n.targets)
+                      and _is_slow(n.value) for n in tree.body)
+    funcs = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")]
+    return {f.name for f in funcs if module_slow or any(_is_slow(d) for d in f.decorator_list)}
+
+
+def fast_calls_over(log: str, sources: dict, limit: float) -> list:
+    """The recorded calls of ``limit`` seconds or more of tests that are not in the slow tier ({file: source})."""
+    slow = {f: slow_tests(s) for f, s in sources.items()}
+    out = []
+    for node, seconds in recorded_calls(log).items():
+        file, name = node.split("::")[0], node.split("::")[-1].split("[")[0]
+        if seconds >= limit and file in slow and name not in slow[file]:
+            out.append(f"{node} ({seconds:.1f} s)")
+    return out
+
+
+def test_every_recorded_call_of_5_s_or_more_is_marked_slow():
+    sources = {f"tests/{p.name}": p.read_text(encoding="utf-8") for p in TESTS.glob("test_*.py")}
+    log = (TESTS / "durations.log").read_text(encoding="utf-8")
+    assert len(recorded_calls(log)) > 100  # the log is read
+    assert fast_calls_over(log, sources, SLOW_CALL_S) == []
+
+
+def test_the_reader_sees_marks_on_functions_and_modules():
+    log = "  6.00s call     tests/test_a.py::test_one[x]\n  7.00s call     tests/test_a.py::test_two\n" \
+          "  9.00s setup    tests/test_a.py::test_three\n  8.00s call     tests/test_b.py::test_four\n"
+    a = "import pytest\n\n@pytest.mark.slow\ndef test_one(x):\n    pass\n\ndef test_two():\n    pass\n\n" \
+        "def test_three():\n    pass\n"
+    b = "import pytest\npytestmark = [pytest.mark.slow]\n\ndef test_four():\n    pass\n"
+    sources = {"tests/test_a.py": a, "tests/test_b.py": b}
+    assert fast_calls_over(log, sources, 5.0) == ["tests/test_a.py::test_two (7.0 s)"]
+    assert fast_calls_over(log, sources, 7.5) == []
