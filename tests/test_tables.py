@@ -1287,9 +1287,10 @@ def recorded_timings() -> dict:
 TIMED = [
     ("README.md", r"whole test suite: (\d+) minutes on 2 idle CPU cores \(at ead11a3\)",
      ("make test", "2 CPU cores, 2 test processes")),
-    ("README.md", r"end-to-end runs of the tools\): (\d+) minutes on 2 idle CPU cores",
-     ("make test-fast", "2 CPU cores, 2 test processes")),
-    ("README.md", r"At commit 983196d `make test-fast` ended `(.*?)`", ("make test-fast", "2 CPU cores, 2 test processes")),
+    ("README.md", r"calls of 5 s or more\): (\d+) minutes on 2 idle CPU cores",
+     ("make test-fast", "2 CPU cores, 2 test processes, tiers by measured time")),
+    ("README.md", r"At commit 8fbda85 `make test-fast` ended `(.*?)`",
+     ("make test-fast", "2 CPU cores, 2 test processes, tiers by measured time")),
     ("README.md", r"make demo # ([\d.]+) minutes on an idle 2-core machine", ("make demo", "a 2-core machine")),
     ("README.md", r"one model at a time, beside a benchmark: ([\d.]+) minutes", ("pe-demo --jobs 1", "a 2-core machine")),
     ("README.md", r": (\d+) s on 2 idle cores of a 16-core Intel Xeon", ("quick start", "2 cores of a 16-core Intel Xeon")),
