@@ -333,6 +333,11 @@ def test_progress_takes_the_checkpoints_count_where_the_log_lags(tmp_path):
     assert queue.progress(run)["updates"] == 4
 
 
+def test_pin_reads_the_checkout_that_holds_this_pe_tools():
+    """pe-queue run's --pin (default HEAD) exports from the git checkout of the running pe_tools: this repository."""
+    assert queue.CHECKOUT == REPO
+
+
 def test_pe_queue_without_a_command_names_the_commands(capsys):
     with pytest.raises(SystemExit) as e:
         queue_cli.main([])

@@ -244,6 +244,24 @@ def test_generate_warns_only_when_there_are_fewer_checkpoints_than_asked(tmp_pat
     assert averaged == [[str(run / "checkpoint_1_2.pt"), str(run / "checkpoint_1_4.pt")]] * 2
 
 
+def test_generate_decodes_in_fp16_on_a_gpu_and_on_the_cpu_without_one(tmp_path, monkeypatch):
+    """fairseq-generate's precision flag: --fp16 where CUDA is available (the recipes train in fp16 there), --cpu
+    otherwise (fairseq-generate would look for a GPU first)."""
+    from types import SimpleNamespace
+
+    from pe_tools.recipes import generate
+
+    run = generate_run(tmp_path, 1)
+    monkeypatch.setattr(generate, "average_into", lambda paths, avg: 0)
+    monkeypatch.setattr(generate, "check_positions", lambda *args: {"pe": "rope"})
+    cmds = []
+    monkeypatch.setattr(generate, "run_captured", lambda cmd: cmds.append(cmd) or SimpleNamespace(returncode=3, stdout=""))
+    for gpu in (True, False):
+        monkeypatch.setattr(generate, "cuda", lambda: gpu)
+        assert generate.generate(generate_args(run, 1)) == 3  # fairseq-generate's status
+    assert [("--fp16" in c, "--cpu" in c) for c in cmds] == [(True, False), (False, True)]
+
+
 def test_an_averaging_error_ends_pe_generate_with_its_message(tmp_path, capsys):
     """pe-average runs inside pe-generate: its error (here a checkpoint that is gone) is printed as pe-average prints
     it, and pe-generate returns its status 1 without writing the average."""
@@ -292,7 +310,9 @@ def test_write_outputs_orders_by_sentence_id_and_records_the_signature(log, arch
                          command) == 0
     assert (tmp_path / "hyp.detok.de").read_text() == "ein mann\nzwei hunde .\n"
     assert (tmp_path / "ref.detok.de").read_text() == "ein mann\nzwei hunde\n"
-    meta = json.loads((tmp_path / "hyp.detok.de.meta.json").read_text())
+    text = (tmp_path / "hyp.detok.de.meta.json").read_text()
+    assert text.endswith("}\n")  # a text file, its last line ended like the hypotheses'
+    meta = json.loads(text)
     assert meta.get("pe_signature") == signature and meta["checkpoints"] == ["c"]
     assert ("no encoding signature" in capsys.readouterr().err) == (signature is None)
 
