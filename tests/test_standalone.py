@@ -11,6 +11,7 @@ its path) and keep a copy of its three log-noise literals (``pe_tools/log_noise.
 plugin's, without torch or fairseq imported.
 """
 import ast
+import json
 import os
 import re
 import shutil
@@ -128,6 +129,29 @@ module = sys.argv.pop(1)
 runpy.run_module(module, run_name="__main__", alter_sys=True)
 '''
 
+# run as ``python -m standalone_probe standalone_drive JOBS.json``: fairseq-train's cli_main for each {name: argv} of
+# JOBS.json in this one process (fairseq imported once, not once per run), each run's output after '@@ run NAME'
+# and its exit status on '@@ status NAME CODE'; a run that fails does not stop the next
+DRIVE = '''
+import json, sys, traceback
+from fairseq_cli import train
+
+for name, argv in json.load(open(sys.argv[1])).items():
+    print(f"@@ run {name}", flush=True)
+    sys.argv = ["fairseq-train", *argv]
+    try:
+        train.cli_main()
+        code = 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else int(e.code is not None)
+    except Exception:
+        traceback.print_exc(file=sys.stdout)
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    print(f"@@ status {name} {code}", flush=True)
+'''
+
 
 @pytest.fixture(scope="module")
 def standalone(tmp_path_factory):
@@ -143,6 +167,7 @@ def standalone(tmp_path_factory):
         f"import sys\nprint({SHIM_MARK!r}, file=sys.stderr, flush=True)\n"
         "raise ImportError('pe_tools is not there: pe_plugin must stand alone')\n")
     (shim / "standalone_probe.py").write_text(PROBE)
+    (shim / "standalone_drive.py").write_text(DRIVE)
     cwd = root / "cwd"
     cwd.mkdir()
     # as in test_end_to_end: checkpoints load with torch's default weights_only=True (the copy's allow-list)
@@ -180,43 +205,53 @@ def _assert_standalone_run(out: str, standalone):
     assert _probe(out, "pe_tools") == "" and SHIM_MARK not in out  # nothing even tried to import pe_tools
 
 
-def _train(standalone, data_bin, save, arch, max_update):
-    """fairseq-train --user-dir COPY (test_end_to_end's flags): its process, output captured."""
-    return run("standalone_probe", ["fairseq_cli.train", *train_flags(data_bin, save, arch, max_update, standalone.copy)],
-               cwd=standalone.cwd, env=standalone.env, check=False)
+def _train_all(standalone, data_bin, runs: dict, max_update: int) -> dict:
+    """fairseq-train --user-dir COPY (test_end_to_end's flags) for each {pe: save dir}, all in one process (the
+    probe's, through standalone_drive): {pe: its run, with the exit status and output of that run, the probe's
+    report of the process appended}. A process that died leaves its status and whole output to every run it did
+    not finish."""
+    jobs = {pe: [str(a) for a in train_flags(data_bin, save, plugin_naming.arch_name(
+        pe, plugin_naming.SUFFIX_OF_CLASS["tiny"]), max_update, standalone.copy)] for pe, save in runs.items()}
+    path = runs[next(iter(runs))].parent / f"jobs{max_update}.json"
+    path.write_text(json.dumps(jobs))
+    proc = run("standalone_probe", ["standalone_drive", path], cwd=standalone.cwd, env=standalone.env, check=False)
+    probe = "".join(line + "\n" for line in proc.stdout.splitlines() if line.startswith("PROBE "))
+    out = {}
+    for pe in runs:
+        part = re.search(rf"^@@ run {pe}\n(.*?)^@@ status {pe} (-?\d+)$", proc.stdout, flags=re.M | re.S)
+        out[pe] = (SimpleNamespace(returncode=int(part[2]), stdout=part[1] + probe) if part else
+                   SimpleNamespace(returncode=proc.returncode or 1, stdout=proc.stdout))
+    return out
 
 
 @pytest.fixture(scope="module")
 def trained(standalone, data_bin, tmp_path_factory):
     """Every registered encoding's tiny architecture trained for four updates by fairseq-train --user-dir COPY
-    (a checkpoint every two), one process each: {pe: (output, save dir)}; failures are reported by the test of
+    (a checkpoint every two), all in one process: {pe: (its run, save dir)}; failures are reported by the test of
     that encoding. The tests copy a save dir before they write to it."""
-    runs = {}
-    for pe in PE_REGISTRY:
-        arch = plugin_naming.arch_name(pe, plugin_naming.SUFFIX_OF_CLASS["tiny"])
-        save = tmp_path_factory.mktemp(f"ck_{pe}")
-        runs[pe] = (_train(standalone, data_bin, save, arch, max_update=4), save)
-    return runs
+    saves = {pe: tmp_path_factory.mktemp(f"ck_{pe}") for pe in PE_REGISTRY}
+    runs = _train_all(standalone, data_bin, saves, max_update=4)
+    return {pe: (runs[pe], saves[pe]) for pe in PE_REGISTRY}
 
 
 @pytest.fixture(scope="module")
 def resumed(standalone, trained, data_bin, tmp_path_factory):
     """Each trained run resumed from its checkpoint_last.pt to 6 updates, in a copy of its save dir (the trained
-    checkpoints stay as they are), and two of its checkpoints averaged by pe-average (from the checkout, its main
-    in this process; test_install runs its console script): {pe: (resumed fairseq-train, pe-average's output,
-    the average)}. Encodings whose training failed are left out (their test reports it)."""
-    runs = {}
+    checkpoints stay as they are), all in a second process, and two of its checkpoints averaged by pe-average (from
+    the checkout, its main in this process; test_install runs its console script): {pe: (resumed fairseq-train,
+    pe-average's output, the average)}. Encodings whose training failed are left out (their test reports it)."""
+    saves = {}
     for pe, (proc, trained_save) in trained.items():
-        if proc.returncode != 0:
-            continue
-        arch = plugin_naming.arch_name(pe, plugin_naming.SUFFIX_OF_CLASS["tiny"])
-        save = tmp_path_factory.mktemp(f"resumed_{pe}")
-        shutil.copytree(trained_save, save, dirs_exist_ok=True)
-        again = _train(standalone, data_bin, save, arch, max_update=6)
+        if proc.returncode == 0:
+            saves[pe] = tmp_path_factory.mktemp(f"resumed_{pe}")
+            shutil.copytree(trained_save, saves[pe], dirs_exist_ok=True)
+    again = _train_all(standalone, data_bin, saves, max_update=6) if saves else {}
+    runs = {}
+    for pe, save in saves.items():
         avg = save / "avg.pt"
         out = call_main(average.main, ["--inputs", save / "checkpoint_1_2.pt", save / "checkpoint_1_4.pt",
                                        "--output", avg], prog="pe-average", cwd=REPO)
-        runs[pe] = (again, out, avg)
+        runs[pe] = (again[pe], out, avg)
     return runs
 
 
