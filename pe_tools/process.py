@@ -1,9 +1,7 @@
 """Running the fairseq command-line tools (and our own) as child processes: their output copied to a log as it
-comes, or captured, in both cases without fairseq's import-time tensorboardX notice (``log_noise.PRINTED_NOTICE``).
-Standard library only."""
+comes, without fairseq's import-time tensorboardX notice (``log_noise.PRINTED_NOTICE``). Standard library only."""
 import subprocess
 import sys
-import threading
 from pathlib import Path
 from typing import Callable, Dict, Optional, Sequence
 
@@ -30,21 +28,3 @@ def tee(cmd: Sequence, log: Path, echo: bool = True, on_line: Optional[Callable[
             if on_line:
                 on_line(line)
     return proc.returncode
-
-
-def run_captured(cmd: Sequence) -> subprocess.CompletedProcess:
-    """Run ``cmd`` with its stdout captured; its stderr goes to ours as it comes."""
-    def relay(stream):
-        for line in stream:
-            if not PRINTED_NOTICE.search(line):
-                sys.stderr.write(line)
-                sys.stderr.flush()
-
-    cmd = [str(x) for x in cmd]
-    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
-        errors = threading.Thread(target=relay, args=(proc.stderr,), daemon=True)
-        errors.start()
-        out = proc.stdout.read()
-        proc.wait()
-        errors.join()
-    return subprocess.CompletedProcess(cmd, proc.returncode, out)

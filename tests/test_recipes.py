@@ -247,19 +247,38 @@ def test_generate_warns_only_when_there_are_fewer_checkpoints_than_asked(tmp_pat
 def test_generate_decodes_in_fp16_on_a_gpu_and_on_the_cpu_without_one(tmp_path, monkeypatch):
     """fairseq-generate's precision flag: --fp16 where CUDA is available (the recipes train in fp16 there), --cpu
     otherwise (fairseq-generate would look for a GPU first)."""
-    from types import SimpleNamespace
-
     from pe_tools.recipes import generate
 
     run = generate_run(tmp_path, 1)
     monkeypatch.setattr(generate, "average_into", lambda paths, avg: 0)
     monkeypatch.setattr(generate, "check_positions", lambda *args: {"pe": "rope"})
     cmds = []
-    monkeypatch.setattr(generate, "run_captured", lambda cmd: cmds.append(cmd) or SimpleNamespace(returncode=3, stdout=""))
+    monkeypatch.setattr(generate, "fairseq_generate", lambda args: cmds.append(args) or (3, ""))
     for gpu in (True, False):
         monkeypatch.setattr(generate, "cuda", lambda: gpu)
         assert generate.generate(generate_args(run, 1)) == 3  # fairseq-generate's status
     assert [("--fp16" in c, "--cpu" in c) for c in cmds] == [(True, False), (False, True)]
+
+
+def test_fairseq_generate_in_process_returns_its_status_and_leaves_the_process_as_it_was(tmp_path, capsys,
+                                                                                          monkeypatch):
+    """pe-generate runs fairseq-generate in its own process: an argument error is argparse's status 2 and message,
+    a failure inside fairseq (a data folder without a language pair) status 1 with its traceback. With a bare root
+    logger (nothing configured it), fairseq-generate's basicConfig sends its log lines to the output it returns,
+    and its handler is gone after the call; sys.argv and the root logger's level are ours again."""
+    import logging
+
+    from pe_tools.recipes.generate import fairseq_generate
+
+    root, argv = logging.getLogger(), sys.argv[:]
+    monkeypatch.setattr(root, "handlers", [])
+    monkeypatch.setattr(root, "level", logging.ERROR)
+    assert fairseq_generate([str(tmp_path), "--no-such-flag"])[0] == 2
+    assert "unrecognized arguments: --no-such-flag" in capsys.readouterr().err
+    rc, out = fairseq_generate([str(tmp_path), "--path", str(tmp_path / "gone.pt"), "--cpu"])
+    assert rc == 1 and "Exception: Could not infer language pair" in capsys.readouterr().err
+    assert "| INFO | fairseq_cli.generate | {'_name'" in out  # fairseq-generate's configuration, its first log line
+    assert (sys.argv, root.handlers, root.level) == (argv, [], logging.ERROR)
 
 
 def test_an_averaging_error_ends_pe_generate_with_its_message(tmp_path, capsys):
@@ -283,7 +302,7 @@ def test_generate_refuses_a_missing_split_with_status_2_and_decodes_nothing(tmp_
     monkeypatch.setattr(generate, "average_into", lambda paths, avg: 0)  # averaged (no file: the model is faked below)
     monkeypatch.setattr(decode_limits, "checkpoint_limits",
                         lambda checkpoint, data: decode_limits.Limits("rope", None, None, (1024, 1024)))
-    monkeypatch.setattr(generate, "run_captured", lambda cmd: pytest.fail(f"decoded: {cmd}"))
+    monkeypatch.setattr(generate, "fairseq_generate", lambda args: pytest.fail(f"decoded: {args}"))
     assert generate.generate(generate_args(run, 1)) == 2
     err = capsys.readouterr().err
     assert "error: no binarised test split of en-de: looked for " in err and str(tmp_path / "data" / "test.en-de.en.idx") in err

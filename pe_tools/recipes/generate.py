@@ -2,18 +2,22 @@
 checkpoints (pe_tools.average), decodes with beam 4, lenpen 0.6 and max length 1 x source + 50, and writes
 RUN/gen/hyp.detok.TGT and ref.detok.TGT in the corpus order, with hyp.detok.TGT.meta.json (the encoding signature,
 the training summary and the sentences beyond the model's positions) for pe-evaluate."""
+import contextlib
+import io
 import json
+import logging
 import re
 import shlex
 import sys
+import traceback
 from pathlib import Path
+from typing import Tuple
 
 from ..checkpoint_files import last_checkpoints
 from ..command_line import fail
 from ..fairseq_plugin import plugin_dir
 from ..file_io import write_atomic
 from ..naming import is_pe_arch
-from ..process import run_captured
 from . import results
 from .train import cuda
 
@@ -55,13 +59,43 @@ def generate(a) -> int:
     if a.pe_beyond_max == "clamp" and limits["pe"] != STOCK:  # every sentence is translated, whatever its length
         cmd += ["--model-overrides", "{'pe_beyond_max': 'clamp'}"]
     print(shlex.join(cmd), flush=True)
-    proc = run_captured(cmd)
-    write_atomic(out / f"generate.{a.subset}.out", proc.stdout)
-    if proc.returncode:
-        return proc.returncode
-    count_long_hypotheses(proc.stdout, limits)
-    return write_outputs(proc.stdout, out, tgt, run_dir / "train.log", a.no_detok,
+    rc, text = fairseq_generate(cmd[3:])
+    write_atomic(out / f"generate.{a.subset}.out", text)
+    if rc:
+        return rc
+    count_long_hypotheses(text, limits)
+    return write_outputs(text, out, tgt, run_dir / "train.log", a.no_detok,
                          {"positions_beyond_max": limits, "checkpoints": [Path(p).name for p in paths]}, meta)
+
+
+def fairseq_generate(args) -> Tuple[int, str]:
+    """``python -m fairseq_cli.generate ARGS`` in this process: its parser and main, untouched. torch, fairseq and the
+    plugin are imported already (the average and the position check above need them), where a child process
+    imported them again (seconds per decode). Returns its exit status and what it prints on stdout (the hypotheses
+    and its scores). Its log lines go where this process logs, to stderr as in a process of its own (importing
+    fairseq configures the root logger, so fairseq-generate's ``logging.basicConfig`` adds nothing); a handler its
+    basicConfig adds to a bare root logger is removed after it, with the root logger's level."""
+    from fairseq_cli import generate as fairseq_cli_generate
+
+    root, out, argv = logging.getLogger(), io.StringIO(), sys.argv
+    handlers, level = root.handlers[:], root.level
+    sys.argv = ["fairseq-generate", *map(str, args)]
+    try:
+        with contextlib.redirect_stdout(out):
+            fairseq_cli_generate.cli_main()
+        rc = 0
+    except SystemExit as e:  # argparse's errors (already printed on stderr), or an exit inside fairseq
+        rc = e.code if isinstance(e.code, int) else int(e.code is not None)
+        if isinstance(e.code, str):
+            print(e.code, file=sys.stderr)
+    except Exception:  # noqa: BLE001 - a failing decode ends pe-generate as the child process's traceback did
+        traceback.print_exc()
+        rc = 1
+    finally:
+        sys.argv = argv
+        root.handlers[:] = handlers
+        root.setLevel(level)
+    return rc, out.getvalue()
 
 
 def average_into(paths, avg: Path) -> int:
