@@ -34,7 +34,9 @@ def test_gathered_wheels_install_offline_beside_torch(tmp_path):
     env_dir = tmp_path / "node"
     venv.create(env_dir, with_pip=True)
     py = env_dir / "bin" / "python"
-    sh(py, "-m", "pip", "install", "-q", "torch==2.13.0")  # the node's own torch
+    # the node's own torch; not compiled to bytecode (half of this install's time): the test's, not the documented
+    # commands', and Python compiles what it imports
+    sh(py, "-m", "pip", "install", "-q", "--no-compile", "torch==2.13.0")
     sh(py, "-m", "pip", "install", "-q", "--no-index", "--find-links", wheels, "-r", wheels / "requirements.txt")
     sh(py, "-m", "pip", "install", "-q", "--no-index", "--find-links", wheels, "--no-deps", "ve-fairseq==0.12.3")
     out = sh(py, "-c", "import fairseq, torch, pe_tools; from pe_plugin.encodings import PE_REGISTRY; "
