@@ -20,7 +20,8 @@
 Every step is skipped when its output is complete, so an interrupted demo resumes where it stopped.
 
 ``Pipeline`` (corpus -> prepare -> train and decode, resumable, ``--jobs`` at a time within a time budget, with
-progress lines) and ``add_pipeline_args`` are shared with ``pe_tools.length_experiment`` (pe-length).
+progress lines) and ``add_pipeline_args`` are shared with ``pe_tools.length_experiment`` (pe-length). Each model is
+trained and decoded by pe-queue's chain of one run (``pe_tools.recipes.queue.run_chain``), without its record.
 Every step runs the installed modules (``python -m pe_tools...``): no checkout is needed.
 """
 import argparse
@@ -36,6 +37,7 @@ from .file_io import write_atomic
 from .naming import BASELINE, arch_name
 from .process import tee
 from .recipes import training_log
+from .recipes.queue import decoded, run_chain
 from .synthetic import grammar as grammar_corpus
 from .tables import markdown_table
 
@@ -112,10 +114,9 @@ class Pipeline:
         return self.out / "runs" / f"{method}.{SRC}-{TGT}.tiny.seed{self.a.seed}"
 
     def train_and_decode(self, method: str, data: Path) -> Path:
+        """pe-queue's chain of one run (``queue.run_chain``: pe-train, then pe-generate of the last AVERAGE
+        checkpoints; nothing is recorded), each step's output in logs/; returns the hypothesis file."""
         run, hyp = self.run_dir(method), self.run_dir(method) / "gen" / f"hyp.detok.{TGT}"
-        if hyp.exists():
-            self.say(f"{method}: decoded already ({hyp})")
-            return hyp
         t0 = time.time()
 
         def progress(line: str) -> None:
@@ -124,15 +125,26 @@ class Pipeline:
                 self.say(f"{method:13s} update {v.updates:4d}/{self.a.updates}  valid loss {v.stats['loss']}  "
                          f"nll {v.stats['nll_loss']}")
 
-        self.say(f"{method}: train {arch_name(method, 'tiny')} ({self.a.updates} updates)")
-        launch = [sys.executable, "-m", "pe_tools.recipes.launch"]
-        self.call(f"train {method}", [*launch, "train", method, "--size", "tiny", "--data",
-                                      data, "--runs-dir", self.out / "runs", "--seed", self.a.seed, "--",
-                                      *self.train_flags, "--max-update", self.a.updates, "--save-interval-updates",
-                                      self.interval, "--keep-interval-updates", AVERAGE],
-                  self.out / "logs" / f"train.{method}.log", progress)
-        self.call(f"decode {method}", [*launch, "generate", run, "--checkpoints", AVERAGE],
-                  self.out / "logs" / f"generate.{method}.log")
+        def step(what: str, args) -> int:
+            kind = args[0]
+            if kind == "train":
+                self.say(f"{method}: train {arch_name(method, 'tiny')} ({self.a.updates} updates)")
+            log = self.out / "logs" / f"{kind}.{method}.log"
+            rc = tee([sys.executable, "-m", "pe_tools.recipes.launch", *args], log, echo=False,
+                     on_line=progress if kind == "train" else None, env=self.env)
+            if rc:
+                self.say(f"{method}: {what} failed (exit {rc}); its output is in {log}")
+            return rc
+
+        train = ["train", method, "--size", "tiny", "--data", str(data), "--runs-dir", str(self.out / "runs"),
+                 "--seed", str(self.a.seed), "--", *map(str, self.train_flags), "--max-update", str(self.a.updates),
+                 "--save-interval-updates", str(self.interval), "--keep-interval-updates", str(AVERAGE)]
+        if decoded(run, TGT, None):
+            self.say(f"{method}: decoded already ({hyp})")
+            return hyp
+        state = run_chain(run, TGT, train, step, decodes=[(None, AVERAGE)])
+        if state != "decoded":
+            raise SystemExit(f"[{self.tag}] {method}: {state}")
         self.say(f"{method}: trained and decoded in {time.time() - t0:.0f} s")
         return hyp
 

@@ -360,3 +360,54 @@ def test_run_refuses_a_code_folder_without_the_project(data_bin, tmp_path, capsy
     assert queue_cli.main(["run", str(q), "--code", str(tmp_path / "empty")]) == 2
     assert "--code" in (err := capsys.readouterr().err) and "no pe_tools/recipes/launch.py there" in err
     assert not (tmp_path / "runs").exists() and not (tmp_path / "q.txt.lock").exists()
+
+
+def fake_chain_run(tmp_path: Path, reached: int, top: int = 6):
+    """A run directory and a ``step`` for queue.run_chain that records each step and does what it stands for:
+    training writes command.json (--max-update ``top``) and a checkpoint_last.pt at update ``reached`` unless
+    there is one (pe-train does nothing for a finished run), a decode its hypothesis file."""
+    from test_annealed import save_checkpoint
+
+    run_dir, steps = tmp_path / "run", []
+
+    def step(what, args):
+        steps.append((what, args[0], args[args.index("--name") + 1] if "--name" in args else None))
+        if args[0] == "train":
+            run_dir.mkdir(exist_ok=True)
+            (run_dir / "command.json").write_text(json.dumps({"argv": ["fairseq-train", "--max-update", str(top)]}))
+            if not (run_dir / "checkpoint_last.pt").exists():
+                save_checkpoint(run_dir / "checkpoint_last.pt", reached)
+        elif args[0] == "generate":
+            gen = queue.results.decode_dir(run_dir, steps[-1][2])
+            gen.mkdir(parents=True, exist_ok=True)
+            time.sleep(0.01)  # newer than the checkpoint on any file system's clock
+            (gen / "hyp.detok.de").write_text("x\n")
+        return 0
+
+    return run_dir, steps, step
+
+
+def test_the_chain_trains_decodes_each_and_records_then_skips_what_is_done(tmp_path):
+    """queue.run_chain (pe-queue's, pe-demo's and pe-length's): train, every decode, record, in that order; run
+    again, a run whose decodes are newer than its last checkpoint is not trained or decoded again; a decode older
+    than the checkpoint is redone (after pe-train, which finds the run finished), the newer one is not."""
+    run_dir, steps, step = fake_chain_run(tmp_path, 6)
+    assert queue.run_chain(run_dir, "de", ["train", "x"], step, queue.DECODES, tmp_path / "rec") == "recorded"
+    assert [s[1:] for s in steps] == [("train", None), ("generate", None), ("generate", "last"), ("record", None)]
+    steps.clear()
+    assert queue.run_chain(run_dir, "de", ["train", "x"], step, queue.DECODES) == "decoded"
+    assert steps == []
+    os.utime(run_dir / "gen" / "hyp.detok.de", (1, 1))  # older than checkpoint_last.pt
+    assert queue.run_chain(run_dir, "de", ["train", "x"], step, queue.DECODES) == "decoded"
+    assert [s[1:] for s in steps] == [("train", None), ("generate", None)]
+
+
+def test_the_chain_decodes_nothing_when_training_stopped_short_or_failed(tmp_path):
+    """A training whose last checkpoint is short of its --max-update, or that exits non-zero, ends the chain with
+    the update reached (or the exit status) and the train.log to look at; nothing is decoded."""
+    run_dir, steps, step = fake_chain_run(tmp_path, 4, top=6)
+    state = queue.run_chain(run_dir, "de", ["train", "x"], step, queue.DECODES, tmp_path / "rec")
+    assert state == f"failed: training stopped at update 4 of 6 (see {run_dir / 'train.log'})"
+    assert [s[1] for s in steps] == ["train"]
+    state = queue.run_chain(run_dir, "de", ["train", "x"], lambda what, args: 3, queue.DECODES)
+    assert state == f"failed: pe-train exited 3 (see {run_dir / 'train.log'})"

@@ -41,7 +41,7 @@ import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
 from ..checkpoint_files import numbered_checkpoints, updates_of
 from ..file_io import write_atomic
@@ -268,6 +268,44 @@ def recorded_commit(run: Run) -> Optional[str]:
 
 
 # ---------------------------------------------------------------------------------------------- running
+def decoded(run_dir: Path, tgt: str, name: Optional[str]) -> bool:
+    """Whether the decode ``name`` (pe-generate --name; None: RUN/gen/) is newer than the run's last checkpoint."""
+    hyp, last = results.decode_dir(run_dir, name) / f"hyp.detok.{tgt}", run_dir / "checkpoint_last.pt"
+    return hyp.is_file() and last.is_file() and hyp.stat().st_mtime > last.stat().st_mtime
+
+
+def run_chain(run_dir: Path, tgt: str, train: List[str], step: Callable[[str, List[str]], int],
+              decodes=DECODES, into: Optional[Path] = None) -> str:
+    """One run's chain, as pe-queue, pe-demo and pe-length run it; each step is a pe-* command (pe-train,
+    pe-generate, pe-record), run by ``step(what, args)``, which returns its exit status.
+
+    1. train: pe-train ``train`` (it resumes from checkpoint_last.pt, and does nothing for a finished run), then
+       the last checkpoint must hold the --max-update of the run's command.json;
+    2. decode: pe-generate, each of ``decodes`` ((--name, --checkpoints) pairs) not newer than that checkpoint;
+    3. record: pe-record into ``into``, when given.
+
+    A run whose decodes are all newer than its last checkpoint is not trained again (a chain killed after its
+    decodes). Returns "recorded" (``into`` given) or "decoded", else "failed: ..." naming the step."""
+    if not all(decoded(run_dir, tgt, name) for name, _ in decodes):
+        if rc := step("training", train):
+            return f"failed: pe-train exited {rc} (see {run_dir / 'train.log'})"
+        command = json.loads((run_dir / "command.json").read_text()) if (run_dir / "command.json").is_file() else {}
+        top, reached = results.max_update_of(command.get("argv", [])), updates_of(run_dir / "checkpoint_last.pt")
+        if top is None or reached != top:
+            return f"failed: training stopped at update {reached or 0} of {top} (see {run_dir / 'train.log'})"
+        for name, n in decodes:
+            if decoded(run_dir, tgt, name):
+                continue  # decoded after the last update (a chain killed after this decode)
+            what = "decoding " + (name or f"the average of the last {n} checkpoints")
+            if rc := step(what, ["generate", str(run_dir), "--checkpoints", str(n)] + (["--name", name] if name else [])):
+                return f"failed: pe-generate exited {rc}"
+    if into is None:
+        return "decoded"
+    if rc := step("recording", ["record", str(run_dir), "--into", str(into)]):
+        return f"failed: pe-record exited {rc}"
+    return "recorded"
+
+
 class Queue:
     def __init__(self, path: Path, runs: List[Run], code: Path, jobs: int, threads: int, log=print):
         self.path, self.runs, self.code, self.jobs, self.threads = Path(path), runs, Path(code), jobs, threads
@@ -331,7 +369,7 @@ class Queue:
                     self._save_pids()
 
     def process(self, run: Run) -> str:
-        """Train, decode and record one run; returns its final state."""
+        """Train, decode and record one run (``run_chain``); returns its final state."""
         if self.stopping:
             return "stopped"
         if recorded_commit(run) == self.commit and run.recorded.is_dir():
@@ -346,24 +384,16 @@ class Queue:
                                  f"with its own code, or delete {run_dir} to train it again")
         if run_dir.is_dir():
             repair(run_dir, self.log)
-        self.log(f"[queue] {run.name}: training (log {run_dir / 'train.log'})")
-        if rc := self.step(run, run.train_args(), queue_log):
-            return f"failed: pe-train exited {rc} (see {run_dir / 'train.log'} and {queue_log})"
-        p = progress(run)
-        if p["updates"] != p["total"]:
-            return f"failed: training stopped at update {p['updates']} of {p['total']} (see {run_dir / 'train.log'})"
-        for name, n in DECODES:
-            hyp = results.decode_dir(run_dir, name) / f"hyp.detok.{run.pair.split('-')[1]}"
-            if hyp.is_file() and hyp.stat().st_mtime > (run_dir / "checkpoint_last.pt").stat().st_mtime:
-                continue  # decoded after the last update (a queue killed after this decode)
-            self.log(f"[queue] {run.name}: decoding " + (name or f"the average of the last {n} checkpoints"))
-            args = ["generate", str(run_dir), "--checkpoints", str(n)] + (["--name", name] if name else [])
-            if rc := self.step(run, args, queue_log):
-                return f"failed: pe-generate exited {rc} (see {queue_log})"
-        if rc := self.step(run, ["record", str(run_dir), "--into", str(run.into)], queue_log):
-            return f"failed: pe-record exited {rc} (see {queue_log})"
+
+        def step(what: str, args: List[str]) -> int:
+            self.log(f"[queue] {run.name}: {what}" + (f" (log {run_dir / 'train.log'})" if args[0] == "train" else ""))
+            return self.step(run, args, queue_log)
+
+        state = run_chain(run_dir, run.pair.split("-")[1], run.train_args(), step, DECODES, run.into)
+        if state != "recorded":
+            return f"{state}; the steps' output is in {queue_log}"
         self.log(f"[queue] {run.name}: recorded in {run.recorded}")
-        return "recorded"
+        return state
 
     def run(self) -> int:
         self.end_orphans()
