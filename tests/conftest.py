@@ -60,6 +60,14 @@ def data_bin(raw_corpus, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def tiny_posnet(data_bin, tmp_path_factory):
+    """pe_testing.train_tiny_posnet's checkpoint_last.pt, trained once per session and shared by the xdist workers
+    (each worker's data_bin holds the same corpus and dictionaries). Tests read it and write nothing beside it."""
+    return pe_testing.built_once(tmp_path_factory, "tiny-posnet",
+                                 lambda folder: pe_testing.train_tiny_posnet(folder, data_bin)) / "checkpoint_last.pt"
+
+
+@pytest.fixture(scope="session")
 def queue_reference(data_bin, tmp_path_factory):
     """The local queue of tests/test_queue.py's three tiny runs, run to its end once per session and shared by the
     xdist workers: its queue file (``queue``), recipe (``table``) and copy of the code (``code``). The killed queue

@@ -111,6 +111,20 @@ def call_main(main, args, prog: str = "python", cwd=None) -> subprocess.Complete
     return subprocess.CompletedProcess([prog, *args], code or 0, out.getvalue(), err.getvalue())
 
 
+TINY_POSNET_LMAX = 8  # tiny_posnet's L_max: shorter than some of write_corpus's test sentences
+
+
+def train_tiny_posnet(folder: Path, data_bin: Path) -> Path:
+    """PosNet-Embed at tiny size with L_max TINY_POSNET_LMAX (--max-source/target-positions), two updates of
+    fairseq-train into ``folder`` (checkpoint_last.pt, checkpoint_best.pt); conftest.py's session fixture
+    ``tiny_posnet`` builds it once for every test that needs a trained checkpoint and nothing more."""
+    run("fairseq_cli.train", [data_bin, "--user-dir", PLUGIN, "--arch", "transformer_posnet_embed_tiny", *TRAIN_FLAGS,
+                              "--max-source-positions", TINY_POSNET_LMAX, "--max-target-positions", TINY_POSNET_LMAX,
+                              "--skip-invalid-size-inputs-valid-test", "--max-update", 2, "--no-epoch-checkpoints",
+                              "--save-dir", folder])
+    return folder / "checkpoint_last.pt"
+
+
 def built_once(tmp_path_factory, name: str, build) -> Path:
     """A folder that ``build(folder)`` fills once per test session and every pytest-xdist worker shares: under the
     session's temporary root (the workers' common parent), behind a file lock, so that a worker that needs it while

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from pe_testing import PLUGIN, REPO, TRAIN_FLAGS, call_main, run
+from pe_testing import PLUGIN, REPO, TRAIN_FLAGS, call_main
 
 NOTICE = "Please install tensorboardX"
 BIN = Path(sys.executable).parent
@@ -99,11 +99,10 @@ def test_library_callers_still_get_the_exception(data_bin):
 
 
 @pytest.mark.slow
-def test_generate_and_interactive_flag_errors_end_like_argparse(data_bin, tmp_path):
-    run("fairseq_cli.train", train_args(data_bin, tmp_path, "--arch", "transformer_sape_tiny"))
-    checkpoint = tmp_path / "checkpoint_last.pt"
-    assert checkpoint.exists()
-    decode = ["--user-dir", PLUGIN, "--path", checkpoint, "--cpu", "--beam", 2,
+def test_generate_and_interactive_flag_errors_end_like_argparse(data_bin, tiny_posnet):
+    """The errors of a model rebuilt from a trained checkpoint with --model-overrides (conftest's shared tiny
+    PosNet-Embed), in fairseq-generate and fairseq-interactive."""
+    decode = ["--user-dir", PLUGIN, "--path", tiny_posnet, "--cpu", "--beam", 2,
               "--model-overrides", "{'no_token_positional_embeddings': True}"]
     proc = fairseq("generate", [data_bin, *decode])
     assert_usage_error(proc, "generate", "--no-token-positional-embeddings", "transformer_nope_<size>")

@@ -19,14 +19,14 @@ import subprocess
 import sys
 
 import pytest
-from pe_testing import PLUGIN, REPO, TRAIN_FLAGS, call_main, run
+from pe_testing import PLUGIN, REPO, TINY_POSNET_LMAX, call_main, run
 
 from pe_plugin import hub as pe_hub
 from pe_tools import average as average_cli
 from pe_tools.scoring import cli as scoring_cli
 
 TROUBLESHOOTING = (REPO / "docs" / "troubleshooting.md").read_text(encoding="utf-8")
-L_MAX = 8
+L_MAX = TINY_POSNET_LMAX
 
 
 # ------------------------------------------------------------------------------------------------
@@ -292,15 +292,7 @@ def test_probe_figures_have_a_readable_size_and_a_one_line_title():
 # ------------------------------------------------------------------------------------------------
 # fairseq-generate / fairseq-interactive on a tiny trained model (L_max 8)
 
-@pytest.fixture(scope="module")
-def tiny_posnet(data_bin, tmp_path_factory):
-    save = tmp_path_factory.mktemp("tiny_posnet")
-    run("fairseq_cli.train", [data_bin, "--user-dir", PLUGIN, "--arch", "transformer_posnet_embed_tiny", *TRAIN_FLAGS,
-                              "--max-source-positions", L_MAX, "--max-target-positions", L_MAX,
-                              "--skip-invalid-size-inputs-valid-test", "--max-update", 2, "--no-epoch-checkpoints",
-                              "--save-dir", save])
-    return save / "checkpoint_last.pt"
-
+# (tiny_posnet: conftest.py's session fixture, L_max = L_MAX)
 
 @pytest.mark.slow
 def test_a_sentence_beyond_lmax_points_at_pe_beyond_max(tiny_posnet, data_bin, raw_corpus, tmp_path):
