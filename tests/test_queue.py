@@ -411,3 +411,11 @@ def test_the_chain_decodes_nothing_when_training_stopped_short_or_failed(tmp_pat
     assert [s[1] for s in steps] == ["train"]
     state = queue.run_chain(run_dir, "de", ["train", "x"], lambda what, args: 3, queue.DECODES)
     assert state == f"failed: pe-train exited 3 (see {run_dir / 'train.log'})"
+
+
+def test_an_option_value_may_hold_an_equals_sign(tmp_path):
+    """Only a field's first `=` separates the option from its value: runs-dir=a=b is the folder a=b."""
+    q = tmp_path / "queue.txt"
+    q.write_text("multi30k sape en-de annealed 1 runs-dir=a=b into=rec\n")
+    (run,) = queue.parse_queue(q, data=False)
+    assert run.options == {"runs-dir": "a=b", "into": "rec"} and run.run_dir == Path("a=b") / run.name
