@@ -419,3 +419,12 @@ def test_an_option_value_may_hold_an_equals_sign(tmp_path):
     q.write_text("multi30k sape en-de annealed 1 runs-dir=a=b into=rec\n")
     (run,) = queue.parse_queue(q, data=False)
     assert run.options == {"runs-dir": "a=b", "into": "rec"} and run.run_dir == Path("a=b") / run.name
+
+
+def test_a_runs_options_become_pe_trains_flags():
+    """A queue line's data=, runs-dir= and gpus= become pe-train's --data, --runs-dir and --gpus (into= is
+    pe-record's); without them, pe-train's own defaults apply."""
+    run = queue.Run(3, "multi30k", "rope", "en-fr", "annealed", 2, {"data": "d", "runs-dir": "r", "gpus": "4", "into": "x"})
+    base = ["train", "rope", "--recipe", "multi30k", "--pair", "en-fr", "--size", "annealed", "--seed", "2"]
+    assert run.train_args() == base + ["--data", "d", "--runs-dir", "r", "--gpus", "4"]
+    assert queue.Run(3, "multi30k", "rope", "en-fr", "annealed", 2).train_args() == base

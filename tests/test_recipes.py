@@ -281,6 +281,34 @@ def test_fairseq_generate_in_process_returns_its_status_and_leaves_the_process_a
     assert (sys.argv, root.handlers, root.level) == (argv, [], logging.ERROR)
 
 
+def test_fairseq_generate_in_process_returns_status_0_and_what_it_printed(monkeypatch):
+    """A decode that ends normally: status 0, and what fairseq-generate printed on stdout (here its cli_main
+    replaced by one that prints two lines and checks the command line it was given)."""
+    from fairseq_cli import generate as fairseq_cli_generate
+
+    from pe_tools.recipes.generate import fairseq_generate
+
+    def cli_main():
+        assert sys.argv == ["fairseq-generate", "data", "--beam", "4"]
+        print("H-0\t-0.1\tein mann")
+        print("Generate test with beam=4: BLEU4 = 1.00")
+
+    monkeypatch.setattr(fairseq_cli_generate, "cli_main", cli_main)
+    assert fairseq_generate(["data", "--beam", 4]) == (0, "H-0\t-0.1\tein mann\nGenerate test with beam=4: BLEU4 = 1.00\n")
+
+
+def test_only_hypotheses_longer_than_the_decoders_positions_are_named(capsys):
+    """Under clamp, the hypotheses past the decoder's positions: a best hypothesis of exactly that many tokens
+    (end of sentence included, its P- line) is within them; one token more is named."""
+    from pe_tools.recipes.generate import count_long_hypotheses
+
+    text = "P-0\t-0.1 -0.2 -0.3\nP-1\t-0.1 -0.2 -0.3 -0.4\nP-2\t-0.1\n"
+    limits = {"decoder_limit": 3}
+    count_long_hypotheses(text, limits)
+    assert limits["hypotheses"] == [1]
+    assert "1 of 3 hypotheses are longer than the 3 target positions" in capsys.readouterr().err
+
+
 def test_an_averaging_error_ends_pe_generate_with_its_message(tmp_path, capsys):
     """pe-average runs inside pe-generate: its error (here a checkpoint that is gone) is printed as pe-average prints
     it, and pe-generate returns its status 1 without writing the average."""
