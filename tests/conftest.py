@@ -16,7 +16,8 @@ def pytest_configure(config):
                                        "covers (pe_tools/mutation.py TEST_MAP, -m 'not slow or mutation')")
     config.addinivalue_line("markers", "needs_multi30k: checks against the Multi30k test set, which is not in the "
                                        "repository; run where it is found (PE_MULTI30K_REF=FILE, the recipe's "
-                                       "prepared data, or ../shared/data/multi30k as under CI), deselected elsewhere "
+                                       "prepared data, or a raw copy beside the checkout: docs/testing.md), deselected "
+                                       "elsewhere "
                                        "with the reason in the report")
 
 
