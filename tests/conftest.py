@@ -9,6 +9,10 @@ import pe_testing  # noqa: E402
 
 
 def pytest_configure(config):
+    # pytest-xdist (make test: -n 2 --dist loadfile) hands out test files in the collection's order, which
+    # pytest_collection_modifyitems sets, longest first; its own reordering (files with the most tests first) is off
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
     config.addinivalue_line("markers", "slow: a call of 5 s or more on an idle core (tests/durations.log): end-to-end "
                                        "runs of the tools, trainings, SLURM jobs, Triton's interpreter; make test-fast "
                                        "leaves them out")
@@ -28,8 +32,11 @@ def pytest_report_header(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    """Deselect (not skip) the optional checks whose data is absent: the suite never depends on the corpus; the
+    """Test files longest first by tests/durations.log (with xdist's own reordering off, pytest_configure), then
+    deselect (not skip) the optional checks whose data is absent: the suite never depends on the corpus; the
     report says which were deselected and why."""
+    seconds = pe_testing.recorded_file_seconds(pe_testing.DURATIONS_LOG.read_text(encoding="utf-8"))
+    items[:] = [items[i] for i in pe_testing.longest_files_first([item.nodeid for item in items], seconds)]
     why = pe_testing.multi30k_missing()
     if not why:
         return

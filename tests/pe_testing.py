@@ -6,6 +6,7 @@ Everything is generated here; no test reads shared data or the network.
 import contextlib
 import fcntl
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -123,6 +124,28 @@ def train_tiny_posnet(folder: Path, data_bin: Path) -> Path:
                               "--skip-invalid-size-inputs-valid-test", "--max-update", 2, "--no-epoch-checkpoints",
                               "--save-dir", folder])
     return folder / "checkpoint_last.pt"
+
+
+DURATIONS_LOG = REPO / "tests" / "durations.log"  # the suite's recorded durations (pytest --durations=0)
+
+
+def recorded_file_seconds(log: str) -> dict:
+    """{test file: seconds} summed over the log's phase lines (``12.34s call     tests/test_x.py::test_y``)."""
+    out = {}
+    for m in re.finditer(r"^\s*([\d.]+)s (?:setup|call|teardown)\s+(tests/[^:\s]+)::", log, flags=re.M):
+        out[m.group(2)] = out.get(m.group(2), 0.0) + float(m.group(1))
+    return out
+
+
+def longest_files_first(nodeids, seconds: dict) -> list:
+    """The order in which to hand test files to the xdist workers: by their recorded ``seconds``, longest first
+    (the longest-processing-time rule, so that no long file starts last while the other worker stands idle), the
+    tests of a file together and in their order; a file the log does not know yet goes first. Returns the
+    indices of ``nodeids`` in that order."""
+    def key(i):
+        file = nodeids[i].split("::")[0]
+        return -seconds.get(file, float("inf"))
+    return sorted(range(len(nodeids)), key=key)  # stable: a file's tests keep their order
 
 
 def built_once(tmp_path_factory, name: str, build) -> Path:

@@ -57,3 +57,22 @@ def test_the_reader_sees_marks_on_functions_and_modules():
     sources = {"tests/test_a.py": a, "tests/test_b.py": b}
     assert fast_calls_over(log, sources, 5.0) == ["tests/test_a.py::test_two (7.0 s)"]
     assert fast_calls_over(log, sources, 7.5) == []
+
+
+def test_files_go_to_the_workers_longest_first_by_the_log(pytestconfig):
+    """make test's order (conftest.py): whole files, longest recorded first, unknown files before them, a file's
+    tests in their order; xdist's own reordering by test count is off."""
+    from pe_testing import DURATIONS_LOG, longest_files_first, recorded_file_seconds
+
+    log = ("  3.00s call     tests/test_a.py::test_one[x]\n  0.50s setup    tests/test_b.py::test_two\n"
+           "  2.00s call     tests/test_b.py::test_two\n  0.70s teardown tests/test_a.py::test_one[x]\n")
+    seconds = recorded_file_seconds(log)
+    assert seconds == {"tests/test_a.py": 3.7, "tests/test_b.py": 2.5}
+    ids = ["tests/test_b.py::test_two", "tests/test_a.py::test_one[x]", "tests/test_c.py::test_new",
+           "tests/test_b.py::test_three", "tests/test_a.py::test_one[y]"]
+    order = [ids[i] for i in longest_files_first(ids, seconds)]
+    assert order == ["tests/test_c.py::test_new", "tests/test_a.py::test_one[x]", "tests/test_a.py::test_one[y]",
+                     "tests/test_b.py::test_two", "tests/test_b.py::test_three"]
+    recorded = recorded_file_seconds(DURATIONS_LOG.read_text(encoding="utf-8"))
+    assert len(recorded) > 40 and max(recorded, key=recorded.get) == "tests/test_slurm.py"  # the real log is read
+    assert getattr(pytestconfig.option, "loadscopereorder", False) is False
