@@ -40,11 +40,11 @@ flags = ["--encoder-layers", "1", "--decoder-layers", "1", "--encoder-embed-dim"
     return path
 
 
-def queue_file(tmp_path: Path, table: Path, name: str) -> Path:
+def queue_file(tmp_path: Path, table: Path, name: str, methods=RUNS) -> Path:
     q = tmp_path / name / "queue.txt"
     q.parent.mkdir(parents=True)
     q.write_text("# a test queue\n" + "".join(
-        f"{table} {m} en-de mini 1 runs-dir={q.parent / 'runs'} into={q.parent / 'rec'}\n" for m in RUNS))
+        f"{table} {m} en-de mini 1 runs-dir={q.parent / 'runs'} into={q.parent / 'rec'}\n" for m in methods))
     return q
 
 
@@ -87,8 +87,10 @@ def test_killed_queue_records_what_an_uninterrupted_one_records(queue_reference,
         log = (whole.parent / "runs" / f"{m}.en-de.mini.seed1" / "train.log").read_text()
         assert f"'user_dir': '{code / 'pe_plugin'}'" in log
 
-    # killed (SIGKILL, the queue alone: its trainings run on) while the first run is between two checkpoints
-    cut = queue_file(tmp_path, table, "cut")
+    # killed (SIGKILL, the queue alone: its trainings run on) while the first run is between two checkpoints; two
+    # runs, as -j 2 trains them side by side (the third run of the reference would only start after the restart)
+    cut_runs = RUNS[:2]
+    cut = queue_file(tmp_path, table, "cut", cut_runs)
     first_log = cut.parent / "runs" / f"{RUNS[0]}.en-de.mini.seed1" / "train.log"
     proc = start(cut, code)
     deadline = time.monotonic() + 600
@@ -108,13 +110,13 @@ def test_killed_queue_records_what_an_uninterrupted_one_records(queue_reference,
     out = proc.communicate(timeout=900)[0]
     assert proc.returncode == 0, out[-4000:]
     assert "left by an earlier queue" in out  # the orphaned trainings were ended, not trained beside
-    assert recorded(cut) == reference
+    assert recorded(cut) == {k: v for k, v in reference.items() if k.split(".")[0] in cut_runs} != {}
     assert not list(cut.parent.rglob("*.tmp*"))
     status = subprocess.run([sys.executable, "-m", "pe_tools.recipes.queue_cli", "status", str(cut)], env=SAFE_ENV,
                             capture_output=True, text=True, cwd=cut.parent)
     assert status.returncode == 0
     rows = status.stdout.splitlines()
-    assert rows[0].split()[:3] == ["run", "updates", "valid"]
+    assert rows[0].split()[:3] == ["run", "updates", "valid"] and len(rows) == 1 + len(cut_runs), status.stdout
     assert all(f"{MAX_UPDATE}/{MAX_UPDATE}" in r and " yes " in r for r in rows[1:]), status.stdout
 
 

@@ -82,26 +82,28 @@ def weird_queue(tmp: Path, table: Path, methods=test_queue.RUNS) -> Path:
 @pytest.mark.slow
 @pytest.mark.mutation
 def test_a_queue_on_slurm_records_what_the_local_queue_records(slurm, queue_reference, tmp_path):
-    table, reference = queue_reference.table, test_queue.recorded(queue_reference.queue)
-    q = weird_queue(tmp_path, table)
+    methods = test_queue.RUNS[:2]  # two of the local queue's three runs: the node's two CPUs train them side by side
+    table = queue_reference.table
+    reference = {k: v for k, v in test_queue.recorded(queue_reference.queue).items() if k.split(".")[0] in methods}
+    q = weird_queue(tmp_path, table, methods)
     started = time.monotonic()
     out = pe_queue(["run", q, "--slurm", "--code", code_copy(tmp_path)], tmp_path, env_of(slurm))
     assert out.returncode == 0, out.stdout + out.stderr
     (job,) = jobs_of(q)
-    assert job["lines"] == [1, 2, 3] and "submitted job" in out.stdout  # one array of three tasks
+    assert job["lines"] == [1, 2] and "submitted job" in out.stdout  # one array of two tasks
     assert "warning: --slurm:" in out.stderr and "run directory" in out.stderr  # /tmp is not shared storage
     wait_queue(slurm, q)
-    assert test_queue.recorded(q) == reference, [p.read_text()[-2000:] for p in q.parent.rglob("*.out")]
+    assert test_queue.recorded(q) == reference != {}, [p.read_text()[-2000:] for p in q.parent.rglob("*.out")]
     assert not (q.parent / "PWNED").exists() and not list(tmp_path.rglob("PWNED"))
     runs = q.parent / f"runs a;b'c\"d$(touch {q.parent}/PWNED)"
-    assert sorted(p.name for p in runs.iterdir()) == sorted(f"{m}.en-de.mini.seed1" for m in test_queue.RUNS)
+    assert sorted(p.name for p in runs.iterdir()) == sorted(f"{m}.en-de.mini.seed1" for m in methods)
     status = pe_queue(["status", q], tmp_path, env_of(slurm))
     assert status.returncode == 0, status.stderr
     rows = status.stdout.splitlines()
-    assert rows[0].split()[-3:] == ["job", "state", "requeues"], status.stdout
+    assert rows[0].split()[-3:] == ["job", "state", "requeues"] and len(rows) == 1 + len(methods), status.stdout
     assert all(r.split()[-3:] == [f"{job['job']}_{n}", "RECORDED", "0"] for n, r in enumerate(rows[1:], 1)), \
         status.stdout
-    print(f"three runs through SLURM: {time.monotonic() - started:.0f} s")
+    print(f"two runs through SLURM: {time.monotonic() - started:.0f} s")
 
 
 # ------------------------------------------------------------------------------------------- preemption
