@@ -89,8 +89,8 @@ def call_main(main, args, prog: str = "python", cwd=None) -> subprocess.Complete
     """A command line's ``main(argv)`` called in this interpreter, as its console script calls it (sys.argv[0]
     ``prog``, the program name argparse prints): its exit status (SystemExit's code, or what it returned), stdout
     and stderr captured, as ``subprocess.run`` returns them. For argument errors and --help, where a new
-    interpreter would spend seconds importing torch and fairseq to print one line; test_install runs each console
-    script itself."""
+    interpreter would spend seconds importing torch and fairseq to print one line, and for runs that need no
+    process of their own (a resumed run whose state is on disk); test_install runs each console script itself."""
     import io
 
     out, err, argv, here = io.StringIO(), io.StringIO(), sys.argv, os.getcwd()

@@ -43,7 +43,9 @@ def bench(*args, killer=None):
 
 
 def bench_here(*args):
-    """``bench(*args)`` called in this interpreter (pe_tools.bench.cli.main): for the argument errors."""
+    """``bench(*args)`` called in this interpreter (pe_tools.bench.cli.main): for the argument errors, and for the
+    resumed runs, whose state is all on disk (the first part of each run goes through scripts/benchmark.py in a
+    new interpreter, or is killed there)."""
     from pe_tools.bench import cli
 
     return call_main(cli.main, args, prog="benchmark.py", cwd=REPO)
@@ -87,7 +89,7 @@ def test_a_killed_run_leaves_its_measurements_and_resume_completes_it(tmp_path, 
     assert killed["results"][0]["forward_ratio"] == pytest.approx(
         killed["results"][0]["forward_s"] / killed["results"][1]["forward_s"])
 
-    proc = bench(*MODELS, "--out-dir", tmp_path, "--resume")
+    proc = bench_here(*MODELS, "--out-dir", tmp_path, "--resume")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "3 of 8 measurements kept" in proc.stderr and proc.stderr.count("[round ") == 5
     whole = json.loads((tmp_path / "benchmark.json").read_text())
@@ -127,7 +129,7 @@ def test_time_budget_zero_writes_one_measurement_and_the_resume_command(tmp_path
     assert "1 of 8 measurements done, 7 missing" in line
     hint = line.split("Complete it with: ")[1]
     assert hint.startswith("pe-bench models --resume ") and f"--json {out}" in hint and "--time-budget" not in hint
-    proc = bench(*hint.split()[1:])  # the hint, as printed, completes the run
+    proc = bench_here(*hint.split()[1:])  # the hint, as printed, completes the run
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert keys(json.loads(out.read_text())) == KEYS and json.loads(out.read_text())["complete"] is True
 
@@ -148,12 +150,12 @@ def test_posnet_kernel_time_budget_then_resume(tmp_path):
     data = json.loads(out.read_text())
     assert data["complete"] is False and keys(data) == {("time", "released", 1)}
     assert list(data["median_wall_s"]) == ["released"] and "PARTIAL RESULT" in proc.stdout
-    proc = bench(*args, "--resume")
+    proc = bench_here(*args, "--resume")
     assert proc.returncode == 0, proc.stderr[-3000:]
     data = json.loads(out.read_text())
     assert data["complete"] is True and len(data["measurements"]) == 3 * 2 + 3
     assert set(data["median_wall_s"]) == set(data["peak_bytes"]) == {"released", "bmm", "bmm-leftpad"}
-    proc = bench(*[("7" if a == 5 else a) for a in args], "--resume")  # another --length
+    proc = bench_here(*[("7" if a == 5 else a) for a in args], "--resume")  # another --length
     assert proc.returncode == 2 and "measured with length = 5" in proc.stderr
 
 
@@ -167,7 +169,7 @@ def test_flex_time_budget_then_resume(tmp_path):
     data = json.loads(out.read_text())
     assert data["complete"] is False and [(r["bias"], r["T"]) for r in data["results"]] == [("t5", 9)]
     assert "pe-bench flex --resume --device cpu" in proc.stdout
-    proc = bench(*args, "--resume")
+    proc = bench_here(*args, "--resume")
     assert proc.returncode == 0, proc.stderr[-3000:]
     data = json.loads(out.read_text())
     assert data["complete"] is True and [(r["bias"], r["T"]) for r in data["results"]] == [
