@@ -35,7 +35,7 @@ from pathlib import Path
 
 from .file_io import write_atomic
 from .naming import BASELINE, arch_name
-from .process import tee
+from .process import mains_argv, tee
 from .recipes import training_log
 from .recipes.queue import decoded, run_chain
 from .synthetic import grammar as grammar_corpus
@@ -197,17 +197,19 @@ class Demo(Pipeline):
     """The demo: the comparison of no-PE, SAPE and PosNet-Embed (and the other encodings), then probes."""
 
     def analyse_one(self, method: str, data: Path) -> None:
-        """Identical-word probing (pe-probe) and the word-swap probe (pe-swap-probe) of one
-        model, each skipped when its JSON exists."""
+        """Identical-word probing (pe-probe) and the word-swap probe (pe-swap-probe) of one model, in one
+        interpreter (one import of torch and fairseq), each skipped when its JSON exists; their output in
+        logs/probes.METHOD.log."""
         ckpt, out = self.run_dir(method) / "checkpoint_last.pt", self.out / "analysis" / method
+        probes = []
         if not (out / "probe.json").exists():
-            self.call(f"probe {method}", [sys.executable, "-m", "pe_tools.probe", ckpt, "--data", data,
-                                          "--length", "32", "--words", "50", "--max-rank", "100", "--cpu",
-                                          "--out", out], self.out / "logs" / f"probe.{method}.log")
+            probes.append(("pe_tools.probe", [ckpt, "--data", data, "--length", "32", "--words", "50",
+                                              "--max-rank", "100", "--cpu", "--out", out]))
         if not (out / "swap_probe.json").exists():
-            self.call(f"swap probe {method}", [sys.executable, "-m", "pe_tools.swap_probe", ckpt, "--data",
-                                               data, "--max-sentences", "200", "--cpu", "--out", out],
-                      self.out / "logs" / f"swap_probe.{method}.log")
+            probes.append(("pe_tools.swap_probe", [ckpt, "--data", data, "--max-sentences", "200", "--cpu",
+                                                   "--out", out]))
+        if probes:
+            self.call(f"probes of {method}", mains_argv(probes), self.out / "logs" / f"probes.{method}.log")
 
     def analyse(self, methods, data: Path) -> Path:
         """Probe every model, ``--jobs`` at a time; their headline numbers as two markdown tables in

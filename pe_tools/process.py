@@ -1,5 +1,9 @@
 """Running the fairseq command-line tools (and our own) as child processes: their output copied to a log as it
-comes, without fairseq's import-time tensorboardX notice (``log_noise.PRINTED_NOTICE``). Standard library only."""
+comes, without fairseq's import-time tensorboardX notice (``log_noise.PRINTED_NOTICE``); several of our tools in
+one child (``mains_argv``), which imports torch and fairseq once for all of them. Standard library only."""
+import importlib
+import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -28,3 +32,32 @@ def tee(cmd: Sequence, log: Path, echo: bool = True, on_line: Optional[Callable[
             if on_line:
                 on_line(line)
     return proc.returncode
+
+
+def mains_argv(calls: Sequence) -> list:
+    """The command that runs each ``(module, argv)`` of ``calls`` in order in one new interpreter, as
+    ``python -m MODULE ARGV...`` would (``module.main(argv)``, ``sys.argv[0]`` the module), and ends with the
+    exit status of the first that fails (the later ones do not run), else 0. Each tool's output is headed by the
+    command it stands for."""
+    return [sys.executable, "-m", __name__, json.dumps([[module, *map(str, argv)] for module, argv in calls])]
+
+
+def run_mains(spec: str) -> int:
+    """``mains_argv``'s child: ``spec`` its JSON list of [module, *argv]."""
+    for module, *argv in json.loads(spec):
+        print(f"== python -m {module} {shlex.join(argv)}", flush=True)
+        sys.argv = [module, *argv]
+        try:
+            rc = importlib.import_module(module).main(argv)
+        except SystemExit as e:  # an argument error, or a tool that exits instead of returning
+            rc = e.code
+            if rc is not None and not isinstance(rc, int):  # sys.exit("message"): printed, status 1
+                print(rc, file=sys.stderr)
+                rc = 1
+        if rc:
+            return rc
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_mains(sys.argv[1]))

@@ -69,3 +69,36 @@ def test_the_verdict_is_no_pe_against_the_weakest_encoding(bleu, code, verdict, 
     report = {"systems": [{"name": m, "summary": {"bleu": {"mean": b}}} for m, b in bleu.items()]}
     assert demo.check_order_matters(report) == code
     assert verdict in capsys.readouterr().out
+
+
+def test_several_tools_run_in_one_interpreter_in_order_and_stop_at_the_first_failure(tmp_path):
+    """process.mains_argv (the demo's two probes of a model in one child): each module's main(argv) in order, as
+    `python -m MODULE` would run it; the first non-zero status (returned, argparse's, or sys.exit's message) ends
+    the child with it and the later tools do not run."""
+    import os
+    from pe_tools.process import mains_argv
+
+    (tmp_path / "tool_a.py").write_text("import sys\ndef main(argv):\n    assert sys.argv[1:] == argv\n"
+                                        "    open(argv[0], 'a').write(f'a {sys.argv[0]} ' + ' '.join(argv[1:]) + '\\n')\n"
+                                        "    return 0\n")
+    (tmp_path / "tool_b.py").write_text("def main(argv):\n    open(argv[0], 'a').write('b\\n')\n    return int(argv[1])\n")
+    (tmp_path / "tool_c.py").write_text("import argparse\ndef main(argv):\n    p = argparse.ArgumentParser()\n"
+                                        "    p.add_argument('--x', type=int)\n    p.parse_args(argv)\n")
+    (tmp_path / "tool_d.py").write_text("import sys\ndef main(argv):\n    sys.exit('no such file: ' + argv[0])\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(REPO)]))
+    trace = tmp_path / "trace.txt"
+
+    def run(calls):
+        trace.unlink(missing_ok=True)
+        proc = subprocess.run(mains_argv(calls), capture_output=True, text=True, env=env, cwd=tmp_path)
+        return proc, trace.read_text() if trace.exists() else ""
+
+    proc, ran = run([("tool_a", [trace, "x y", 3]), ("tool_b", [trace, 0])])
+    assert (proc.returncode, ran) == (0, "a tool_a x y 3\nb\n"), proc.stderr
+    assert f"== python -m tool_a {trace} 'x y' 3\n" in proc.stdout and f"== python -m tool_b {trace} 0\n" in proc.stdout
+    proc, ran = run([("tool_b", [trace, 3]), ("tool_a", [trace])])
+    assert (proc.returncode, ran) == (3, "b\n")
+    proc, ran = run([("tool_c", ["--x", "no"]), ("tool_a", [trace])])
+    assert (proc.returncode, ran) == (2, "") and "usage: tool_c" in proc.stderr
+    proc, ran = run([("tool_d", ["f.txt"]), ("tool_a", [trace])])
+    assert (proc.returncode, ran) == (1, "") and "no such file: f.txt" in proc.stderr
