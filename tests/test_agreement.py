@@ -36,8 +36,25 @@ def test_statistics_equal_hand_worked_values_and_exact_p():
     assert r["kendall_tau"] == pytest.approx(0.6) and r["spearman_rho"] == pytest.approx(0.8)
     x, y = [A[k] for k in r["systems"]], [B[k] for k in r["systems"]]
     assert r["kendall_p"] == pytest.approx(_exact_p(_tau, x, y))  # 0.2333: exact for small n without ties
-    assert _exact_p(_rho, x, y) == pytest.approx(16 / 120)
-    assert abs(r["spearman_p"] - 16 / 120) < 0.05  # scipy's t approximation of the same test
+    assert r["spearman_p"] == pytest.approx(_exact_p(_rho, x, y)) == pytest.approx(16 / 120)  # exact: n = 5, no ties
+    assert r["spearman_p_exact"]
+
+
+def test_spearman_p_exact_at_full_agreement_and_scipys_beyond_nine_systems():
+    """Five systems in one order: only that order and its reverse reach |rho| = 1, so p = 2 / 5! (Kendall's exact p
+    is the same), where scipy's t approximation gives p -> 0. Ten systems: scipy's p, marked as not exact."""
+    from scipy import stats
+
+    same = {k: float(i) for i, k in enumerate("abcde")}
+    r = rank_agreement(same, same)
+    assert r["spearman_rho"] == pytest.approx(1.0) and r["spearman_p"] == pytest.approx(2 / 120)
+    assert r["kendall_p"] == pytest.approx(2 / 120)
+    x = {f"s{i}": float(i) for i in range(10)}
+    y = {f"s{i}": float((3 * i) % 10) for i in range(10)}
+    r = rank_agreement(x, y)
+    keys = sorted(x)
+    assert not r["spearman_p_exact"]
+    assert r["spearman_p"] == pytest.approx(stats.spearmanr([x[k] for k in keys], [y[k] for k in keys]).pvalue)
 
 
 def test_too_few_common_systems_is_refused():
@@ -74,8 +91,10 @@ def test_markdown_file_and_stdout_end_with_a_newline(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert printed == out.read_text()
     lines = printed.split("\n")
-    # title, blank line, header, rule, one row for the one pair of runs, then the final newline's empty tail
-    assert len(lines) == 6 and lines[-1] == "" and lines[-2].startswith("| run 1 vs run 2 | 3 |")
+    # title, blank line, header, rule, one row for the one pair of runs, blank line, the note on Spearman's exact p
+    # (3 systems), then the final newline's empty tail
+    assert len(lines) == 8 and lines[-1] == "" and lines[4].startswith("| run 1 vs run 2 | 3 |")
+    assert lines[-2].startswith("Spearman's p exact")
 
 
 def test_help_describes_the_tool_with_the_docstrings_first_sentence(capsys):
