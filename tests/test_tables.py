@@ -23,7 +23,6 @@ states, read from the recorded file (or computed from it, or from the code's own
 import csv
 import json
 import math
-import os
 import re
 import shutil
 import subprocess
@@ -137,12 +136,15 @@ def test_every_marker_names_something_that_exists():
 
 
 def test_a_document_shows_whole_tables_of_runs():
-    """The results pages show every row of the recorded seed tables they quote (a table of runs is not cut)."""
+    """The results pages show every row of the recorded seed tables they quote (a table of runs is not cut), and
+    between them both seed tables (1,500 updates and annealed)."""
+    markers = set()
     for doc in ("README.md", "docs/results.md"):
         shown = [t for t in tables((REPO / doc).read_text()) if t[1] and "results_seeds" in t[1]]
-        assert shown, doc
         for _, marker, _, rows in shown:
             assert [r[0] for r in rows] == [r[0] for r in recorded_table(marker)[1]], (doc, marker)
+            markers.add(marker)
+    assert markers == {"examples/multi30k/report/results_seeds.md", "examples/multi30k/report_annealed/results_seeds.md"}
 
 
 def gpu_models():
@@ -200,11 +202,19 @@ def test_the_gpu_findings_in_the_text():
 
 
 def test_computed_annealed_side_by_side():
-    """The README's trained table: each encoding's seed-1 sacreBLEU and chrF++ (with their marks) of the average
-    (report_annealed/results.md) and the last checkpoint (results_last.md), every recorded encoding."""
-    doc, line, header, rows = marked("annealed_side_by_side")
+    side_by_side("annealed_side_by_side", "report_annealed")
+
+
+def test_computed_en_fr_side_by_side():
+    side_by_side("en_fr_side_by_side", "report_en_fr")
+
+
+def side_by_side(table, report):
+    """A README trained table (En-De, En-Fr): each encoding's seed-1 sacreBLEU and chrF++ (with their marks) of
+    the average (REPORT/results.md) and the last checkpoint (results_last.md), every recorded encoding."""
+    doc, line, header, rows = marked(table)
     avg, last = ({r[0]: dict(zip(h, r)) for r in body} for h, body in (
-        recorded_table(f"examples/multi30k/report_annealed/{name}.md") for name in ("results", "results_last")))
+        recorded_table(f"examples/multi30k/{report}/{name}.md") for name in ("results", "results_last")))
     assert sorted(r[0] for r in rows) == sorted(avg) == sorted(last)
     for row in rows:
         cells = dict(zip(header, row))
@@ -219,15 +229,46 @@ def test_the_trained_multi30k_findings_in_the_text():
     rd = lambda name: {r["system"]: r for r in read_csv(REPO / "examples" / "multi30k" / "report_annealed" / f"{name}.csv")}
     avg, last, budget = rd("results"), rd("results_last"), rd("budget")
     text = re.sub(r"\s+", " ", (REPO / "README.md").read_text().split("## Results on real language")[1].split("\n## ")[0])
+    results = re.sub(r"\s+", " ", (REPO / "docs" / "results.md").read_text().split("## Trained models")[1].split("\n## ")[0])
     assert all(float(last[m]["bleu"]) > float(avg[m]["bleu"]) for m in avg)  # "the last checkpoint beats the average"
     assert float(budget["annealed6k"]["bleu_delta"]) > 1 and "**The budget is not converged yet.**" in text
     held = {m for m in ("nope", "lape", "posnet_attn", "at5") if avg[m]["bleu_mark"] == last[m]["bleu_mark"] == "--"}
-    assert held == {"nope", "lape", "posnet_attn", "at5"} and "No-PE, LAPE, PosNet-Attn and Adaptive-T5 stay" in text
+    assert held == {"nope", "lape", "posnet_attn", "at5"} and "No-PE, LAPE, PosNet-Attn and Adaptive-T5 stay" in results
     assert not avg["rpe"]["bleu_mark"] and avg["alibi"]["bleu_mark"] == "--"
     assert not avg["t5"]["bleu_mark"] and not avg["posnet_embed"]["bleu_mark"]
     assert last["t5"]["bleu_mark"] == last["posnet_embed"]["bleu_mark"] == "--"
     agreement = json.loads((REPO / "examples" / "multi30k" / "agreement" / "small_vs_annealed_bleu.md.json").read_text())
     assert f"Kendall tau-b {agreement['rows'][0]['kendall_tau']:.2f}, p = {agreement['rows'][0]['kendall_p']:.2g}" in text
+
+
+def test_the_en_fr_findings_in_the_text():
+    """The README's "Does En-De hold on En-Fr?": each claim is the paired tests' marks of the recorded reports of
+    both pairs (the figures themselves are pinned in PINNED), and the rank agreement is over the five encodings."""
+    m30k = REPO / "examples" / "multi30k"
+    rd = lambda report, name: {r["system"]: r for r in read_csv(m30k / report / f"{name}.csv")}  # noqa: E731
+    de = {d: rd("report_annealed", name) for d, name in (("avg", "results"), ("last", "results_last"))}
+    fr = {d: rd("report_en_fr", name) for d, name in (("avg", "results"), ("last", "results_last"))}
+    text = re.sub(r"\s+", " ", (REPO / "README.md").read_text().split("**Does En-De hold on En-Fr?**")[1].split("\n## ")[0])
+    # RoPE leads on both pairs: significantly above SAPE in every En-Fr test, and above it on En-De
+    assert all(fr[d]["rope"][f"{k}_mark"] == "++" for d in fr for k in ("bleu", "chrf")) and "RoPE leads on both" in text
+    assert all(float(de[d]["rope"]["bleu_delta"]) > 0 for d in de)
+    # PosNet-Embed below SAPE on both, significantly on En-Fr in every test
+    assert all(fr[d]["posnet_embed"][f"{k}_mark"] == "--" for d in fr for k in ("bleu", "chrf"))
+    assert all(float(de[d]["posnet_embed"]["bleu_delta"]) < 0 for d in de)
+    assert "the paper's PosNet-Embed above SAPE holds on neither pair" in text
+    # RPE: level on En-De, above on En-Fr with the average only
+    assert not de["avg"]["rpe"]["bleu_mark"] and fr["avg"]["rpe"]["bleu_mark"] == "++" and not fr["last"]["rpe"]["bleu_mark"]
+    # KERPLE below SAPE on both; significant: En-De chrF++ (average), En-Fr last checkpoint
+    assert all(float(t[d]["kerple"]["bleu_delta"]) < 0 for t in (de, fr) for d in t)
+    assert de["avg"]["kerple"]["chrf_mark"] == "--" and fr["last"]["kerple"]["bleu_mark"] == "--"
+    assert not de["avg"]["kerple"]["bleu_mark"] and not fr["avg"]["kerple"]["bleu_mark"]
+    for name in ("en_de_vs_en_fr_bleu", "en_de_vs_en_fr_last_bleu"):
+        agreement = json.loads((m30k / "agreement" / f"{name}.md.json").read_text())["rows"][0]
+        assert agreement["systems"] == sorted(fr["avg"]) and agreement["n"] == 5
+    # the order behind "KERPLE and PosNet-Embed swapping the last two places" with the average
+    order = lambda t: sorted(fr["avg"], key=lambda m: -float(t["avg"][m]["bleu"]))  # noqa: E731  the five
+    assert order(de)[-2:] == ["posnet_embed", "kerple"] and order(fr)[-2:] == ["kerple", "posnet_embed"]
+    assert order(de)[:3] == order(fr)[:3]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -441,7 +482,7 @@ def test_the_multi30k_ranking_in_the_text():
         for name, value in shown.items():
             assert value == f"{seeds[names[name]]:+.2f}", (doc, name, value)
         assert f"no-PE is {-seeds['nope']:.2f} below" in bullet
-        assert f"PosNet-Attn (seed 1 only" in bullet and f"is {-seed1['posnet_attn']:.2f} below" in bullet
+        assert "PosNet-Attn (seed 1 only" in bullet and f"is {-seed1['posnet_attn']:.2f} below" in bullet
 
 
 def test_the_ngram_figures_in_the_text():
@@ -463,20 +504,21 @@ def test_the_cpu_cross_check_in_the_text():
     assert f"PosNet-Embed is {-float(cpu['posnet_embed']['bleu_delta']):.2f} BLEU below" in text
     assert f"(p = {float(cpu['posnet_embed']['bleu_p']):.2f}; chrF++ p = {float(cpu['posnet_embed']['chrf_p']):.2f})" in text
     assert f"PosNet-Attn is {-float(cpu['posnet_attn']['bleu_delta']):.2f} below" in text
-    runs = len(list((REPO / "examples" / "multi30k" / "results_cpu").iterdir()))
+    runs = len(list((REPO / "examples" / "multi30k" / "results_cpu").glob("*.en-de.*")))  # En-Fr: report_cpu_en_fr
     assert runs == len(cpu) and f"{['Three', 'Four', 'Five', 'Six'][runs - 3]} runs trained on one CPU core" in text
 
 
 # ------------------------------------------------------------------------------------------------
 # the recorded reports are what pe-report makes of the recorded runs
 
-def recorded_runs_with_reference(tmp_path, results):
+def recorded_runs_with_reference(tmp_path, results, tgt="de"):
     """A folder like the checkout for pe-report: a copy of examples/multi30k/RESULTS and the test reference where
-    the recipe keeps it (data-bin/multi30k_en_de/work/raw.test.de), written from the Multi30k test set found."""
+    the recipe keeps it (data-bin/multi30k_en_TGT/work/raw.test.TGT), written from the Multi30k test set found."""
     shutil.copytree(REPO / "examples" / "multi30k" / results, tmp_path / "examples" / "multi30k" / results)
-    (tmp_path / "data-bin" / "multi30k_en_de" / "work").mkdir(parents=True)
-    (tmp_path / "data-bin" / "multi30k_en_de" / "work" / "raw.test.de").write_text(
-        "".join(line + "\n" for line in pe_testing.multi30k_test("de")), encoding="utf-8")
+    work = tmp_path / "data-bin" / f"multi30k_en_{tgt}" / "work"
+    work.mkdir(parents=True)
+    (work / f"raw.test.{tgt}").write_text("".join(line + "\n" for line in pe_testing.multi30k_test(tgt)),
+                                          encoding="utf-8")
 
 
 def assert_same_reports(recorded, out, skip=("ngram",)):
@@ -535,6 +577,20 @@ def test_recorded_annealed_report_is_what_pe_report_makes(tmp_path):
                         skip=("ngram", "curves"))
 
 
+@pytest.mark.slow
+@pytest.mark.needs_multi30k
+@pytest.mark.parametrize("results, report", [("results_en_fr", "report_en_fr"), ("results_cpu", "report_cpu_en_fr")])
+def test_recorded_en_fr_reports_are_what_pe_report_makes(results, report, tmp_path):
+    """The En-Fr tables (the README's, fp16 on a GPU; docs/results.md's CPU cross-check): pe-report --pair en-fr of
+    the recorded runs, for the averaged and the last checkpoint."""
+    recorded_runs_with_reference(tmp_path, results, "fr")
+    report_argv = ["pe_tools.recipes.launch", "report", "--recipe", "multi30k", "--pair", "en-fr", "--size", "annealed",
+                   "--results", f"examples/multi30k/{results}", "--out-dir", "out"]
+    run_ok(report_argv, tmp_path)
+    run_ok(report_argv + ["--decode", "last"], tmp_path)
+    assert_same_reports(REPO / "examples" / "multi30k" / report, tmp_path / "out")
+
+
 def test_the_long_split_lengths_in_the_text(monkeypatch):
     """docs/length.md states the words of the long split that pe-length writes with its default arguments."""
     from pe_tools import length_experiment as length
@@ -590,6 +646,9 @@ PROSE_FIGURE = re.compile(r"(?<![\w.])[+-]?\d+\.\d{2,3}(?=[xM]?(?![\w]|\.\d))") 
 THRESHOLDS = re.compile(r"p < 0\.(05|10)\b( / 0\.10\b)?")  # the significance levels, not results
 M30K_REPORT = "examples/multi30k/report/"
 ANNEALED = "examples/multi30k/report_annealed/"
+EN_FR = "examples/multi30k/report_en_fr/"
+CPU_EN_FR = "examples/multi30k/report_cpu_en_fr/"
+AGREEMENT = "examples/multi30k/agreement/"
 SETUP_ENV = "scripts/setup_env.sh"  # the versions make setup installs and the Pythons it accepts
 QUICKSTART = "examples/quickstart/toy_posnet.txt"
 TOY_SAPE = "examples/quickstart/toy_sape.txt"  # docs/recipes.md's toy block, on two machines
@@ -624,6 +683,22 @@ def cost_history(figures: list) -> list:
 
 PINNED = {
     "docs/results.md": [
+        ("38.13", ANNEALED + "results_seeds_last.csv", "bleu", {"system": "sape"}, ""),
+        ("39.11", ANNEALED + "results_seeds_last.csv", "bleu", {"system": "rope"}, ""),
+        ("+1.08", ANNEALED + "results_seeds.csv", "bleu_delta", {"system": "rope"}, "+"),
+        ("+0.98", ANNEALED + "results_seeds_last.csv", "bleu_delta", {"system": "rope"}, "+"),
+        ("+2.24", M30K_REPORT + "results_seeds.csv", "bleu_delta", {"system": "rope"}, "+"),
+        ("+1.09", M30K_REPORT + "results_seeds.csv", "bleu_delta", {"system": "rpe"}, "+"),
+        ("+0.21", ANNEALED + "results.csv", "bleu_delta", {"system": "rpe"}, "+"),
+        ("0.22", ANNEALED + "results.csv", "bleu_p", {"system": "rpe"}, "p"),
+        ("-1.44", ANNEALED + "results.csv", "bleu_delta", {"system": "alibi"}, "+"),
+        ("-0.32", ANNEALED + "results.csv", "bleu_delta", {"system": "t5"}, "+"),
+        ("-0.40", ANNEALED + "results.csv", "bleu_delta", {"system": "posnet_embed"}, "+"),
+        ("-0.83", ANNEALED + "results_last.csv", "bleu_delta", {"system": "t5"}, "+"),
+        ("-0.97", ANNEALED + "results_last.csv", "bleu_delta", {"system": "posnet_embed"}, "+"),
+        ("38.32", ANNEALED + "results_last.csv", "bleu", {"system": "sape"}, ""),
+        ("37.58", ANNEALED + "results.csv", "bleu", {"system": "sape"}, ""),
+        ("0.82", AGREEMENT + "small_vs_annealed_bleu.md.json", "rows.0.kendall_tau", {}, ""),
         ("0.82", "computed:small_lr_at_the_end", None, {}, ""),
         ("33.38", M30K_REPORT + "results_seeds.csv", "bleu", {"system": "sape"}, ""),
         ("+2.24", M30K_REPORT + "results_seeds.csv", "bleu_delta", {"system": "rope"}, "+"),
@@ -668,6 +743,14 @@ PINNED = {
         ("0.10", "examples/multi30k/report_cpu/results.csv", "chrf_p", {"system": "posnet_embed"}, ""),
         ("2.33", "examples/multi30k/report_cpu/results.csv", "bleu_delta", {"system": "posnet_attn"}, "-"),
         ("0.001", "examples/multi30k/report_cpu/results.csv", "bleu_p", {"system": "posnet_attn"}, "p"),
+        ("56.69", CPU_EN_FR + "results.csv", "bleu", {"system": "sape"}, ""),
+        ("57.40", EN_FR + "results.csv", "bleu", {"system": "sape"}, ""),
+        ("-0.84", CPU_EN_FR + "results.csv", "bleu_delta", {"system": "posnet_embed"}, "+"),
+        ("0.044", CPU_EN_FR + "results.csv", "bleu_p", {"system": "posnet_embed"}, "p"),
+        ("-1.43", CPU_EN_FR + "results_last.csv", "bleu_delta", {"system": "posnet_embed"}, "+"),
+        ("0.006", CPU_EN_FR + "results_last.csv", "bleu_p", {"system": "posnet_embed"}, "p"),
+        ("-1.39", EN_FR + "results.csv", "bleu_delta", {"system": "posnet_embed"}, "+"),
+        ("-1.30", EN_FR + "results_last.csv", "bleu_delta", {"system": "posnet_embed"}, "+"),
     ],
     "README.md": [
         ("3.11", SETUP_ENV, r"needs Python (\d+\.\d+) or", {}, ""),
@@ -677,28 +760,33 @@ PINNED = {
         ("0.12", SETUP_ENV, r"ve-fairseq==(\d+\.\d+)", {}, ""),
         ("81.32", QUICKSTART, r"BLEU4 = ([\d.]+)", {"match": 0}, ""),
         ("81.58", QUICKSTART, r"BLEU4 = ([\d.]+)", {"match": 1}, ""),
-        ("38.13", ANNEALED + "results_seeds_last.csv", "bleu", {"system": "sape"}, ""),
-        ("39.11", ANNEALED + "results_seeds_last.csv", "bleu", {"system": "rope"}, ""),
+        ("+1.16", EN_FR + "results.csv", "bleu_delta", {"system": "rope"}, "+"),
+        ("+0.98", EN_FR + "results_last.csv", "bleu_delta", {"system": "rope"}, "+"),
+        ("-1.39", EN_FR + "results.csv", "bleu_delta", {"system": "posnet_embed"}, "+"),
+        ("-1.30", EN_FR + "results_last.csv", "bleu_delta", {"system": "posnet_embed"}, "+"),
+        ("-0.40", ANNEALED + "results.csv", "bleu_delta", {"system": "posnet_embed"}, "+"),
+        ("0.14", ANNEALED + "results.csv", "bleu_p", {"system": "posnet_embed"}, "p"),
+        ("+0.21", ANNEALED + "results.csv", "bleu_delta", {"system": "rpe"}, "+"),
+        ("0.22", ANNEALED + "results.csv", "bleu_p", {"system": "rpe"}, "p"),
+        ("+1.04", EN_FR + "results.csv", "bleu_delta", {"system": "rpe"}, "+"),
+        ("+0.44", EN_FR + "results_last.csv", "bleu_delta", {"system": "rpe"}, "+"),
+        ("0.12", EN_FR + "results_last.csv", "bleu_p", {"system": "rpe"}, "p"),
+        ("-0.52", ANNEALED + "results.csv", "bleu_delta", {"system": "kerple"}, "+"),
+        ("0.10", ANNEALED + "results.csv", "bleu_p", {"system": "kerple"}, ""),
+        ("-0.38", EN_FR + "results.csv", "bleu_delta", {"system": "kerple"}, "+"),
+        ("0.14", EN_FR + "results.csv", "bleu_p", {"system": "kerple"}, "p"),
+        ("-0.88", EN_FR + "results_last.csv", "bleu_delta", {"system": "kerple"}, "+"),
+        ("0.80", AGREEMENT + "en_de_vs_en_fr_bleu.md.json", "rows.0.kendall_tau", {}, ""),
+        ("0.083", AGREEMENT + "en_de_vs_en_fr_bleu.md.json", "rows.0.kendall_p", {}, "p"),
+        ("1.00", AGREEMENT + "en_de_vs_en_fr_last_bleu.md.json", "rows.0.kendall_tau", {}, ""),
+        ("0.017", AGREEMENT + "en_de_vs_en_fr_last_bleu.md.json", "rows.0.kendall_p", {}, "p"),
         ("1.43", ANNEALED + "budget.csv", "bleu_delta", {"system": "annealed6k"}, ""),
         ("1.02", ANNEALED + "budget_last.csv", "bleu_delta", {"system": "annealed6k"}, ""),
         ("2.446", ANNEALED + "budget_curves.csv", "nll_loss", {"run": "sape.en-de.annealed.seed1", "updates": "3000"},
          "3"),
         ("2.244", ANNEALED + "budget_curves.csv", "nll_loss", {"run": "sape.en-de.annealed6k.seed1", "updates": "6000"},
          "3"),
-        ("+1.08", ANNEALED + "results_seeds.csv", "bleu_delta", {"system": "rope"}, "+"),
-        ("+0.98", ANNEALED + "results_seeds_last.csv", "bleu_delta", {"system": "rope"}, "+"),
-        ("+2.24", M30K_REPORT + "results_seeds.csv", "bleu_delta", {"system": "rope"}, "+"),
-        ("+1.09", M30K_REPORT + "results_seeds.csv", "bleu_delta", {"system": "rpe"}, "+"),
-        ("+0.21", ANNEALED + "results.csv", "bleu_delta", {"system": "rpe"}, "+"),
-        ("0.22", ANNEALED + "results.csv", "bleu_p", {"system": "rpe"}, "p"),
-        ("-1.44", ANNEALED + "results.csv", "bleu_delta", {"system": "alibi"}, "+"),
-        ("-0.32", ANNEALED + "results.csv", "bleu_delta", {"system": "t5"}, "+"),
-        ("-0.40", ANNEALED + "results.csv", "bleu_delta", {"system": "posnet_embed"}, "+"),
-        ("-0.83", ANNEALED + "results_last.csv", "bleu_delta", {"system": "t5"}, "+"),
-        ("-0.97", ANNEALED + "results_last.csv", "bleu_delta", {"system": "posnet_embed"}, "+"),
-        ("38.32", ANNEALED + "results_last.csv", "bleu", {"system": "sape"}, ""),
-        ("37.58", ANNEALED + "results.csv", "bleu", {"system": "sape"}, ""),
-        ("0.82", "examples/multi30k/agreement/small_vs_annealed_bleu.md.json", "rows.0.kendall_tau", {}, ""),
+        ("0.82", AGREEMENT + "small_vs_annealed_bleu.md.json", "rows.0.kendall_tau", {}, ""),
         ("1.10", "computed:goal_step", None, {}, ""),
         ("1.05", "computed:goal_peak", None, {}, ""),
         ("1.10", "computed:kerple_and_t5_busy_at_200", None, {}, ""),
