@@ -430,3 +430,18 @@ def test_a_runs_options_become_pe_trains_flags():
     base = ["train", "rope", "--recipe", "multi30k", "--pair", "en-fr", "--size", "annealed", "--seed", "2"]
     assert run.train_args() == base + ["--data", "d", "--runs-dir", "r", "--gpus", "4"]
     assert queue.Run(3, "multi30k", "rope", "en-fr", "annealed", 2).train_args() == base
+
+
+def test_the_multi30k_queue_files_are_valid_and_every_run_recorded(capsys):
+    """examples/multi30k's queue files (the En-Fr and KERPLE runs on a GPU, the En-Fr cross-check on CPU cores) are
+    valid without prepared data, and each run they list is recorded where its line says (into=), with the commit
+    it trained from."""
+    files = sorted((REPO / "examples" / "multi30k").glob("queue*.txt"))
+    assert [f.name for f in files] == ["queue_en_fr.txt", "queue_gpu.txt"]
+    for q in files:
+        assert queue_cli.main(["check", str(q), "--no-data"]) == 0
+        assert capsys.readouterr().out.strip().endswith("all valid")
+        for run in queue.parse_queue(q, data=False):
+            command = json.loads((REPO / run.recorded / "command.json").read_text())
+            assert (command["method"], command["pair"], command["size"]) == (run.method, run.pair, run.size)
+            assert len(command["commit"]) == 40, (q.name, run.name)
