@@ -1,10 +1,11 @@
-"""Gather what pe-probe, pe-swap-probe and pe-evaluate wrote for the ten annealed Multi30k En-De models into one
-CSV and four figures (examples/multi30k/analysis/README.md says which commands made the inputs).
+"""Gather what pe-probe, pe-swap-probe and pe-evaluate wrote for the annealed Multi30k En-De models into one CSV
+and four figures (examples/multi30k/analysis/README.md says which commands made the inputs).
 
     python -m pe_tools.collect_analysis --probes DIR --evaluate DIR [--out examples/multi30k/analysis]
 
 --probes DIR holds one folder per encoding (DIR/METHOD/probe.json, probe_maps.npz, swap_probe.json); --evaluate
-DIR is pe-evaluate's --out-dir (results.csv, results_length.csv, prefix "results"). Writes into --out:
+DIR is pe-evaluate's --out-dir (results.csv, results_length.csv, prefix "results"), run on every encoding of
+METHODS. Writes into --out:
 
   analysis.csv   one row per encoding, side, variant and layer of the identical-word probe (kind "probe": the
                  indicators exactly as probe.json holds them, NaN and inf as the JSON has them: empty and "inf"),
@@ -12,7 +13,16 @@ DIR is pe-evaluate's --out-dir (results.csv, results_length.csv, prefix "results
                  source-length bucket, and the word-swap probe (Δout chrF++ and BLEU, ΔNLL per token, share of
                  changed outputs, global / local ratio)
   summary.md     the tables docs/analysis.md shows, rendered from analysis.csv as written (``render_summary``)
+  probe_maps.csv the encoder maps the probe figure shows (L = --figure-length, the mean of the layers, EOS dropped):
+                 one row per encoding and query position, one column per key position
   probe_maps.png, probe_indicators.png, swap_probe.png, bleu_by_length.png
+
+Adding a model to the recorded analysis: an encoding of METHODS without a folder in --probes keeps what --out
+already records of it: its probe rows and word-swap columns from --out/analysis.csv, its map from
+--out/probe_maps.csv. Its BLEU and chrF++ columns come from --evaluate like every encoding's, and must be the
+recorded ones to the last digit (else the recorded probes belong to other translations, and the run stops). The
+other three figures are drawn from the CSV rows; probe_maps.png only where the maps of every encoding are at hand,
+else the one in --out is left as it was (the run says whose maps it lacks).
 
 The probes ran at two lengths (--length 20 and the default 64, in DIR/METHOD/len20/ and DIR/METHOD/): the CSV's
 ``length`` column tells them apart; the figures of the probe show L = 20 unless --figure-length says otherwise.
@@ -21,6 +31,7 @@ import argparse
 import csv
 import io
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -29,16 +40,19 @@ import numpy as np
 from pe_plugin.analysis import probing
 
 from .figures import png_bytes, pyplot
-
-# the models analysed: the ten encodings of the recorded annealed runs (examples/multi30k/results), in table order
 from .file_io import csv_text, write_all_atomic
 from .tables import markdown_table
-METHODS = ["nope", "sape", "lape", "rpe", "t5", "at5", "posnet_embed", "posnet_attn", "rope", "alibi"]
+
+# the models analysed: the encodings of the recorded annealed runs (examples/multi30k/results), in table order
+METHODS = ["nope", "sape", "lape", "rpe", "t5", "at5", "posnet_embed", "posnet_attn", "rope", "alibi", "kerple"]
 INDICATORS = ["locality", "sym_code", "sym_abs", "aiv", "opr", "opr_tie_half", "opr_first20", "opr_first20_tie_half",
               "sd", "db20"]
+PROBE_COLUMNS = ["pe", "kind", "side", "variant", "layer", "length", "words", *INDICATORS]
 KINDS = ["local", "global", "shuffle"]
 SWAP = {"delta_out_chrf": "dout_chrf", "delta_out_bleu": "dout_bleu", "delta_nll_per_token": "dnll",
         "changed_outputs": "changed"}
+SWAP_PREFIXES = ("swap_sentences", *(f"{name}_" for name in SWAP.values()), "ratio_")  # the word-swap columns
+DEFAULT_OUT = Path("examples") / "multi30k" / "analysis"
 DPI = 150
 
 
@@ -64,13 +78,9 @@ def bucket_key(label: str) -> str:
     return label.replace("≤", "le").replace("≥", "ge").replace("-", "_")
 
 
-def model_row(method: str, whole: dict, buckets: list, swap: dict) -> dict:
-    row = {"pe": method, "kind": "model", "bleu": float(whole["bleu"]), "chrf": float(whole["chrf"])}
-    for b in buckets:
-        row[f"bleu_{bucket_key(b['bucket'])}"] = float(b["bleu"])
-    for b in buckets:
-        row[f"chrf_{bucket_key(b['bucket'])}"] = float(b["chrf"])
-    row["swap_sentences"] = swap["n_sentences"]
+def swap_columns(swap: dict) -> dict:
+    """The word-swap columns of a model row, from pe-swap-probe's swap_probe.json."""
+    row = {"swap_sentences": swap["n_sentences"]}
     for kind in KINDS:
         r = swap["perturbations"][kind]
         for key, name in SWAP.items():
@@ -80,6 +90,16 @@ def model_row(method: str, whole: dict, buckets: list, swap: dict) -> dict:
         if key in ratio:
             row[f"ratio_{name}"] = cell(ratio[key])
     return row
+
+
+def model_row(method: str, whole: dict, buckets: list, swap: dict) -> dict:
+    """A model row: the scores of pe-evaluate's rows, then the word-swap columns (``swap_columns``)."""
+    row = {"pe": method, "kind": "model", "bleu": float(whole["bleu"]), "chrf": float(whole["chrf"])}
+    for b in buckets:
+        row[f"bleu_{bucket_key(b['bucket'])}"] = float(b["bleu"])
+    for b in buckets:
+        row[f"chrf_{bucket_key(b['bucket'])}"] = float(b["chrf"])
+    return {**row, **swap}
 
 
 def read_csv(path: Path) -> list:
@@ -92,11 +112,53 @@ def probe_folders(probes: Path, method: str) -> list:
     return [probes / method, *sorted(p.parent for p in (probes / method).glob("len*/probe.json"))]
 
 
-def gather(probes: Path, evaluate: Path, figure_length: int):
+def read_maps(path: Path, length: int) -> dict:
+    """The maps of probe_maps.csv at this length, {pe: (L, L) array}; none where the file is absent."""
+    maps = {}
+    for r in read_csv(path) if path.is_file() else []:
+        if int(r["length"]) == length:
+            maps.setdefault(r["pe"], []).append([float(r[f"key{k + 1}"]) for k in range(length)])
+    return {m: np.array(a) for m, a in maps.items()}
+
+
+def maps_csv(maps: dict, length: int) -> str:
+    """probe_maps.csv: one row per encoding (in METHODS order) and query position, one column per key position."""
+    return csv_text([{"pe": m, "length": length, "query": q + 1,
+                      **{f"key{k + 1}": repr(float(maps[m][q, k])) for k in range(length)}}
+                     for m in METHODS if m in maps for q in range(length)])
+
+
+def gather(probes: Path, evaluate: Path, figure_length: int, recorded: Path):
+    """(rows, maps, kept): the CSV rows, the encoder maps at ``figure_length`` and the encodings whose probes were
+    kept from ``recorded`` (the folder of the recorded analysis.csv and probe_maps.csv) for want of a folder in
+    ``probes``."""
     whole = {r["system"]: r for r in read_csv(evaluate / "results.csv")}
     length = read_csv(evaluate / "results_length.csv")
-    rows, models, maps = [], [], {}
+    missing = [m for m in METHODS if m not in whole]
+    if missing:
+        raise SystemExit(f"{evaluate / 'results.csv'} has no scores of {', '.join(missing)}: pe-evaluate scores "
+                         "every encoding (--baseline sape, --system for each other)")
+    kept = [m for m in METHODS if not (probes / m).is_dir()]
+    old = read_csv(recorded / "analysis.csv") if kept and (recorded / "analysis.csv").is_file() else []
+    maps = read_maps(recorded / "probe_maps.csv", figure_length)
+    rows, models = [], []
     for m in METHODS:
+        buckets = [b for b in length if b["system"] == m]
+        if m in kept:
+            old_probes = [{k: r[k] for k in PROBE_COLUMNS} for r in old if r["pe"] == m and r["kind"] == "probe"]
+            old_model = [r for r in old if r["pe"] == m and r["kind"] == "model"]
+            if not old_probes or len(old_model) != 1:
+                raise SystemExit(f"no folder {probes / m} and no rows of {m} in {recorded / 'analysis.csv'}")
+            swap = {k: v for k, v in old_model[0].items() if k.startswith(SWAP_PREFIXES)}
+            row = model_row(m, whole[m], buckets, swap)
+            changed = [k for k in row if k.startswith(("bleu", "chrf")) and str(row[k]) != old_model[0].get(k)]
+            if changed:
+                raise SystemExit(f"{m}: pe-evaluate's {', '.join(changed)} differ from {recorded / 'analysis.csv'}: "
+                                 f"the recorded probes of {m} belong to other translations; probe it again "
+                                 f"({probes / m})")
+            rows += old_probes
+            models.append(row)
+            continue
         for folder in probe_folders(probes, m):
             report = json.loads((folder / "probe.json").read_text())
             rows += probe_rows(m, report)
@@ -104,11 +166,11 @@ def gather(probes: Path, evaluate: Path, figure_length: int):
                 with np.load(folder / "probe_maps.npz") as z:
                     maps[m] = probing.variants("encoder", z["encoder"])["without_special"][-1]  # mean of layers
         swap = json.loads((probes / m / "swap_probe.json").read_text())
-        models.append(model_row(m, whole[m], [b for b in length if b["system"] == m], swap))
-    rows.sort(key=lambda r: (METHODS.index(r["pe"]), r["length"]))
+        models.append(model_row(m, whole[m], buckets, swap_columns(swap)))
+    rows.sort(key=lambda r: (METHODS.index(r["pe"]), int(r["length"])))  # stable: probe.json's order within
     # the model rows carry the probe columns empty, the probe rows the model columns empty
     header = list(rows[0]) + [k for k in models[0] if k not in rows[0]]
-    return [{k: r.get(k, "") for k in header} for r in rows + models], maps
+    return [{k: r.get(k, "") for k in header} for r in rows + models], maps, kept
 
 
 # ---- the tables of docs/analysis.md, from the CSV as written -----------------------------------------------
@@ -173,7 +235,10 @@ def label(key: str) -> str:
 
 def probe_maps_png(maps: dict, length: int) -> bytes:
     plt = pyplot()
-    fig, axes = plt.subplots(2, 5, figsize=(13, 5.8), layout="constrained")
+    cols = math.ceil(len(maps) / 2)
+    fig, axes = plt.subplots(2, cols, figsize=(2.6 * cols, 5.8), layout="constrained")
+    for ax in axes.flat[len(maps):]:
+        ax.set_axis_off()
     for ax, (m, a) in zip(axes.flat, maps.items()):
         im = ax.imshow(a, cmap="viridis", interpolation="nearest", vmin=0.0, vmax=max(float(a.max()), 1e-12))
         ax.set_title(m + (" (uniform)" if float(a.max() - a.min()) < 1e-9 else ""), fontsize=11)
@@ -191,7 +256,7 @@ def probe_indicators_png(rows: list, length: int) -> bytes:
     shown = [("locality", "Locality (Chen; higher = more local)"), ("sym_abs", "Sym_abs (1 = symmetric rows)"),
              ("opr", "OPR (Wang; 0 = falls with distance)"), ("db20", "DB_20 (Wang; preceding / succeeding)")]
     enc = [r for r in rows if r["kind"] == "probe" and r["side"] == "encoder" and r["variant"] == "without_special"
-           and r["length"] == length]
+           and int(r["length"]) == length]
     fig, axes = plt.subplots(2, 2, figsize=(12, 7), layout="constrained")
     x = np.arange(len(METHODS))
     for ax, (key, title) in zip(axes.flat, shown):
@@ -221,7 +286,7 @@ def swap_png(models: list) -> bytes:
             ("dout_chrf", "Output change", "Δout = 100 - chrF++(T(x'), T(x))"),
             ("dnll", "Likelihood change of T(x)", "ΔNLL per token (nats)")]):
         for k, kind in enumerate(KINDS):
-            ax.bar(x + (k - 1) * 0.27, [r[f"{name}_{kind}"] for r in models], 0.27, label=kind)
+            ax.bar(x + (k - 1) * 0.27, [float(r[f"{name}_{kind}"]) for r in models], 0.27, label=kind)
         ax.set_xticks(x, METHODS, rotation=35, ha="right", fontsize=9)
         ax.set_title(title, fontsize=11)
         ax.set_ylabel(ylabel, fontsize=9)
@@ -235,8 +300,8 @@ def bleu_by_length_png(models: list, labels: list) -> bytes:
     plt = pyplot()
     keys = [f"bleu_{bucket_key(b)}" for b in labels]
     base = next(r for r in models if r["pe"] == "sape")
-    grid = np.array([[r[k] for k in keys] for r in models])
-    delta = grid - np.array([base[k] for k in keys])
+    grid = np.array([[float(r[k]) for k in keys] for r in models])
+    delta = grid - np.array([float(base[k]) for k in keys])
     fig, ax = plt.subplots(figsize=(7.5, 5.5), layout="constrained")
     lim = float(np.abs(delta).max())
     im = ax.imshow(delta, cmap="RdBu", vmin=-lim, vmax=lim, aspect="auto")
@@ -254,26 +319,41 @@ def bleu_by_length_png(models: list, labels: list) -> bytes:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--probes", required=True, type=Path, help="folder of METHOD/probe.json, probe_maps.npz, "
-                                                              "swap_probe.json")
-    p.add_argument("--evaluate", required=True, type=Path, help="pe-evaluate's --out-dir (prefix 'results')")
-    p.add_argument("--out", type=Path, default=Path(__file__).resolve().parent)
+    p.add_argument("--probes", required=True, type=Path,
+                   help="folder of METHOD/probe.json, probe_maps.npz, swap_probe.json; an encoding without a folder "
+                        "here keeps its probe rows, word-swap columns and map from --out's analysis.csv and "
+                        "probe_maps.csv")
+    p.add_argument("--evaluate", required=True, type=Path, help="pe-evaluate's --out-dir (prefix 'results'), with "
+                                                                "the scores of every encoding")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="the folder of the analysis, read (the recorded "
+                                                                 "rows of encodings without a probe folder) and "
+                                                                 "written (default: %(default)s)")
     p.add_argument("--figure-length", type=int, default=20, help="probe length L of the probe figures")
     args = p.parse_args(argv)
-    table, maps = gather(args.probes, args.evaluate, args.figure_length)
+    table, maps, kept = gather(args.probes, args.evaluate, args.figure_length, args.out)
     text = csv_text(table)
-    rows = list(csv.DictReader(io.StringIO(text)))
-    models = [r for r in table if r["kind"] == "model"]
+    rows = list(csv.DictReader(io.StringIO(text)))  # the figures and tables are drawn from the CSV as written
+    models = [r for r in rows if r["kind"] == "model"]
     labels = [label(k[len("bleu_"):]) for k in models[0] if k.startswith("bleu_")]
-    write_all_atomic({
+    outputs = {
         args.out / "analysis.csv": text,
         args.out / "summary.md": render_summary(rows),
-        args.out / "probe_maps.png": probe_maps_png(maps, args.figure_length),
-        args.out / "probe_indicators.png": probe_indicators_png(table, args.figure_length),
+        args.out / "probe_maps.csv": maps_csv(maps, args.figure_length),
+        args.out / "probe_indicators.png": probe_indicators_png(rows, args.figure_length),
         args.out / "swap_probe.png": swap_png(models),
         args.out / "bleu_by_length.png": bleu_by_length_png(models, labels),
-    })
-    print(f"wrote {args.out / 'analysis.csv'} ({len(table)} rows), summary.md and 4 figures")
+    }
+    lacking = [m for m in METHODS if m not in maps]
+    if not lacking:
+        outputs[args.out / "probe_maps.png"] = probe_maps_png({m: maps[m] for m in METHODS}, args.figure_length)
+    write_all_atomic(outputs)
+    figures = sum(path.suffix == ".png" for path in outputs)
+    print(f"wrote {args.out / 'analysis.csv'} ({len(table)} rows), summary.md, probe_maps.csv and {figures} figures")
+    if kept:
+        print(f"kept the recorded probe rows and word-swap columns of {', '.join(kept)} (no folder in {args.probes}); "
+              f"their BLEU and chrF++ from {args.evaluate} are the recorded ones")
+    if lacking:
+        print(f"left probe_maps.png as it was: no L = {args.figure_length} map of {', '.join(lacking)}")
     return 0
 
 

@@ -1,11 +1,13 @@
-"""examples/multi30k/analysis/: what the ten annealed Multi30k En-De models learned (issue 32, part 5).
+"""examples/multi30k/analysis/: what the eleven annealed Multi30k En-De models learned (issue 32, part 5; KERPLE
+added by issue 41).
 
 The CSV holds what pe-probe, pe-swap-probe and pe-evaluate wrote (gathered by pe_tools/collect_analysis.py); these
 tests need neither the checkpoints nor the corpus. They check that the CSV is whole, that the models without an
 encoder position signal give their exact references, that summary.md (the tables docs/analysis.md shows) is what
-pe_tools.collect_analysis renders from the CSV, and that every number and comparison stated in docs/analysis.md
-§What the trained Multi30k models learned is read from the CSV. Where the test reference exists, the CSV's BLEU
-is re-scored from the recorded translations.
+pe_tools.collect_analysis renders from the CSV, that collect_analysis keeps the recorded rows of an encoding it has
+no probes of (and that KERPLE's map in probe_maps.csv is the one its rows describe), and that every number and
+comparison stated in docs/analysis.md §What the trained Multi30k models learned is read from the CSV. Where the test
+reference exists, the CSV's BLEU is re-scored from the recorded translations.
 """
 import csv
 import io
@@ -68,7 +70,7 @@ def uniform_locality(n: int) -> float:
 
 def test_every_encoding_side_layer_and_length_has_a_row(rows):
     methods = load_collect().METHODS
-    assert len(methods) == 10
+    assert len(methods) == 11 and methods[-1] == "kerple"
     for pe in methods:
         for length in (20, 64):
             for side in ("encoder", "decoder"):
@@ -79,7 +81,7 @@ def test_every_encoding_side_layer_and_length_has_a_row(rows):
         m = model(rows, pe)
         assert m["swap_sentences"] == "500"
         assert all(m[k] != "" for k in m if k.startswith(("bleu", "chrf", "dout_", "dnll_")))
-    assert len(rows) == 10 * (2 * 2 * 2 * 4 + 1)
+    assert len(rows) == 11 * (2 * 2 * 2 * 4 + 1)
 
 
 @pytest.mark.parametrize("pe", ["nope", "posnet_attn"])
@@ -94,7 +96,8 @@ def test_no_encoder_position_signal_gives_the_exact_references(rows, pe):
             assert float(r["sym_abs"]) == pytest.approx(1.0, abs=1e-6) and r["aiv"] == ""
             assert float(r["opr"]) == 0.0 and float(r["opr_tie_half"]) == 0.5
             assert float(r["db20"]) == pytest.approx(1.0, abs=1e-6)
-    for other in ("sape", "rope", "t5", "alibi"):  # a negative control: an encoding with positions is not uniform
+    # a negative control: an encoding with positions is not uniform
+    for other in ("sape", "rope", "t5", "alibi", "kerple"):
         assert float(probe(rows, other)["locality"]) > uniform_locality(20) + 0.02
 
 
@@ -126,17 +129,99 @@ def test_the_folder_is_small():
 
 
 def test_the_readme_shows_sapes_swap_probe_output(rows):
-    """The three lines pe-swap-probe printed for SAPE, as the folder's README shows them, are the CSV's."""
+    """The three lines pe-swap-probe printed for SAPE (and for KERPLE, added later), as the folder's README shows
+    them (in the code block after the line that names them), are the CSV's."""
     text = (FOLDER / "README.md").read_text(encoding="utf-8")
-    m = model(rows, "sape")
-    shown = re.findall(r"^(local|global|shuffle) +n= +(\d+) +Δout\(chrF\+\+\) +([\d.]+) +Δout\(BLEU\) +([\d.]+) +"
-                       r"ΔNLL/token ([+-][\d.]+) +changed +([\d.]+)%$", text, flags=re.M)
-    assert [k for k, *_ in shown] == ["local", "global", "shuffle"]
-    for kind, n, chrf, bleu, nll, changed in shown:
-        assert (n, chrf, bleu, nll, changed) == (m["swap_sentences"], f"{float(m[f'dout_chrf_{kind}']):.3f}",
-                                                 f"{float(m[f'dout_bleu_{kind}']):.3f}",
-                                                 f"{float(m[f'dnll_{kind}']):+.5f}",
-                                                 f"{100 * float(m[f'changed_{kind}']):.1f}")
+    line = (r"^(local|global|shuffle) +n= +(\d+) +Δout\(chrF\+\+\) +([\d.]+) +Δout\(BLEU\) +([\d.]+) +"
+            r"ΔNLL/token ([+-][\d.]+) +changed +([\d.]+)%$")
+    assert len(re.findall(line, text, flags=re.M)) == 6
+    for pe, name in (("sape", "SAPE's"), ("kerple", "KERPLE's")):
+        block = re.search(rf"{name}[^\n]*:\n```\n(.*?)```", text, flags=re.S)
+        assert block, name
+        shown = re.findall(line, block[1], flags=re.M)
+        assert [k for k, *_ in shown] == ["local", "global", "shuffle"], name
+        m = model(rows, pe)
+        for kind, n, chrf, bleu, nll, changed in shown:
+            assert (n, chrf, bleu, nll, changed) == (m["swap_sentences"], f"{float(m[f'dout_chrf_{kind}']):.3f}",
+                                                     f"{float(m[f'dout_bleu_{kind}']):.3f}",
+                                                     f"{float(m[f'dnll_{kind}']):+.5f}",
+                                                     f"{100 * float(m[f'changed_{kind}']):.1f}"), (pe, kind)
+
+
+# ---- collect_analysis adds a model to the recorded analysis -------------------------------------------------
+
+def evaluate_folder(rows, folder, bleu_of=None):
+    """A stand-in for pe-evaluate's --out-dir: results.csv and results_length.csv with the CSV's scores (the columns
+    collect_analysis reads); ``bleu_of`` {pe: BLEU} replaces a model's whole-test BLEU."""
+    collect = load_collect()
+    models = [r for r in rows if r["kind"] == "model"]
+    keys = [k[len("bleu_"):] for k in models[0] if k.startswith("bleu_")]
+    whole = [{"system": r["pe"], "bleu": (bleu_of or {}).get(r["pe"], r["bleu"]), "chrf": r["chrf"]} for r in models]
+    length = [{"system": r["pe"], "bucket": collect.label(k), "bleu": r[f"bleu_{k}"], "chrf": r[f"chrf_{k}"]}
+              for r in models for k in keys]
+    folder.mkdir()
+    (folder / "results.csv").write_text(collect.csv_text(whole), encoding="utf-8")
+    (folder / "results_length.csv").write_text(collect.csv_text(length), encoding="utf-8")
+    return folder
+
+
+def recorded_copy(folder):
+    """A copy of the recorded analysis (the CSV, summary.md, probe_maps.csv) and a stand-in probe_maps.png."""
+    folder.mkdir()
+    for name in ("analysis.csv", "summary.md", "probe_maps.csv"):
+        (folder / name).write_bytes((FOLDER / name).read_bytes())
+    (folder / "probe_maps.png").write_bytes(b"the recorded figure")
+    return folder
+
+
+def test_collect_keeps_the_recorded_rows_of_encodings_without_probes(rows, tmp_path):
+    """With no probe folder at all, collect_analysis writes the recorded analysis as it is: every encoding keeps
+    its probe rows and word-swap columns, its BLEU and chrF++ come from pe-evaluate, summary.md and probe_maps.csv
+    are unchanged, and probe_maps.png (no map of ten encodings) is left as it was."""
+    collect = load_collect()
+    out = recorded_copy(tmp_path / "out")
+    (tmp_path / "probes").mkdir()
+    evaluate = evaluate_folder(rows, tmp_path / "evaluate")
+    table, maps, kept = collect.gather(tmp_path / "probes", evaluate, 20, out)
+    assert kept == collect.METHODS and set(maps) == {"kerple"}
+    assert collect.csv_text(table) == CSV.read_text(encoding="utf-8")
+    assert collect.main(["--probes", str(tmp_path / "probes"), "--evaluate", str(evaluate), "--out", str(out)]) == 0
+    for name in ("analysis.csv", "summary.md", "probe_maps.csv"):
+        assert (out / name).read_bytes() == (FOLDER / name).read_bytes(), name
+    assert (out / "probe_maps.png").read_bytes() == b"the recorded figure"
+    assert all((out / f"{name}.png").stat().st_size > 10_000
+               for name in ("probe_indicators", "swap_probe", "bleu_by_length"))
+
+
+def test_collect_refuses_recorded_probes_of_other_translations(rows, tmp_path):
+    """A kept encoding whose pe-evaluate BLEU is not the recorded one (other translations, so another model) stops
+    the run; so does an encoding with neither a probe folder nor recorded rows."""
+    collect = load_collect()
+    out = recorded_copy(tmp_path / "out")
+    (tmp_path / "probes").mkdir()
+    evaluate = evaluate_folder(rows, tmp_path / "evaluate", {"kerple": float(model(rows, "kerple")["bleu"]) + 0.01})
+    with pytest.raises(SystemExit, match="kerple: pe-evaluate's bleu differ"):
+        collect.gather(tmp_path / "probes", evaluate, 20, out)
+    evaluate = evaluate_folder(rows, tmp_path / "evaluate_same")
+    collect.gather(tmp_path / "probes", evaluate, 20, out)  # the recorded scores: no error
+    (out / "analysis.csv").write_text(collect.csv_text([r for r in rows if r["pe"] != "kerple"]), encoding="utf-8")
+    with pytest.raises(SystemExit, match="no rows of kerple"):
+        collect.gather(tmp_path / "probes", evaluate, 20, out)
+
+
+def test_kerples_recorded_map_is_the_one_its_rows_describe(rows):
+    """probe_maps.csv holds KERPLE's L = 20 encoder map (the mean of the layers, EOS dropped: rows that sum to 1),
+    and the indicators of it are the CSV's row of that map. The ten earlier maps were not kept (probe_maps.png)."""
+    from pe_plugin.analysis import indicators
+
+    collect = load_collect()
+    maps = collect.read_maps(FOLDER / "probe_maps.csv", 20)
+    assert set(maps) == {"kerple"} and maps["kerple"].shape == (20, 20)
+    assert abs(maps["kerple"].sum(axis=1) - 1).max() < 1e-9
+    computed = indicators.all_indicators(maps["kerple"], False, 20, 20)
+    row = probe(rows, "kerple")
+    for k in collect.INDICATORS:
+        assert computed[k] == pytest.approx(float(row[k]), abs=1e-12), k
 
 
 # ---- docs/analysis.md ---------------------------------------------------------------------------------------
@@ -156,7 +241,7 @@ def section() -> str:
 # bound, as written, that the values (a function of the rows) stay under; "quoted" a paper's figure, its source in
 # QUOTED. A figure is rounded as written (a percentage: 100 x to one decimal).
 L64, LAYER1, LAYER3, DECODER = {"length": 64}, {"layer": "1"}, {"layer": "3"}, {"side": "decoder"}
-POSITIONED = ["sape", "lape", "rpe", "t5", "at5", "posnet_embed", "posnet_attn", "rope", "alibi"]  # not No-PE
+POSITIONED = ["sape", "lape", "rpe", "t5", "at5", "posnet_embed", "posnet_attn", "rope", "alibi", "kerple"]  # not No-PE
 
 
 def _local_excess_at_64(rows) -> float:
@@ -172,9 +257,11 @@ SECTION_FIGURES = [
     ("0.060", "probe", "posnet_embed", "locality", L64), ("0.059", "probe", "t5", "locality", L64),
     ("0.056", "probe", "at5", "locality", L64), ("0.02", "below", _local_excess_at_64), ("0.046", "uniform", 64),
     ("0.124", "probe", "rope", "locality", L64), ("0.132", "probe", "alibi", "locality", L64),
+    ("0.384", "probe", "kerple", "locality", {}), ("0.307", "probe", "kerple", "locality", L64),
     # translation invariance
     ("0.023", "probe", "rpe", "aiv", {}), ("0.009", "probe", "t5", "aiv", {}), ("0.025", "probe", "rope", "aiv", {}),
-    ("0.065", "probe", "alibi", "aiv", {}), ("0.033", "max", ["rpe", "t5", "rope", "alibi"], "aiv", L64),
+    ("0.065", "probe", "alibi", "aiv", {}), ("0.011", "probe", "kerple", "aiv", {}),
+    ("0.033", "max", ["rpe", "t5", "rope", "alibi", "kerple"], "aiv", L64),
     ("0.052", "probe", "sape", "aiv", {}), ("0.0214", "quoted"), ("0.685", "probe", "sape", "aiv", L64),
     ("0.321", "probe", "lape", "aiv", {}), ("0.834", "probe", "lape", "aiv", L64),
     ("0.141", "probe", "posnet_embed", "aiv", {}), ("0.677", "probe", "posnet_embed", "aiv", L64),
@@ -182,25 +269,28 @@ SECTION_FIGURES = [
     # monotonicity
     ("0.354", "quoted"), ("0.084", "quoted"), ("0.088", "probe", "sape", "opr", {}),
     ("0.210", "probe", "sape", "opr", LAYER1), ("0.354", "probe", "t5", "opr", {}),
-    ("0.000", "probe", "alibi", "opr", {}),
+    ("0.000", "probe", "alibi", "opr", {}), ("0.003", "probe", "kerple", "opr", {}),
+    ("0.000", "probe", "kerple", "opr", LAYER1),
     # direction
     ("0.8074", "quoted"), ("0.771", "probe", "sape", "db20", LAYER1), ("0.918", "probe", "rope", "db20", LAYER1),
     ("2.060", "probe", "at5", "db20", LAYER1), ("1.006", "probe", "alibi", "db20", LAYER1),
+    ("1.021", "probe", "kerple", "db20", LAYER1),
     ("1.58", "probe", "rpe", "db20", LAYER3), ("2.28", "probe", "rope", "db20", LAYER3),
     ("1.146", "probe", "rpe", "db20", {}), ("1.192", "probe", "rope", "db20", {}),
     # symmetry
-    ("0.879", "quoted"), ("0.469", "probe", "alibi", "sym_code", {}), ("0.782", "probe", "rpe", "sym_code", {}),
-    ("0.469", "probe", "alibi", "sym_code", {}),
-    ("0.844", "min", [pe for pe in POSITIONED if pe not in ("posnet_attn", "alibi")], "sym_abs", {}),
-    ("0.938", "max", [pe for pe in POSITIONED if pe not in ("posnet_attn", "alibi")], "sym_abs", {}),
-    ("0.987", "probe", "alibi", "sym_abs", {}), ("0.0002", "quoted"),
-    ("0.002", "probe", "lape", "sd", {}), ("0.011", "probe", "at5", "sd", {}),
+    ("0.879", "quoted"), ("0.416", "probe", "kerple", "sym_code", {}), ("0.782", "probe", "rpe", "sym_code", {}),
+    ("0.469", "probe", "alibi", "sym_code", {}), ("0.416", "probe", "kerple", "sym_code", {}),
+    ("0.844", "min", [pe for pe in POSITIONED if pe not in ("posnet_attn", "alibi", "kerple")], "sym_abs", {}),
+    ("0.938", "max", [pe for pe in POSITIONED if pe not in ("posnet_attn", "alibi", "kerple")], "sym_abs", {}),
+    ("0.987", "probe", "alibi", "sym_abs", {}), ("0.991", "probe", "kerple", "sym_abs", {}), ("0.0002", "quoted"),
+    ("0.002", "probe", "kerple", "sd", {}), ("0.011", "probe", "at5", "sd", {}),
     # what the probe cannot see
     ("0.140", "probe", "posnet_attn", "locality", {}), ("34.47", "model", "posnet_attn", "bleu"),
     ("29.37", "model", "nope", "bleu"), ("0.313", "probe", "nope", "locality", DECODER),
     ("0.325", "probe", "posnet_attn", "locality", DECODER),
-    ("0.316", "min", [pe for pe in POSITIONED if pe != "posnet_attn"], "locality", DECODER),
-    ("0.412", "max", [pe for pe in POSITIONED if pe != "posnet_attn"], "locality", DECODER),
+    ("0.316", "min", [pe for pe in POSITIONED if pe not in ("posnet_attn", "kerple")], "locality", DECODER),
+    ("0.412", "max", [pe for pe in POSITIONED if pe not in ("posnet_attn", "kerple")], "locality", DECODER),
+    ("0.583", "probe", "kerple", "locality", DECODER),
     # word-swap probe
     ("34.6%", "model", "lape", "changed_local"), ("71.2%", "model", "rope", "changed_local"),
     ("78.0%", "min", POSITIONED, "changed_global", "model"), ("91.4%", "max", POSITIONED, "changed_global", "model"),
@@ -209,11 +299,17 @@ SECTION_FIGURES = [
     ("0.230", "model", "t5", "dnll_local"), ("19.14", "min", ["rpe", "t5", "rope"], "dout_chrf_local", "model"),
     ("21.87", "max", ["rpe", "t5", "rope"], "dout_chrf_local", "model"), ("0.064", "model", "lape", "dnll_local"),
     ("0.063", "model", "posnet_attn", "dnll_local"), ("0.106", "model", "alibi", "dnll_local"),
+    ("0.174", "model", "kerple", "dnll_local"),
     ("0.470", "model", "posnet_attn", "dnll_global"),
     # BLEU by source length
     ("41.47", "model", "sape", "bleu_le9"), ("25.01", "model", "sape", "bleu_ge20"),
     ("37.87", "model", "nope", "bleu_le9"), ("15.18", "model", "nope", "bleu_ge20"),
     ("44.09", "model", "rope", "bleu_le9"), ("26.46", "model", "rope", "bleu_ge20"),
+    # KERPLE next to T5 and ALiBi
+    ("3.24", "model", "kerple", "ratio_dnll"), ("2.37", "model", "t5", "ratio_dnll"),
+    ("5.40", "model", "alibi", "ratio_dnll"), ("37.05", "model", "kerple", "bleu"), ("37.26", "model", "t5", "bleu"),
+    ("36.14", "model", "alibi", "bleu"), ("24.96", "model", "kerple", "bleu_ge20"),
+    ("22.78", "model", "t5", "bleu_ge20"), ("21.46", "model", "alibi", "bleu_ge20"),
 ]
 
 
@@ -328,14 +424,16 @@ def test_the_section_shows_the_recorded_tables():
     assert text.count("<!-- table: examples/multi30k/analysis/summary.md#") == 2
 
 
-WITH_POSITIONS = ["sape", "lape", "rpe", "t5", "at5", "posnet_embed", "rope", "alibi"]  # in the encoder's maps
-RELATIVE = ["rpe", "t5", "rope", "alibi"]
+# the encodings with positions in the encoder's maps
+WITH_POSITIONS = ["sape", "lape", "rpe", "t5", "at5", "posnet_embed", "rope", "alibi", "kerple"]
+OTHERS = [pe for pe in WITH_POSITIONS if pe != "kerple"]  # the ten of the first analysis, less those without positions
+RELATIVE = ["rpe", "t5", "rope", "alibi", "kerple"]
 
 
 def test_locality_is_weak_and_fades_with_length(rows):
     loc = {(pe, n): float(probe(rows, pe, length=n)["locality"]) for pe in WITH_POSITIONS for n in (20, 64)}
     assert all(loc[pe, 20] > uniform_locality(20) for pe in WITH_POSITIONS)
-    assert max(WITH_POSITIONS, key=lambda pe: loc[pe, 20]) == "rope"
+    assert max(OTHERS, key=lambda pe: loc[pe, 20]) == "rope"
     assert min(WITH_POSITIONS, key=lambda pe: loc[pe, 20]) == "at5"
     # "within 0.02 of the uniform map at L = 64" / "only RoPE and ALiBi stay local"
     for pe in ("sape", "lape", "posnet_embed", "t5", "at5"):
@@ -345,7 +443,11 @@ def test_locality_is_weak_and_fades_with_length(rows):
     # the uniform map's Locality at Chen et al.'s L = 128, which the section quotes; BERT's 0.162 is seven times
     # it, the translation encoders less than twice the uniform map's at L = 20
     assert uniform_locality(128) == pytest.approx(0.023, abs=5e-4) and round(0.162 / uniform_locality(128)) == 7
-    assert max(loc[pe, 20] for pe in WITH_POSITIONS) < 2 * uniform_locality(20)
+    assert max(loc[pe, 20] for pe in OTHERS) < 2 * uniform_locality(20)
+    # "the exception is KERPLE": the most local at both lengths, more than six times the uniform map at L = 64
+    for n in (20, 64):
+        assert max(WITH_POSITIONS, key=lambda pe: loc[pe, n]) == "kerple"
+    assert loc["kerple", 64] > 6 * uniform_locality(64) and loc["kerple", 20] > 2 * uniform_locality(20)
 
 
 def test_translation_invariance(rows):
@@ -358,9 +460,11 @@ def test_translation_invariance(rows):
 def test_monotonicity_and_direction(rows):
     opr = {pe: float(probe(rows, pe)["opr"]) for pe in WITH_POSITIONS}
     assert all(v < 0.5 for v in opr.values()) and max(opr, key=opr.get) == "t5" and opr["alibi"] == 0.0
+    assert 0 < opr["kerple"] < 0.005 and float(probe(rows, "kerple", layer="1")["opr"]) == 0.0  # "nearly so"
     db1 = {pe: float(probe(rows, pe, layer="1")["db20"]) for pe in WITH_POSITIONS}
     succeeding = ["sape", "lape", "rpe", "t5", "posnet_embed", "rope"]
     assert all(db1[pe] < 1 for pe in succeeding) and db1["at5"] > 1 and abs(db1["alibi"] - 1) < 0.01
+    assert 1 < db1["kerple"] < 1.03 and float(probe(rows, "kerple", layer="1")["sym_abs"]) == pytest.approx(1.0)
     assert min(succeeding, key=db1.get) == "sape" and max(succeeding, key=db1.get) == "rope"
     for pe in ("rpe", "rope"):
         assert float(probe(rows, pe, layer="3")["db20"]) > 1.5 and float(probe(rows, pe)["db20"]) > 1
@@ -369,20 +473,22 @@ def test_monotonicity_and_direction(rows):
 def test_symmetry(rows):
     sym_code = {pe: float(probe(rows, pe)["sym_code"]) for pe in WITH_POSITIONS}
     assert max(sym_code.values()) < 0.879  # Chen et al.'s BERT
-    assert min(sym_code, key=sym_code.get) == "alibi" and max(sym_code, key=sym_code.get) == "rpe"
+    assert min(sym_code, key=sym_code.get) == "kerple" and max(sym_code, key=sym_code.get) == "rpe"
+    assert sorted(sym_code, key=sym_code.get)[1] == "alibi"
     sym_abs = {pe: float(probe(rows, pe)["sym_abs"]) for pe in WITH_POSITIONS}
-    learned = [pe for pe in WITH_POSITIONS if pe != "alibi"]
+    learned = [pe for pe in WITH_POSITIONS if pe not in ("alibi", "kerple")]
     assert min(learned, key=sym_abs.get) == "at5" and max(learned, key=sym_abs.get) == "lape"
-    assert sym_abs["alibi"] > max(sym_abs[pe] for pe in learned)
+    assert min(sym_abs["alibi"], sym_abs["kerple"]) > max(sym_abs[pe] for pe in learned)
     sd = {pe: float(probe(rows, pe)["sd"]) for pe in WITH_POSITIONS}
-    assert min(sd.values()) > 9.5 * 0.0002  # about ten times Wang et al.'s or more
-    assert min(sd, key=sd.get) == "lape" and max(sd, key=sd.get) == "at5"
+    assert min(sd.values()) > 9 * 0.0002  # about ten times Wang et al.'s or more
+    assert min(sd, key=sd.get) == "kerple" and max(sd, key=sd.get) == "at5"
 
 
 def test_what_the_probe_cannot_see(rows):
     dec = {pe: float(probe(rows, pe, side="decoder")["locality"]) for pe in load_collect().METHODS}
-    others = [dec[pe] for pe in WITH_POSITIONS]
+    others = [dec[pe] for pe in OTHERS]
     assert min(others) - 0.01 < dec["nope"] < max(others) and min(others) - 0.01 < dec["posnet_attn"] < max(others)
+    assert dec["kerple"] > max(others) + 0.1  # "unless its bias is as strong as KERPLE's"
     assert float(model(rows, "posnet_attn")["bleu"]) > float(model(rows, "nope")["bleu"])
 
 
@@ -398,6 +504,10 @@ def test_the_word_swap_probe(rows):
     local = sorted(models, key=lambda pe: float(models[pe]["dnll_local"]), reverse=True)
     assert local[:3] == ["rope", "rpe", "t5"] and set(local[-2:]) == {"lape", "posnet_attn"}
     assert local.index("alibi") == len(local) - 3
+    # ALiBi and KERPLE sit between; KERPLE's ratio between T5's and ALiBi's
+    dnll = {pe: float(m["dnll_local"]) for pe, m in models.items()}
+    assert dnll["alibi"] < dnll["kerple"] < dnll["t5"]
+    assert ratio["t5"] < ratio["kerple"] < ratio["alibi"]
     dout = sorted(models, key=lambda pe: float(models[pe]["dout_chrf_local"]), reverse=True)
     assert dout[:3] == ["rope", "rpe", "t5"]
 
@@ -411,6 +521,10 @@ def test_bleu_by_source_length(rows):
     assert max(fall, key=fall.get) == "nope"
     for b in buckets:
         assert max(models, key=lambda pe: float(models[pe][b])) == "rope", b
+    # KERPLE: above ALiBi on the whole test set, above T5 and ALiBi on the longest sources
+    bleu = {pe: float(m["bleu"]) for pe, m in models.items()}
+    assert bleu["alibi"] < bleu["kerple"] and abs(bleu["kerple"] - bleu["t5"]) < 0.5
+    assert float(models["kerple"]["bleu_ge20"]) > max(float(models[pe]["bleu_ge20"]) for pe in ("t5", "alibi"))
 
 
 @pytest.mark.needs_multi30k  # collected only where the reference exists (conftest.py)
