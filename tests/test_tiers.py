@@ -2,7 +2,6 @@
 more is marked ``slow``, so that ``make test-fast`` stays fast. Read from the test files' source (their decorators
 and module ``pytestmark``), not from this session's collection, which ``-m``/``-k`` may have cut."""
 import ast
-import re
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent
@@ -11,7 +10,9 @@ SLOW_CALL_S = 5.0  # the `slow` marker's definition in conftest.py
 
 def recorded_calls(log: str) -> dict:
     """{node id: seconds} of the log's `call` lines (pytest --durations=0)."""
-    return {m.group(2): float(m.group(1)) for m in re.finditer(r"^\s*([\d.]+)s call\s+(\S+)$", log, flags=re.M)}
+    from pe_testing import recorded_phases
+
+    return {node: seconds for (phase, node), seconds in recorded_phases(log).items() if phase == "call"}
 
 
 def _is_slow(node: ast.expr) -> bool:
