@@ -1373,11 +1373,11 @@ def recorded_timings() -> dict:
 # every timing of the documents: (document, its text with the figure as a group, row of examples/timings.md); the
 # text names the machine and the load
 TIMED = [
-    ("README.md", r"whole test suite: (\d+) minutes on 2 idle CPU cores \(at ab73411\)",
+    ("README.md", r"whole test suite: (\d+) minutes on 2 idle CPU cores \(at cf75261\)",
      ("make test", "2 CPU cores, 2 test processes")),
-    ("README.md", r"calls of 5 s or more\): (\d+) minutes on 2 idle CPU cores",
+    ("README.md", r"calls of 5 s or more\): (\d+) s on 2 idle CPU cores",
      ("make test-fast", "2 CPU cores, 2 test processes, tiers by measured time")),
-    ("README.md", r"At commit ab73411 `make test-fast` ended `(.*?)`",
+    ("README.md", r"At commit 58cdc7c `make test-fast` ended `(.*?)`",
      ("make test-fast", "2 CPU cores, 2 test processes, tiers by measured time")),
     ("README.md", r"make demo # ([\d.]+) minutes on an idle 2-core machine", ("make demo", "a 2-core machine")),
     ("README.md", r"one model at a time, beside a benchmark: ([\d.]+) minutes", ("pe-demo --jobs 1", "a 2-core machine")),
