@@ -23,11 +23,8 @@ while [ $# -gt 0 ]; do
 done
 repo=$(cd "$(dirname "$0")/.." && pwd)
 PY=${PYTHON:-python3}
-if [ -n "$wheels" ] && ! "$PY" -c 'import fairseq' >/dev/null 2>&1; then
-  echo "installing the wheels of $wheels" >&2
-  "$PY" -m pip install -q --no-index --find-links "$wheels" -r "$wheels/requirements.txt" &&
-    "$PY" -m pip install -q --no-index --find-links "$wheels" --no-deps ve-fairseq==0.12.3 ||
-    { echo "error: the wheels of $wheels did not install" >&2; exit 1; }
+if [ -n "$wheels" ]; then  # the offline install, shared with scripts/gpu_queue.sh
+  PYTHON=$PY "$repo/scripts/install_wheels.sh" "$wheels" fairseq || exit 1
 fi
 export PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}"  # this checkout's pe_plugin and pe_tools, not a wheel's
 exec "$PY" -m pe_tools.bench.cli gpu-window "$out" --started-at "$start" "${rest[@]}"
