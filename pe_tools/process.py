@@ -13,15 +13,15 @@ from .log_noise import PRINTED_NOTICE
 
 
 def tee(cmd: Sequence, log: Path, echo: bool = True, on_line: Optional[Callable[[str], None]] = None,
-        env: Optional[Dict[str, str]] = None) -> int:
+        env: Optional[Dict[str, str]] = None, pass_fds: Sequence[int] = ()) -> int:
     """Run ``cmd`` (stderr into stdout); every line is appended to ``log`` as it comes (a resumed run appends),
     and with ``echo`` written to our stdout; ``on_line(line)`` sees each line too (e.g. to print progress).
-    Returns the exit status."""
+    ``pass_fds``: our file descriptors the child keeps open (pe-train's lock of its run). Returns the exit status."""
     log = Path(log)
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "a", encoding="utf-8") as f, subprocess.Popen(
             [str(x) for x in cmd], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
-            env=env) as proc:
+            env=env, pass_fds=tuple(pass_fds)) as proc:
         for line in proc.stdout:
             if PRINTED_NOTICE.search(line):
                 continue

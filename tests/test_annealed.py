@@ -79,7 +79,7 @@ def write_named(run, name, lines):
     d = run / "gen" / name
     d.mkdir(parents=True)
     (d / "hyp.detok.de").write_text("".join(x + "\n" for x in lines))
-    (d / "hyp.detok.de.meta.json").write_text(json.dumps({"pe_signature": "pe:x", "checkpoints": ["last"]}))
+    (d / "hyp.detok.de.meta.json").write_text(json.dumps({"pe_signature": "pe:x", "checkpoints": ["checkpoint_1_6.pt"]}))
 
 
 def test_named_decodes_are_recorded_and_reported(tmp_path, capsys):
@@ -91,7 +91,7 @@ def test_named_decodes_are_recorded_and_reported(tmp_path, capsys):
         rec = into / run.name
         assert (rec / "last" / "hyp.detok.de").read_text() == "".join(x + "\n" for x in last)
         meta = json.loads((rec / "last" / "hyp.detok.de.meta.json").read_text())
-        assert meta["checkpoints"] == ["last"] and meta["training"]["updates"] == 6
+        assert meta["checkpoints"] == ["checkpoint_1_6.pt"] and meta["training"]["updates"] == 6
     (tmp_path / "ref.de").write_text("".join(x + "\n" for x in REF))
     capsys.readouterr()
     assert launch.main(["report", "--recipe", "multi30k", "--results", str(into), "--ref", str(tmp_path / "ref.de"),
@@ -113,7 +113,6 @@ def test_a_named_decode_older_than_the_last_checkpoint_is_refused(tmp_path, caps
 
     run = write_run(tmp_path, "sape", 1, GOOD, 60)
     write_named(run, "last", GOOD)
-    (run / "checkpoint_last.pt").write_bytes(b"x")
     t = (run / "checkpoint_last.pt").stat().st_mtime
     os.utime(run / "gen" / "hyp.detok.de", (t + 10, t + 10))  # the default decode came after the last update
     os.utime(run / "gen" / "last" / "hyp.detok.de", (t - 10, t - 10))  # the named one before it

@@ -13,6 +13,7 @@ import time
 import pytest
 
 from pe_testing import PLUGIN, REPO
+from test_results import stand_in_checkpoint
 
 from pe_tools.recipes import all_pairs, launch, load_table, table_pairs, training_log
 from pe_tools.recipes.train import train_argv
@@ -211,21 +212,61 @@ def test_a_missing_table_is_named_by_its_kind():
             load_table("nowhere", kind)
 
 
-def generate_run(tmp_path, checkpoints):
-    """A run directory with command.json and ``checkpoints`` empty update checkpoints (nothing to decode)."""
+def generate_run(tmp_path, checkpoints, reached=None, max_update=None):
+    """A finished run directory: command.json, ``checkpoints`` empty update checkpoints (nothing to decode) every 2
+    updates, and a checkpoint_last.pt holding update ``reached`` of ``max_update`` (default: the last one's)."""
     run = tmp_path / "run"
     run.mkdir()
-    (run / "command.json").write_text(json.dumps({"data": str(tmp_path / "data"), "pair": "en-de"}))
+    last = 2 * checkpoints
+    (run / "command.json").write_text(json.dumps({"data": str(tmp_path / "data"), "pair": "en-de",
+                                                  "argv": ["--max-update", str(max_update or last)]}))
     for u in range(1, checkpoints + 1):
         (run / f"checkpoint_1_{2 * u}.pt").write_bytes(b"")
+    stand_in_checkpoint(run / "checkpoint_last.pt", last if reached is None else reached)
     return run
 
 
-def generate_args(run, checkpoints):
+def generate_args(run, checkpoints, partial=False):
     from argparse import Namespace
 
     return Namespace(run_dir=str(run), data=None, checkpoints=checkpoints, subset="test", name=None,
-                     pe_beyond_max="clamp", no_detok=True)
+                     pe_beyond_max="clamp", no_detok=True, partial=partial)
+
+
+@pytest.mark.parametrize("case, refusal", [
+    ("finished", None),
+    ("short", "has not finished training: checkpoint_last.pt holds update 2 of 4"),
+    ("training", "is still training (checkpoint_last.pt holds update 4 of 4; trainer pid"),
+    ("not at the last update", "its newest update checkpoint, checkpoint_1_4.pt, is not its last update 5"),
+])
+@pytest.mark.parametrize("partial", [False, True])
+def test_generate_refuses_an_unfinished_run_unless_partial(case, refusal, partial, tmp_path, capsys, monkeypatch):
+    """pe-generate decodes a run ``train.finished`` calls finished, at its last update; any other only with
+    --partial, which the meta file records (issue 56: it averaged checkpoints 20-80 of a 100-update run with a
+    one-line warning). Seen failing with the guard (generate.py: ``if partial and not a.partial``) removed."""
+    from pe_tools.recipes import generate, train
+
+    run = generate_run(tmp_path, 2, reached={"short": 2, "not at the last update": 5}.get(case),
+                       max_update=5 if case == "not at the last update" else None)
+    monkeypatch.setattr(generate, "average_into", lambda paths, avg: 0)
+    monkeypatch.setattr(generate, "check_positions", lambda *args: {"pe": "rope", "decoder_limit": None})
+    monkeypatch.setattr(generate, "fairseq_generate", lambda args: (0, FAIRSEQ_OUTPUT))
+    with train.trainer_lock(run) if case == "training" else open(os.devnull):
+        rc = generate.generate(generate_args(run, 2, partial))
+    err = capsys.readouterr().err
+    meta_file = run / "gen" / "hyp.detok.de.meta.json"
+    if refusal and not partial:
+        assert rc == 2 and refusal in err and "pass --partial" in err, err
+        assert not (run / "gen").exists()  # nothing averaged or decoded
+        return
+    assert rc == 0, err
+    meta = json.loads(meta_file.read_text())
+    assert meta["checkpoints"] == ["checkpoint_1_2.pt", "checkpoint_1_4.pt"]
+    if refusal:  # --partial: decoded, with a warning, and the meta file says so (pe-record refuses it)
+        assert f"warning: --partial: {run}" in err and refusal in meta["partial"]["why"]
+        assert meta["partial"]["updates"] == 4 and meta["partial"]["max_update"] == (5 if "last" in case else 4)
+    else:
+        assert "partial" not in meta and "--partial" not in err
 
 
 def test_generate_warns_only_when_there_are_fewer_checkpoints_than_asked(tmp_path, capsys, monkeypatch):
@@ -365,8 +406,13 @@ def test_write_outputs_orders_by_sentence_id_and_records_the_signature(log, arch
 
 
 def test_report_looks_for_the_reference_in_the_prepared_data(tmp_path, capsys, monkeypatch):
-    """Without --ref, pe-report's reference is DATA/work/raw.test.TGT of the recipe's data folder (launch.py:149)."""
+    """Without --ref, pe-report's reference is DATA/work/raw.test.TGT of the recipe's data folder (launch.py)."""
     monkeypatch.chdir(tmp_path)  # the recipe's data folder is relative: none here
+    rec = tmp_path / load_table("multi30k")["results_dir"] / "sape.en-fr.small.seed1"  # a recorded run to report
+    rec.mkdir(parents=True)
+    (rec / "command.json").write_text(json.dumps({"recipe": "multi30k", "method": "sape", "pair": "en-fr",
+                                                  "size": "small", "seed": 1, "argv": ["--max-update", "1"]}))
+    (rec / "hyp.detok.fr").write_text("x\n")
     assert launch.main(["report", "--recipe", "multi30k", "--pair", "en-fr", "--out-dir", "out"]) == 2
     err = capsys.readouterr().err
     assert f"reference {os.path.join('data-bin', 'multi30k_en_fr', 'work', 'raw.test.fr')} not found" in err, err

@@ -3,12 +3,17 @@ of pe-evaluate's table, and pe-record / pe-report's checks. The end-to-end path 
 decoded, recorded and reported) is in tests/test_recipes.py::test_train_resume_and_generate."""
 import json
 import os
+import pickle
+import subprocess
+import sys
+import zipfile
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import pytest
 
 from pe_tools import machine
-from pe_tools.recipes import generate, launch, results
+from pe_tools.recipes import generate, launch, results, train
 from pe_tools.scoring import cli as scoring_cli
 
 # Two segments of one run, in fairseq 0.12's simple log format: 4 updates in 14 s, then resumed an hour later to 6
@@ -76,16 +81,32 @@ def run_log(params: int, seconds: int, updates: int) -> str:
             "/venv/lib/python3.11/site-packages/torch/nn/functional.py:6802: UserWarning: deprecated\n")
 
 
-def write_run(tmp_path, method, seed, hyp_lines, seconds, params=7_000_000, updates=6, max_update=6):
-    """A finished, decoded run directory as pe-train and pe-generate leave it (no checkpoints)."""
+def stand_in_checkpoint(path, updates: int) -> None:
+    """A file laid out as torch.save lays out a fairseq checkpoint (a zip archive holding ARCHIVE/data.pkl) with
+    only the update count, in its last optimizer_history entry: what checkpoint_files.updates_of reads."""
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("archive/data.pkl", pickle.dumps({"optimizer_history": [{"num_updates": updates}]}))
+
+
+def write_run(tmp_path, method, seed, hyp_lines, seconds, params=7_000_000, updates=6, max_update=6,
+              reached=None, decoded=None, extra=None):
+    """A finished, decoded run directory as pe-train and pe-generate leave it: checkpoint_last.pt holds update
+    ``reached`` (default ``updates``) and the decode averaged checkpoints ending at ``decoded`` (default: the same),
+    no trainer holds it; ``extra``: pe-train's flags after --."""
+    reached = updates if reached is None else reached
+    decoded = reached if decoded is None else decoded
     run = tmp_path / "runs" / f"{method}.en-de.small.seed{seed}"
     (run / "gen").mkdir(parents=True)
     command = dict(COMMAND, method=method, seed=seed, argv=["--arch", f"transformer_{method}_tiny",
-                                                            "--max-update", str(max_update)])
+                                                            "--max-update", str(max_update), *(extra or [])],
+                   **({"extra": extra} if extra is not None else {}))
     (run / "command.json").write_text(json.dumps(command))
     (run / "train.log").write_text(run_log(params, seconds, updates))
+    stand_in_checkpoint(run / "checkpoint_last.pt", reached)
     (run / "gen" / "hyp.detok.de").write_text("".join(x + "\n" for x in hyp_lines))
-    (run / "gen" / "hyp.detok.de.meta.json").write_text(json.dumps({"pe_signature": f"pe:{method}"}))
+    checkpoints = [f"checkpoint_1_{u}.pt" for u in range(max(decoded - 2, 1), decoded + 1)]
+    (run / "gen" / "hyp.detok.de.meta.json").write_text(json.dumps({"pe_signature": f"pe:{method}",
+                                                                    "checkpoints": checkpoints}))
     return run
 
 
@@ -144,21 +165,43 @@ def test_record_copies_the_small_files_and_report_scores_them(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("case, expect", [
-    ("unfinished", "stopped at update 4 of 6"),
+    ("finished", None),  # the other side of each boundary: a finished run, decoded at its last update
+    ("unfinished", "has not finished training: checkpoint_last.pt holds update 4 of 6"),
+    ("no checkpoint", "it has no whole checkpoint_last.pt (of 6 updates)"),
+    ("still training", "is still training (checkpoint_last.pt holds update 6 of 6; trainer pid"),
+    ("early decode", "averages checkpoints ending at update 4, not the run's last update 6"),
+    ("partial decode", "was made with --partial"),
+    ("old meta", "names no update checkpoints in its meta file"),
+    ("log behind", "its train.log stopped at update 5 of 6, though checkpoint_last.pt holds update 6"),
     ("stale", "older than checkpoint_last.pt"),
     ("undecoded", "decode it first"),
 ])
 def test_record_refuses_what_a_table_must_not_trust(case, expect, tmp_path, capsys):
-    run = write_run(tmp_path, "sape", 1, GOOD, 60, updates=4 if case == "unfinished" else 6)
+    """pe-record takes a run only when ``train.finished`` says so (no live trainer, checkpoint_last.pt at the
+    --max-update) and each decode's checkpoints end at that last update (issue 56: a decode of checkpoints 20-80 of
+    a 100-update run was recorded). Seen failing with each guard removed in turn."""
+    run = write_run(tmp_path, "sape", 1, GOOD, 60, reached={"unfinished": 4, "log behind": 6}.get(case),
+                    decoded=4 if case in ("early decode", "unfinished") else None,
+                    updates=5 if case == "log behind" else 6)
+    meta_file = run / "gen" / "hyp.detok.de.meta.json"
+    if case == "no checkpoint":
+        (run / "checkpoint_last.pt").unlink()
+    if case == "partial decode":
+        meta_file.write_text(json.dumps(dict(json.loads(meta_file.read_text()), partial={"why": "w"})))
+    if case == "old meta":
+        meta_file.write_text(json.dumps({"pe_signature": "pe:sape"}))
     if case == "stale":
-        (run / "checkpoint_last.pt").write_bytes(b"x")
         hyp = run / "gen" / "hyp.detok.de"
         os.utime(hyp, (hyp.stat().st_mtime - 60, hyp.stat().st_mtime - 60))
     if case == "undecoded":
         (run / "gen" / "hyp.detok.de").unlink()
-    assert launch.main(["record", str(run), "--into", str(tmp_path / "recorded")]) == 2
+    with train.trainer_lock(run) if case == "still training" else open(os.devnull):
+        rc = launch.main(["record", str(run), "--into", str(tmp_path / "recorded")])
     err = capsys.readouterr().err
-    assert expect in err and str(run) in err
+    if expect is None:
+        assert rc == 0 and (tmp_path / "recorded" / run.name / "hyp.detok.de").is_file(), err
+        return
+    assert rc == 2 and expect in err and str(run) in err, err
     assert not (tmp_path / "recorded" / run.name).exists()
 
 
@@ -171,12 +214,12 @@ def test_report_needs_the_baseline_and_known_methods(tmp_path, capsys):
     assert launch.main(argv) == 2
     assert "no recorded sape run for en-de small" in capsys.readouterr().err
     assert launch.main(["record", str(write_run(tmp_path, "sape", 1, GOOD, 60)), "--into", str(into)]) == 0
+    assert launch.main(argv[:-4] + ["--ref", str(tmp_path / "missing.de"), "--out-dir", str(tmp_path / "o")]) == 2
+    assert "missing.de not found" in capsys.readouterr().err
     cmd = into / "nope.en-de.small.seed1" / "command.json"
     cmd.write_text(json.dumps(dict(json.loads(cmd.read_text()), method="posnet")))
     assert launch.main(argv) == 2
     assert "method 'posnet' is not in the recipe table" in capsys.readouterr().err
-    assert launch.main(argv[:-4] + ["--ref", str(tmp_path / "missing.de"), "--out-dir", str(tmp_path / "o")]) == 2
-    assert "missing.de not found" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("arch, stock", [("transformer", True), ("transformer_wmt_en_de", True),

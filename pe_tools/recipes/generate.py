@@ -1,7 +1,10 @@
 """pe-generate: decode one run of pe-train as the paper does. It averages the last ``--checkpoints`` update
 checkpoints (pe_tools.average), decodes with beam 4, lenpen 0.6 and max length 1 x source + 50, and writes
 RUN/gen/hyp.detok.TGT and ref.detok.TGT in the corpus order, with hyp.detok.TGT.meta.json (the encoding signature,
-the training summary and the sentences beyond the model's positions) for pe-evaluate."""
+the training summary, the run's identity and the sentences beyond the model's positions) for pe-evaluate.
+It decodes a finished run only (``train.finished``: its trainer has exited and checkpoint_last.pt holds its
+--max-update), whose newest update checkpoint is that last update; ``--partial`` decodes any other, and its meta
+file says so (``partial``), which pe-record refuses."""
 import contextlib
 import io
 import json
@@ -13,13 +16,13 @@ import traceback
 from pathlib import Path
 from typing import Tuple
 
-from ..checkpoint_files import last_checkpoints
+from ..checkpoint_files import PATTERNS, last_checkpoints
 from ..command_line import fail
 from ..fairseq_plugin import plugin_dir
 from ..file_io import write_atomic
 from ..naming import is_pe_arch
 from . import results
-from .train import cuda
+from .train import cuda, training_state
 
 # the paper's decoding settings
 DECODE_FLAGS = ["--beam", "4", "--lenpen", "0.6", "--max-len-a", "1", "--max-len-b", "50"]
@@ -40,6 +43,14 @@ def generate(a) -> int:
         return fail(f"{run_dir} has no update checkpoints checkpoint_E_U.pt (train with --save-interval-updates)")
     if len(paths) < a.checkpoints:
         print(f"warning: averaging {len(paths)} checkpoints, fewer than the {a.checkpoints} asked for", file=sys.stderr)
+    partial = unfinished(run_dir, meta, paths)
+    if partial and not getattr(a, "partial", False):
+        return fail(f"{partial['why']}. A decode now would not be the run's result; finish it (re-run its pe-train "
+                    f"command, it resumes; or wait for its trainer), or pass --partial to decode it all the same "
+                    f"(pe-record refuses such a decode)")
+    if partial:
+        print(f"warning: --partial: {partial['why']}; decoding checkpoints up to update {partial['updates']}",
+              file=sys.stderr)
     out = results.decode_dir(run_dir, getattr(a, "name", None))
     out.mkdir(parents=True, exist_ok=True)
     avg = out / f"checkpoint.avg{len(paths)}.pt"
@@ -64,8 +75,25 @@ def generate(a) -> int:
     if rc:
         return rc
     count_long_hypotheses(text, limits)
+    extra = {"positions_beyond_max": limits, "checkpoints": [Path(p).name for p in paths]}
     return write_outputs(text, out, tgt, run_dir / "train.log", a.no_detok,
-                         {"positions_beyond_max": limits, "checkpoints": [Path(p).name for p in paths]}, meta)
+                         {**extra, **({"partial": partial} if partial else {})}, meta)
+
+
+def unfinished(run_dir: Path, command: dict, paths) -> dict:
+    """{} for a decode of a finished run (``train.finished``) whose newest averaged checkpoint is its last update;
+    else {"why": in words, "updates": the newest averaged checkpoint's update, "max_update": the run's}."""
+    state = training_state(run_dir, command.get("argv", []))
+    m = PATTERNS["update"].fullmatch(Path(paths[-1]).name)
+    newest = int(m[1]) if m else None
+    if not state.done:
+        why = state.why_not()
+    elif newest != state.reached:
+        why = (f"{run_dir}: its newest update checkpoint, {Path(paths[-1]).name}, is not its last update "
+               f"{state.reached} (checkpoint_last.pt): its --max-update is not a multiple of --save-interval-updates")
+    else:
+        return {}
+    return {"why": why, "updates": newest, "max_update": state.top}
 
 
 def fairseq_generate(args) -> Tuple[int, str]:
@@ -112,7 +140,7 @@ def average_into(paths, avg: Path) -> int:
 
 def check_positions(checkpoint: Path, data: Path, subset: str, src: str, tgt: str, mode: str):
     """Before decoding: the sentences of ``subset`` the checkpoint has no positions for (LAPE, PosNet's L_max;
-    pe_plugin/encodings/limits.py). ``error``: print an error naming them and return None (nothing is decoded);
+    pe_plugin/encoding_parts/limits.py). ``error``: print an error naming them and return None (nothing is decoded);
     ``clamp``: warn naming them (they are translated with positions beyond the limit reusing the last row).
     Returns what the meta file records."""
     from pe_plugin.decode_limits import beyond, checkpoint_limits, describe, split_sizes
@@ -181,6 +209,8 @@ def write_outputs(text: str, out: Path, tgt: str, train_log: Path, no_detok: boo
     meta = {"pe_signature": sig[-1]} if sig else {}
     meta.update(extra_meta or {})
     meta["training"] = training
+    if command and "pair" in command:
+        meta["run"] = results.run_identity(command, meta)
     write_atomic(out / f"hyp.detok.{tgt}.meta.json", json.dumps(meta, indent=1) + "\n")
     print(f"wrote {len(hyps)} sentences: {out / f'hyp.detok.{tgt}'}, {out / f'ref.detok.{tgt}'}")
     return 0

@@ -2,8 +2,8 @@
 command (scripts/launch.py and examples/wmt14/{train,generate}.sh call it too).
 
     pe-train METHOD [--recipe wmt14] [--pair en-de] [--size base] [--seed 1] [--gpus N] [--max-tokens-per-gpu auto|N|MEMgb] [--dry-run] [-- FLAGS]
-    pe-generate RUN_DIR [--data DIR] [--subset test] [--checkpoints 5] [--no-detok] [--pe-beyond-max {clamp,error}]
-    pe-record RUN_DIR [--into DIR]
+    pe-generate RUN_DIR [--data DIR] [--subset test] [--checkpoints 5] [--no-detok] [--pe-beyond-max {clamp,error}] [--partial]
+    pe-record RUN_DIR [--into DIR] [--allow-changed]
     pe-report [--recipe multi30k] [--pair en-de] [--size small] [--ref REF] --out-dir DIR [-- PE-EVALUATE FLAGS]
     python scripts/launch.py {train,generate,record,report,methods} ...        (the same, from a checkout)
 
@@ -90,6 +90,10 @@ def main(argv=None, progs=None) -> int:
                    help="a named decode, written to RUN/gen/NAME/ and recorded beside the default one (e.g. "
                         "--checkpoints 1 --name last: the last checkpoint alone); default: RUN/gen/")
     g.add_argument("--no-detok", action="store_true", help="skip Moses detokenisation")
+    g.add_argument("--partial", action="store_true",
+                   help="decode a run that has not finished (its trainer still running, or checkpoint_last.pt short "
+                        "of its --max-update), or whose newest checkpoint is not its last update; the meta file "
+                        "says so and pe-record refuses it")
     g.add_argument("--pe-beyond-max", choices=["clamp", "error"], default="clamp",
                    help="sentences longer than the model's positions (LAPE, PosNet's L_max): clamp (default) "
                         "translates them, positions beyond the limit reusing the last row, and names them in a "
@@ -99,7 +103,12 @@ def main(argv=None, progs=None) -> int:
     r = sub.add_parser("record", help="copy a finished, decoded run's translations, meta file, command and log "
                                       "into the recipe's results folder (to commit)", **named.get("record", {}))
     r.add_argument("run_dir")
-    r.add_argument("--into", help="parent folder (default: the recipe's results_dir, e.g. examples/multi30k/results)")
+    r.add_argument("--into", help="parent folder (default: the recipe's results_dir, e.g. examples/multi30k/results, "
+                                  "for a run of the recipe's own command; RUNS/recorded beside the run for one "
+                                  "changed with fairseq flags after pe-train's --)")
+    r.add_argument("--allow-changed", action="store_true",
+                   help="record a run changed with flags after pe-train's -- into a committed results folder "
+                        "(examples/RECIPE/results*) all the same")
     rp = sub.add_parser("report", help="score every recorded run of a pair and size against the baseline with "
                                       "pe-evaluate (its flags after --)", **named.get("report", {}),
                         epilog="Flags after -- go to pe-evaluate, e.g. -- --ngram-analysis, or -- --source FILE "
@@ -127,8 +136,9 @@ def record(a) -> int:
     run_dir = Path(a.run_dir)
     try:
         command = results.run_command(run_dir)
-        into = Path(a.into or load_table(command["recipe"]).get("results_dir", "results"))
-        dest = results.record(run_dir, into)
+        into = Path(a.into or results.default_into(run_dir, command,
+                                                   load_table(command["recipe"]).get("results_dir", "results")))
+        dest = results.record(run_dir, into, a.allow_changed)
     except results.RecordError as e:
         return fail(str(e))
     print(f"recorded {run_dir} -> {dest}")
@@ -146,15 +156,18 @@ def report(a) -> int:
         check_pair(table, a.pair)
     except ValueError as e:
         return fail(str(e))
+    try:
+        runs = results.recorded_runs(Path(a.results or table.get("results_dir", "results")),
+                                     list(table["method"]), a.pair, size, a.decode, recipe=a.recipe,
+                                     mismatch_ok="--allow-mismatch" in a.extra)
+    except results.RecordError as e:
+        return fail(str(e))
+    print(f"pe-report: {a.recipe} {a.pair} {size}, the runs and the updates each decode stands for:\n"
+          + "\n".join(results.describe_runs(runs)), flush=True)
     ref = Path(a.ref or data_dir(table, a.recipe, a.pair) / "work" / f"raw.test.{tgt}")
     if not ref.is_file():
         return fail(f"reference {ref} not found; prepare the data (pe-prepare {a.pair} --recipe {a.recipe}) or "
                     f"pass --ref FILE (the untokenised test reference)")
-    try:
-        runs = results.recorded_runs(Path(a.results or table.get("results_dir", "results")),
-                                     list(table["method"]), a.pair, size, a.decode)
-    except results.RecordError as e:
-        return fail(str(e))
     for prefix, systems in results.tables(runs).items():
         prefix = f"{prefix}_{a.decode}" if a.decode else prefix
         argv = results.evaluate_argv(systems, ref, tgt, Path(a.out_dir), prefix, a.extra)

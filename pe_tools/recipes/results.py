@@ -11,15 +11,22 @@ copies into DIR/RUN_NAME/ (default DIR: the recipe's ``results_dir``, e.g. examp
   hyp.detok.TGT.meta.json   its meta file: the encoding signature and the training summary (``training_summary``)
   command.json, command.txt the resolved fairseq-train command
   train.log                 the training log's logger lines (fairseq's warnings about deprecated torch calls left out)
-It refuses a run that has not reached its --max-update or whose translations are older than its last checkpoint.
-The folder is written under a temporary name and renamed when whole.
+It refuses a run that has not finished (``train.finished``: its trainer has exited and checkpoint_last.pt holds
+its --max-update), a decode whose checkpoints do not end at that last update (or made with pe-generate --partial),
+and translations older than the last checkpoint. A run changed with fairseq flags after pe-train's ``--`` is not the
+recipe's own: its default DIR is RUNS/recorded beside its run directory, and a committed results folder
+(examples/RECIPE/results*) takes it only with --allow-changed. The folder is written under a temporary name and
+renamed when whole.
 
     pe-report [--recipe multi30k] [--pair en-de] [--size small] --ref REF --out-dir DIR [pe-evaluate flags]
 
-scores the recorded runs of the pair and size with pe-evaluate against the baseline encoding, in the recipe table's
+scores the recorded runs of the recipe, pair and size with pe-evaluate against the baseline encoding, in the recipe table's
 method order, with the training columns (parameters, training time) from the meta files: DIR/results.md compares
 every method's run of the baseline's first seed; DIR/results_seeds.md, when the baseline has several seeds, the
 methods recorded with all of them (run i against the baseline's run of the same seed; mean and deviation).
+A run's identity (``IDENTITY``) decides what is compared: the runs of one report are equal in every key but the
+method and seed; a recorded run of the recipe, pair and size that differs from the baseline's in another key (its
+updates, its changed flags) stops the report (with -- --allow-mismatch, pe-evaluate marks it in the table).
 """
 import json
 import os
@@ -29,6 +36,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Dict, List, Optional
 
+from ..checkpoint_files import PATTERNS
 from ..file_io import write_atomic
 from ..machine import cpu_name
 from ..naming import BASELINE
@@ -179,10 +187,83 @@ def _read(path: str) -> str:
         return ""
 
 
+# ---------------------------------------------------------------------------------------------- identity
+# A run's identity: every key that tells two runs apart. The runs one report (or one pe-evaluate table) compares are
+# equal in every key but COMPARED, the keys it sets side by side; a run differing from the baseline's in any other
+# key is refused, or marked when asked (pe-evaluate --allow-mismatch). Every comparison is derived from this tuple.
+IDENTITY = ("recipe", "pair", "size", "updates", "changes", "method", "seed")
+COMPARED = ("method", "seed")
+
+
+def changes(command: dict) -> List[str]:
+    """The fairseq flags a run added to its recipe's command (pe-train's flags after ``--``): command.json's
+    ``extra``; in a command.json of an older pe-train, which did not write it, the argv after ``--save-dir RUN``
+    (where pe-train puts them, after the ``--fp16`` it adds on a GPU)."""
+    if "extra" in command:
+        return [str(x) for x in command["extra"]]
+    argv = [str(x) for x in command.get("argv", [])]
+    if "--save-dir" not in argv:
+        return []
+    tail = argv[len(argv) - argv[::-1].index("--save-dir") + 1:]
+    return tail[1:] if tail[:1] == ["--fp16"] else tail
+
+
+def decode_updates(meta: dict, command: Optional[dict] = None) -> Optional[int]:
+    """The update a decode stands for: its newest averaged checkpoint's (meta ``checkpoints``, checkpoint_E_U.pt),
+    else the training summary's last update, else the command's --max-update; None when none is known."""
+    names = meta.get("checkpoints") or []
+    if names and (m := PATTERNS["update"].fullmatch(str(names[-1]))):
+        return int(m[1])
+    if (meta.get("training") or {}).get("updates") is not None:
+        return int(meta["training"]["updates"])
+    return max_update_of((command or {}).get("argv", []))
+
+
+def run_identity(command: dict, meta: Optional[dict] = None) -> Dict:
+    """The ``IDENTITY`` of a decoded run: its command.json and the decode's meta file (for the updates)."""
+    seed = command.get("seed")
+    return {"recipe": command.get("recipe"), "pair": command.get("pair"), "size": command.get("size"),
+            "updates": decode_updates(meta or {}, command), "changes": " ".join(changes(command)),
+            "method": command.get("method"), "seed": None if seed is None else int(seed)}
+
+
+def identity_differences(run: dict, baseline: dict) -> List[str]:
+    """``key VALUE (baseline VALUE)`` for each identity key, outside COMPARED, in which ``run`` differs from
+    ``baseline``; a key missing on either side is not compared."""
+    return [f"{k} {_shown(run[k])} (baseline {_shown(baseline[k])})" for k in IDENTITY
+            if k not in COMPARED and k in run and k in baseline and run[k] != baseline[k]]
+
+
+def _shown(value) -> str:
+    return repr(value) if value in ("", None) else str(value)
+
+
 # ------------------------------------------------------------------------------------------------ record
-def record(run_dir: Path, into: Path) -> Path:
+COMMITTED = re.compile(r"results.*")  # examples/RECIPE/results*: the recorded runs a checkout commits
+
+
+def committed(folder: Path) -> bool:
+    """Whether ``folder`` is a committed results folder: examples/RECIPE/results* (of any checkout)."""
+    p = Path(os.path.abspath(folder))
+    return bool(COMMITTED.fullmatch(p.name)) and p.parent.parent.name == "examples"
+
+
+def default_into(run_dir: Path, command: dict, results_dir: str) -> Path:
+    """pe-record's folder without --into: the recipe's results folder for a run of the recipe's own command, else
+    RUNS/recorded beside the run directory (a changed run never lands in the committed results by default)."""
+    return Path(results_dir) if not changes(command) else Path(run_dir).parent / "recorded"
+
+
+def record(run_dir: Path, into: Path, allow_changed: bool = False) -> Path:
     """Copy the small files of a finished, decoded run into ``into/RUN_NAME`` (module docstring)."""
+    from .train import training_state
+
     run_dir, command = Path(run_dir), run_command(Path(run_dir))
+    if (changed := changes(command)) and committed(into) and not allow_changed:
+        raise RecordError(f"{run_dir} was trained with fairseq flags after -- ({' '.join(changed)}): not the "
+                          f"recipe's own run, so not for the committed results {into}; record it elsewhere "
+                          f"(--into DIR; default {default_into(run_dir, command, str(into))}), or pass "
+                          f"--allow-changed to record it there all the same")
     tgt = command["pair"].split("-")[1]
     gen = run_dir / "gen"
     hyp, meta_file = gen / f"hyp.detok.{tgt}", gen / f"hyp.detok.{tgt}.meta.json"
@@ -190,20 +271,35 @@ def record(run_dir: Path, into: Path) -> Path:
         raise RecordError(f"{run_dir}: no {hyp.name} and {meta_file.name} in {gen}; decode it first with "
                           f"pe-generate {run_dir}")
     meta = json.loads(meta_file.read_text(encoding="utf-8"))
+    state = training_state(run_dir, command.get("argv", []))
+    if not state.done:
+        raise RecordError(f"{state.why_not()}; finish it (re-run its pe-train command, it resumes; or wait for its "
+                          f"trainer) and decode it again with pe-generate {run_dir}")
     log = _read(str(run_dir / "train.log"))
     training = training_summary(log, command)  # the log and command as they are now
     if training.get("updates") is None or training.get("updates") != training.get("max_update"):
-        raise RecordError(f"{run_dir}: training stopped at update {training.get('updates')} of "
-                          f"{training.get('max_update')}; finish it (re-run its pe-train command, it resumes) "
-                          f"and decode it again with pe-generate {run_dir}")
+        raise RecordError(f"{run_dir}: its train.log stopped at update {training.get('updates')} of "
+                          f"{training.get('max_update')}, though checkpoint_last.pt holds update {state.reached}; "
+                          f"the meta file's training summary would be wrong: re-run its pe-train command (it ends "
+                          f"at once) or restore the log")
     last = run_dir / "checkpoint_last.pt"
     named = named_decodes(gen, tgt)
     for name in [None, *named]:
-        h = decode_dir(run_dir, name) / hyp.name
+        d = decode_dir(run_dir, name)
+        h = d / hyp.name
+        again = f"pe-generate {run_dir}" + (f" --name {name}" if name else "")
+        decoded = meta if name is None else json.loads((d / meta_file.name).read_text(encoding="utf-8"))
+        ends = decode_updates({"checkpoints": decoded.get("checkpoints")}) if decoded.get("checkpoints") else None
+        if decoded.get("partial") or ends != state.reached:
+            what = ("was made with --partial" if decoded.get("partial") else
+                    f"averages checkpoints ending at update {ends}" if ends is not None else
+                    "names no update checkpoints in its meta file")
+            raise RecordError(f"{run_dir}: the decode {h} {what}, not the run's last update {state.reached} "
+                              f"(checkpoint_last.pt); decode it again with {again}")
         if last.exists() and last.stat().st_mtime > h.stat().st_mtime:
-            again = f"pe-generate {run_dir}" + (f" --name {name}" if name else "")
             raise RecordError(f"{run_dir}: {h} is older than {last.name}; decode it again with {again}")
     meta["training"] = training
+    meta["run"] = run_identity(command, meta)
     files = {hyp.name: hyp.read_bytes(), meta_file.name: json.dumps(meta, indent=1) + "\n",
              "command.json": (run_dir / "command.json").read_bytes(),
              "train.log": "".join(ln for ln in log.splitlines(keepends=True) if INFO_LINE.match(ln))}
@@ -211,6 +307,7 @@ def record(run_dir: Path, into: Path) -> Path:
         d = decode_dir(run_dir, name)
         named_meta = json.loads((d / meta_file.name).read_text(encoding="utf-8"))
         named_meta["training"] = training
+        named_meta["run"] = run_identity(command, named_meta)
         files[f"{name}/{hyp.name}"] = (d / hyp.name).read_bytes()
         files[f"{name}/{meta_file.name}"] = json.dumps(named_meta, indent=1) + "\n"
     if (run_dir / "command.txt").is_file():
@@ -238,31 +335,76 @@ def run_command(run_dir: Path) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------ report
-def recorded_runs(results_dir: Path, methods: List[str], pair: str, size: str,
-                  decode: Optional[str] = None) -> Dict[str, Dict[int, Path]]:
-    """{method: {seed: hypothesis file}} of the runs recorded under ``results_dir`` for one pair and size (their
-    decode ``decode``, the default one when None), in the order of ``methods`` (the recipe table's), the baseline
-    first. Raises RecordError when the baseline has no run, a recorded run names a method the table does not have,
-    or lacks the named decode."""
-    tgt, found = pair.split("-")[1], {}
+def recorded_runs(results_dir: Path, methods: List[str], pair: str, size: str, decode: Optional[str] = None,
+                  recipe: Optional[str] = None, mismatch_ok: bool = False) -> Dict[str, Dict[int, Path]]:
+    """{method: {seed: hypothesis file}} of the runs recorded under ``results_dir`` of one recipe, pair and size
+    (their decode ``decode``, the default one when None), in the order of ``methods`` (the recipe table's), the
+    baseline first. A run is selected by its ``run_identity``: the keys given here (recipe, pair, size) pick the
+    runs of the report; every other key but COMPARED must be the baseline's (its first seed's), unless
+    ``mismatch_ok`` (pe-evaluate --allow-mismatch marks them). Raises RecordError naming the cause: a folder that
+    does not exist or holds runs of other pairs or sizes only, no baseline run, a method the table does not have,
+    a missing named decode, a run that differs from the baseline's, two runs of one method and seed."""
+    results_dir = Path(results_dir)
+    if not results_dir.is_dir():
+        raise RecordError(f"results folder {results_dir} does not exist; pass --results DIR, the folder pe-record "
+                          f"wrote the runs into (pe-record RUN --into DIR)")
+    tgt = pair.split("-")[1]
     hyp_name = f"{decode}/hyp.detok.{tgt}" if decode else f"hyp.detok.{tgt}"
-    for cmd_file in sorted(Path(results_dir).glob("*/command.json")):
+    wanted = {"pair": pair, "size": size, **({"recipe": recipe} if recipe else {})}
+    chosen, others = [], {}
+    for cmd_file in sorted(results_dir.glob("*/command.json")):
         c = json.loads(cmd_file.read_text(encoding="utf-8"))
-        if (c.get("pair"), c.get("size")) != (pair, size):
+        hyp = cmd_file.parent / hyp_name
+        meta_file = Path(f"{hyp}.meta.json")
+        meta_file = meta_file if meta_file.is_file() else cmd_file.parent / f"hyp.detok.{tgt}.meta.json"
+        meta = json.loads(meta_file.read_text(encoding="utf-8")) if meta_file.is_file() else {}
+        ident = dict(meta.get("run") or run_identity(c, meta))
+        if any(ident.get(k) != v for k, v in wanted.items()):  # another report's run
+            key = " ".join(str(ident.get(k)) for k in wanted)
+            others[key] = others.get(key, 0) + 1
             continue
         if c["method"] not in methods:
             raise RecordError(f"{cmd_file.parent}: method {c['method']!r} is not in the recipe table "
                               f"(methods: {', '.join(methods)}); remove the folder or restore the entry")
-        hyp = cmd_file.parent / hyp_name
         if not hyp.is_file():
             raise RecordError(f"{cmd_file.parent}: no decode {decode!r} ({hyp_name}); decode the run with "
                               f"pe-generate RUN --name {decode} and record it again, or report without --decode")
-        found.setdefault(c["method"], {})[int(c["seed"])] = hyp
-    if BASELINE not in found:
+        chosen.append((ident, hyp))
+    what = " ".join(str(v) for v in wanted.values())
+    if not chosen:
+        held = "; ".join(f"{k} ({n} runs)" for k, n in sorted(others.items())) or "no recorded run"
+        raise RecordError(f"{results_dir} holds no recorded run of {what} ({', '.join(wanted)}); it holds: {held}. "
+                          f"Pass the --pair and --size (and --recipe) of its runs, or the --results folder of "
+                          f"{what}")
+    base = [ident for ident, _ in chosen if ident["method"] == BASELINE]
+    if not base:
         raise RecordError(f"{results_dir}: no recorded {BASELINE} run for {pair} {size} (the baseline of the "
                           f"table); record one with pe-record RUN_DIR")
+    base = min(base, key=lambda ident: ident["seed"])
+    found: Dict[str, Dict[int, Path]] = {}
+    for ident, hyp in chosen:
+        if (differs := identity_differences(ident, base)) and not mismatch_ok:
+            raise RecordError(f"{hyp.parent} differs from the baseline's run ({BASELINE} seed {base['seed']}) in "
+                              f"{'; '.join(differs)}: not comparable; remove it from {results_dir}, or pass "
+                              f"-- --allow-mismatch to compare it marked in the table")
+        if (seed := ident["seed"]) in found.get(ident["method"], {}):
+            raise RecordError(f"{hyp.parent} and {found[ident['method']][seed].parent} are both {ident['method']} "
+                              f"seed {seed} of {what}; keep one")
+        found.setdefault(ident["method"], {})[seed] = hyp
     order = [BASELINE] + [m for m in methods if m != BASELINE]
     return {m: dict(sorted(found[m].items())) for m in order if m in found}
+
+
+def describe_runs(runs: Dict[str, Dict[int, Path]]) -> List[str]:
+    """One line per run of ``recorded_runs``: method, seed, the updates its decode stands for, and its folder."""
+    lines = []
+    for method, seeds in runs.items():
+        for seed, hyp in seeds.items():
+            meta_file = Path(f"{hyp}.meta.json")
+            meta = json.loads(meta_file.read_text(encoding="utf-8")) if meta_file.is_file() else {}
+            updates = (meta.get("run") or {}).get("updates") or decode_updates(meta)
+            lines.append(f"  {method} seed {seed}: {updates if updates is not None else '?'} updates ({hyp})")
+    return lines
 
 
 def tables(runs: Dict[str, Dict[int, Path]]) -> Dict[str, Dict[str, List[Path]]]:

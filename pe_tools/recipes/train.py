@@ -1,12 +1,29 @@
 """pe-train: one method of a recipe's methods table as one fairseq-train command, run in its run directory
 RUNS/METHOD.PAIR.SIZE.seedN (checkpoints, train.log with all output, the resolved command as command.txt and
-command.json); re-running the same command resumes from its checkpoint_last.pt."""
+command.json); re-running the same command resumes from its checkpoint_last.pt.
+
+While it trains, pe-train holds RUN/train.lock (an flock, kept by fairseq-train beneath it: the kernel drops it
+when the last of them exits, however they end) and, after each progress line of fairseq-train, prints the updates
+done of the run's --max-update and an estimated finish. ``finished`` is the one decider of a finished run (for
+pe-train, pe-generate, pe-record and pe-queue's status): no live trainer holds the lock, and checkpoint_last.pt
+holds the run's --max-update."""
+import contextlib
 import difflib
 import json
+import os
 import shlex
+import socket
 import sys
+import time
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
+
+try:
+    import fcntl
+except ImportError:  # not on Windows, where fairseq-train does not run either: no lock, no live trainer
+    fcntl = None
 
 from ..checkpoint_files import updates_of
 from ..command_line import fail
@@ -14,7 +31,7 @@ from ..fairseq_plugin import cpu_fp16_problem, foreign_user_dir, plugin_dir
 from ..file_io import write_atomic
 from ..naming import arch_name
 from ..process import tee
-from . import batching, is_recipe, load_table, recipe_names, results, srun, table_pairs
+from . import batching, is_recipe, load_table, recipe_names, results, srun, table_pairs, training_log
 
 
 def data_dir(table, recipe: str, pair: str) -> Path:
@@ -137,13 +154,175 @@ def batch_record(split, choice) -> dict:
             "footprint": choice.footprint}
 
 
+TRAINER_LOCK = "train.lock"  # RUN/train.lock: held while a trainer runs; it names the holder (pid, host, start)
+
+
+class TrainerBusy(RuntimeError):
+    """Another live trainer holds the run; the message names it and the lock file."""
+
+
+def _holder(path: Path) -> dict:
+    try:
+        holder = json.loads(Path(path).read_text(encoding="utf-8"))
+        return holder if isinstance(holder, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def describe_trainer(run_dir: Path, holder: dict) -> str:
+    """``pid 123 on host n1 since 2026-11-28 10:00:00 (RUN/train.lock)``, with what the lock file says."""
+    who = " ".join(x for x in (f"pid {holder['pid']}" if "pid" in holder else "",
+                               f"on {holder['host']}" if "host" in holder else "",
+                               f"since {holder['started']}" if "started" in holder else "") if x)
+    return f"{who or 'a process'} ({Path(run_dir) / TRAINER_LOCK})"
+
+
+def live_trainer(run_dir: Path) -> Optional[dict]:
+    """The trainer holding RUN/train.lock now (what its lock file says of it, {} when unreadable), or None when no
+    process holds it (none ever did, or every one has exited: the kernel releases an flock when the last process
+    holding it ends, killed or not). A shared lock is tried and dropped at once; pe-train retries its exclusive one."""
+    path = Path(run_dir) / TRAINER_LOCK
+    if fcntl is None or not path.is_file():
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return _holder(path)
+    except OSError:  # a file system without locks (ENOLCK): the pid, when the holder ran on this host
+        holder = _holder(path)
+        return holder if holder.get("host") == socket.gethostname() and _alive(holder.get("pid")) else None
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+def _alive(pid) -> bool:
+    try:
+        os.kill(int(pid), 0)
+    except (TypeError, ValueError, ProcessLookupError):
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@contextlib.contextmanager
+def trainer_lock(run_dir: Path, tries: int = 40):
+    """Hold RUN/train.lock (exclusive) while the block runs; yields its file descriptor, to pass to fairseq-train so
+    that the lock lasts as long as either process. Raises TrainerBusy naming the holder when another process has it
+    (``tries`` attempts 50 ms apart: a ``live_trainer`` probe holds it for microseconds)."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / TRAINER_LOCK
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        for attempt in range(tries):
+            try:
+                if fcntl is not None:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if attempt == tries - 1:
+                    raise TrainerBusy(f"{run_dir} is being trained by {describe_trainer(run_dir, _holder(path))}; "
+                                      f"wait for it to end (or end it), then run this again") from None
+                time.sleep(0.05)
+        os.ftruncate(fd, 0)
+        os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                 "started": datetime.now().strftime("%Y-%m-%d %H:%M:%S")}).encode())
+        yield fd
+    finally:
+        os.close(fd)
+
+
+@dataclass
+class TrainingState:
+    """Where a run stands: its --max-update (``top``), the update its checkpoint_last.pt holds (``reached``: None
+    when missing or cut short) and the live trainer holding it (``trainer``: None when none)."""
+    run_dir: Path
+    top: Optional[int]
+    reached: Optional[int]
+    trainer: Optional[dict]
+
+    @property
+    def trained(self) -> bool:
+        """checkpoint_last.pt holds the --max-update (a trainer may still be validating or saving)."""
+        return self.top is not None and (self.reached or 0) >= self.top
+
+    @property
+    def done(self) -> bool:
+        return self.trained and self.trainer is None
+
+    def why_not(self) -> str:
+        """Why the run has not finished, in words ("" when it has)."""
+        if self.done:
+            return ""
+        if self.top is None:
+            return f"{self.run_dir}: its command names no --max-update"
+        at = f"checkpoint_last.pt holds update {self.reached} of {self.top}" if self.reached is not None else \
+            f"it has no whole checkpoint_last.pt (of {self.top} updates)"
+        if self.trainer is not None:
+            return f"{self.run_dir} is still training ({at}; trainer {describe_trainer(self.run_dir, self.trainer)})"
+        return f"{self.run_dir} has not finished training: {at}"
+
+
+def training_state(run_dir: Path, argv) -> TrainingState:
+    """The state of the run in ``run_dir`` trained by ``argv`` (its fairseq-train command: the --max-update)."""
+    run_dir = Path(run_dir)
+    trainer = live_trainer(run_dir)  # first: a trainer that ends between the two reads leaves its last checkpoint
+    return TrainingState(run_dir, results.max_update_of(argv), updates_of(run_dir / "checkpoint_last.pt"), trainer)
+
+
 def finished(run_dir: Path, argv) -> bool:
-    """Whether the run in ``run_dir`` has trained to this argv's --max-update: the checkpoint fairseq would resume
-    from, checkpoint_last.pt, reads whole and holds that update. Not the log: a run killed after its last
-    checkpoint and before fairseq's "done training" line (or before the tee wrote it) has finished, and fairseq
-    resumed there would train one update more and overwrite the checkpoints."""
-    top = results.max_update_of(argv)
-    return top is not None and (updates_of(run_dir / "checkpoint_last.pt") or 0) >= top
+    """Whether the run in ``run_dir`` has finished training to this argv's --max-update: no live trainer holds it
+    (RUN/train.lock) and the checkpoint fairseq would resume from, checkpoint_last.pt, reads whole and holds that
+    update. Not the log: a run killed after its last checkpoint and before fairseq's "done training" line (or
+    before the tee wrote it) has finished, and fairseq resumed there would train one update more and overwrite the
+    checkpoints; a trainer still validating or saving after its last update has not."""
+    return training_state(run_dir, argv).done
+
+
+class Progress:
+    """pe-train's note after each progress line of fairseq-train (training_log): the updates done of the run's
+    --max-update and an estimated finish, at the pace since this segment's first progress line (since the launch,
+    for the first one: start-up included). ``clock``: seconds since the epoch (time.time; a fixed one in tests)."""
+
+    def __init__(self, top: Optional[int], start_update: int, clock: Callable[[], float] = time.time):
+        self.top, self.clock = top, clock
+        self.mark = (clock(), start_update)  # (time, update) the pace is measured from
+        self.first = True
+
+    def note(self, line: str) -> Optional[str]:
+        r = training_log.parse_line(line)
+        if r is None or r.kind not in ("train_inner", "train") or r.updates is None:
+            return None
+        now, (t0, u0) = self.clock(), self.mark
+        done = f"update {r.updates}" + (f" of {self.top} ({100 * r.updates / self.top:.0f}%)" if self.top else "")
+        if r.updates <= u0 or not self.top:
+            return f"[pe-train] {done}"
+        pace = (now - t0) / (r.updates - u0)
+        left = max(self.top - r.updates, 0) * pace
+        if self.first:
+            self.mark, self.first = (now, r.updates), False
+        finish = datetime.fromtimestamp(now + left).strftime("%Y-%m-%d %H:%M")
+        return f"[pe-train] {done}, {pace:.2f} s/update, finish ~ {finish} (in {_duration(left)})"
+
+    def echo(self, line: str) -> None:
+        if (note := self.note(line)) is not None:
+            print(note, flush=True)
+
+
+def _duration(seconds: float) -> str:
+    """``45 s``, ``12 min``, ``3 h 05 min``."""
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    minutes = round(seconds / 60)
+    return f"{minutes} min" if minutes < 60 else f"{minutes // 60} h {minutes % 60:02d} min"
 
 
 def cuda() -> bool:
@@ -178,11 +357,7 @@ def train(a) -> int:
     if a.dry_run:
         return 0
     if finished(run_dir, argv):
-        # fairseq-train resumed at its --max-update still trains one more update (and overwrites the checkpoints)
-        top = results.max_update_of(argv)
-        print(f"{run_dir} has finished training (update {top} of {top}, "
-              f"checkpoint_last.pt saved); nothing to do. Decode it with pe-generate {run_dir}", flush=True)
-        return 0
+        return nothing_to_do(run_dir, argv)
     launch = cmd
     if a.gpus > 1 and srun.in_allocation():  # in a SLURM job: one srun task per rank
         try:
@@ -191,9 +366,31 @@ def train(a) -> int:
             return fail(str(e))
         print(f"[train] {a.gpus} ranks under SLURM: {shlex.join(launch[:launch.index(sys.executable)])} ...",
               flush=True)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    write_atomic(run_dir / "command.txt", shlex.join(cmd) + "\n")
-    write_atomic(run_dir / "command.json", json.dumps(
-        {"recipe": a.recipe, "method": a.method, "pair": a.pair, "size": size, "seed": a.seed, "data": str(data),
-         "argv": cmd, "batch": batch_record(split, choice), **results.machine()}, indent=1))
-    return tee(launch, run_dir / "train.log")
+    try:
+        with trainer_lock(run_dir) as lock:
+            if finished_checkpoint(run_dir, argv):  # a trainer that ended between the check above and the lock
+                return nothing_to_do(run_dir, argv)
+            write_atomic(run_dir / "command.txt", shlex.join(cmd) + "\n")
+            write_atomic(run_dir / "command.json", json.dumps(
+                {"recipe": a.recipe, "method": a.method, "pair": a.pair, "size": size, "seed": a.seed,
+                 "data": str(data), "argv": cmd, "extra": list(a.extra), "batch": batch_record(split, choice),
+                 **results.machine()}, indent=1))
+            progress = Progress(results.max_update_of(argv), updates_of(run_dir / "checkpoint_last.pt") or 0)
+            return tee(launch, run_dir / "train.log", on_line=progress.echo, pass_fds=(lock,))
+    except TrainerBusy as e:
+        return fail(str(e))
+
+
+def finished_checkpoint(run_dir: Path, argv) -> bool:
+    """checkpoint_last.pt holds the --max-update (what ``finished`` adds to "no live trainer", for a caller that
+    holds the lock itself)."""
+    return TrainingState(Path(run_dir), results.max_update_of(argv), updates_of(Path(run_dir) / "checkpoint_last.pt"),
+                         None).trained
+
+
+def nothing_to_do(run_dir: Path, argv) -> int:
+    # fairseq-train resumed at its --max-update still trains one more update (and overwrites the checkpoints)
+    top = results.max_update_of(argv)
+    print(f"{run_dir} has finished training (update {top} of {top}, "
+          f"checkpoint_last.pt saved); nothing to do. Decode it with pe-generate {run_dir}", flush=True)
+    return 0

@@ -39,6 +39,11 @@ corpus order by sentence id, and a missing id stops with an error naming it and 
 PE settings: ``--meta NAME=settings.json``, or a file ``HYPOTHESIS.meta.json`` beside a hypothesis file,
 is copied into the outputs. Its ``pe_signature`` entry, if any, fills the table's PE column.
 
+Comparable inputs only (``inputs``): a hypothesis file that does not read as the reference's language is refused
+(``language``; --no-language-check skips it), and so is a system whose runs (pe-generate's decodes, with their
+meta files) differ from their baseline runs in recipe, language pair, size, updates or changed flags, unless
+--allow-mismatch, which marks it in the table (``‡``, and a note naming what differs).
+
 Modules: metrics, inputs, significance, ngram (Figure 4), length (buckets), report; this one is the CLI.
 
 sacrebleu quirks handled here (see tests/test_evaluate.py):
@@ -148,6 +153,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-aggressive-dash", action="store_true",
                    help="compound split without Moses -a (tensor2tensor's get_ende_bleu.sh variant)")
     p.add_argument("--width", type=int, default=2, help="decimals in the markdown table (default: 2)")
+    p.add_argument("--allow-mismatch", action="store_true",
+                   help="score a system whose runs differ from the baseline's in recipe, language pair, size, "
+                        "updates or changed flags (their meta files' run identity), marked in the table; without "
+                        "it such a system is refused")
+    p.add_argument("--no-language-check", action="store_true",
+                   help="skip the check that every hypothesis file reads as the reference's language")
     return p
 
 

@@ -1,5 +1,12 @@
 """The inputs of a report: the reference, the baseline and the systems (one or several runs each, with their
-PE settings from HYP.meta.json or --meta), read and validated before anything is computed or written."""
+PE settings from HYP.meta.json or --meta), read and validated before anything is computed or written.
+
+Two checks make sure a table compares what it says it compares. Every hypothesis file must read as the
+reference's language (``language``: French scored against German is refused). And each run of a decode of
+pe-generate (a file with a HYP.meta.json) has an identity (pe_tools.recipes.results.IDENTITY: recipe, language
+pair, size, updates, changed flags; method and seed aside): the meta file's ``run``, else, for a meta file written
+before it held one, what the command.json of the run's (or recorded run's) folder and the meta's checkpoints say.
+A run whose identity differs from its baseline run's is refused, or with --allow-mismatch marked in the table."""
 import argparse
 import json
 from dataclasses import dataclass, field
@@ -17,6 +24,8 @@ class System:
     runs: List[List[str]] = field(default_factory=list)  # runs[r][i]: line i of run r
     meta: Dict[str, Any] = field(default_factory=dict)  # PE settings for the whole system
     run_meta: List[Optional[dict]] = field(default_factory=list)  # HYP.meta.json of each run, if any
+    identities: List[Optional[dict]] = field(default_factory=list)  # each run's identity (run_identity), if known
+    mismatch: List[str] = field(default_factory=list)  # how its runs differ from their baseline runs (--allow-mismatch)
 
 
 @dataclass
@@ -100,8 +109,62 @@ def load_system(value: str, option: str, n_ref: int, ref_file: str) -> System:
         system.runs.append(lines)
         sidecar = Path(path + ".meta.json")
         system.run_meta.append(read_meta(str(sidecar)) if sidecar.is_file() else None)
+        system.identities.append(identity(path, system.run_meta[-1]))
     system.meta = next((m for m in system.run_meta if m is not None), {})
     return system
+
+
+def identity(path: str, meta: Optional[dict]) -> Optional[dict]:
+    """The identity of the run a hypothesis file is a decode of (module docstring), or None for a file without a
+    meta file, or one whose run cannot be told (no ``run`` in it and no command.json in its folder, or in the one or
+    two above it: RUN/gen/, RUN/gen/NAME/, REC/NAME/)."""
+    from ..recipes.results import run_identity
+
+    if meta is None:
+        return None
+    if isinstance(meta.get("run"), dict):
+        return meta["run"]
+    folder = Path(path).parent
+    for command in (folder / "command.json", folder.parent / "command.json", folder.parent.parent / "command.json"):
+        if command.is_file():
+            try:
+                return run_identity(json.loads(command.read_text(encoding="utf-8")), meta)
+            except (OSError, ValueError, TypeError, AttributeError):
+                return None
+    return None
+
+
+def check_comparable(inputs: "Inputs", allow_mismatch: bool) -> None:
+    """Each run of each system against its baseline run: identities that differ outside the compared keys raise
+    InputError naming them, or with ``allow_mismatch`` go into the system's ``mismatch``."""
+    from ..recipes.results import identity_differences
+
+    baseline = inputs.baseline
+    for s in inputs.systems:
+        for r, (mine, f) in enumerate(zip(s.identities, s.files)):
+            b = inputs.paired_baseline_run(r)
+            theirs = baseline.identities[b]
+            if mine is None or theirs is None:
+                continue
+            if differs := identity_differences(mine, theirs):
+                what = f"run {r + 1} ({f}): " + "; ".join(differs)
+                if not allow_mismatch:
+                    raise InputError(f"{s.name} is not comparable with the baseline {baseline.name}'s run {b + 1} "
+                                     f"({baseline.files[b]}): its {what.split(': ', 1)[1]}. Compare runs of one "
+                                     f"recipe, language pair, size, update count and flags, or pass "
+                                     f"--allow-mismatch to score it marked in the table")
+                s.mismatch.append(what)
+
+
+def check_languages(ref: List[str], ref_file: str, trg_lang: str, systems: List[System]) -> None:
+    """Every run's hypotheses in the reference's language (``language.language_problem``), else InputError."""
+    from .language import language_problem
+
+    for s in systems:
+        for f, lines in zip(s.files, s.runs):
+            if problem := language_problem(lines, ref, trg_lang, f, ref_file):
+                raise InputError(f"{s.name}: {problem}; score it against a reference of its own language (or "
+                                 f"pass --no-language-check if the check is wrong)")
 
 
 def line_count_hint(n: int, n_ref: int) -> str:
@@ -138,8 +201,12 @@ def load_inputs(args: argparse.Namespace) -> Inputs:
         if name not in by_name or not path:
             raise InputError(f"--meta {value!r}: expected NAME=FILE.json with NAME one of {', '.join(names)}")
         by_name[name].meta = read_meta(path)
+    if not getattr(args, "no_language_check", False):
+        check_languages(ref, args.ref, args.trg_lang, [baseline] + systems)
     source = read_lines(args.source) if args.source else None
     if source is not None and len(source) != len(ref):
         raise InputError(f"line counts differ: source {args.source} has {len(source)} lines, reference {args.ref} "
                          f"has {len(ref)} lines (--source must be line-aligned with --ref)")
-    return Inputs(args.ref, ref, baseline, systems, args.source, source)
+    inputs = Inputs(args.ref, ref, baseline, systems, args.source, source)
+    check_comparable(inputs, getattr(args, "allow_mismatch", False))
+    return inputs

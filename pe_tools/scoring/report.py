@@ -24,7 +24,8 @@ def build_report(inputs: Inputs, scored: Dict[str, Any], args: argparse.Namespac
         for spec in METRICS:
             summary[spec.key]["signature"] = scored["signatures"][spec.key]
         systems.append({"name": s.name, "baseline": is_base, "files": s.files, "meta": s.meta,
-                        "pe_signature": pe_signature(s.meta), "runs": runs, "summary": summary})
+                        "pe_signature": pe_signature(s.meta), "runs": runs, "summary": summary,
+                        **({"mismatch": s.mismatch} if s.mismatch else {})})
     return {
         "reference": inputs.ref_file, "segments": len(inputs.ref), "target_language": args.trg_lang,
         "baseline": inputs.baseline.name,
@@ -44,6 +45,9 @@ def pe_signature(meta: Dict[str, Any]) -> str:
         return ""
     sig = meta.get("pe_signature")
     return sig if isinstance(sig, str) else json.dumps(meta, sort_keys=True, separators=(",", ":"))
+
+
+MISMATCH = "‡"  # after a system's name: its runs differ from the baseline's (pe-evaluate --allow-mismatch)
 
 
 def cell(summary: Dict[str, Any], width: int) -> str:
@@ -78,7 +82,7 @@ def render_markdown(report: Dict[str, Any], width: int) -> str:
             + (["Params", "Train min"] if with_training else []) + (["PE"] if with_pe else []))
     rows = []
     for s in report["systems"]:
-        row = [s["name"] + (" (baseline)" if s["baseline"] else "")]
+        row = [s["name"] + (" (baseline)" if s["baseline"] else "") + (f" {MISMATCH}" if s.get("mismatch") else "")]
         row += [cell(s["summary"][spec.key], width) for spec in METRICS]
         if with_training:
             t = trained[s["name"]]
@@ -105,6 +109,10 @@ def render_markdown(report: Dict[str, Any], width: int) -> str:
         where = sorted({w for t in trained.values() for w in t["where"]})
         notes.append("Params: the model's parameters; Train min: the time fairseq-train ran (validation and "
                      "checkpoints included, summed over resumed segments), mean over runs" + (f", on {'; '.join(where)}." if where else "."))
+    for s in report["systems"]:
+        if s.get("mismatch"):
+            notes.append(f"{MISMATCH} {s['name']} is not a run like the baseline's, compared as asked "
+                         f"(--allow-mismatch): " + "; ".join(s["mismatch"]) + ".")
     lines += [
         "",
         " ".join(notes),
@@ -124,6 +132,8 @@ def table_rows(report: Dict[str, Any]) -> List[Dict[str, Any]]:
                "params": t["params"], "train_minutes": t["train_minutes"]}
         for spec in METRICS:
             row.update(summary_columns(spec.key, s["summary"][spec.key]))
+        if any(x.get("mismatch") for x in report["systems"]):  # the column, only in a table that marks one
+            row["mismatch"] = "; ".join(s.get("mismatch", []))
         rows.append(row)
     return rows
 
