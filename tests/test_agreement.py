@@ -118,3 +118,64 @@ def test_rename_maps_the_first_reports_system_onto_the_seconds(tmp_path, capsys)
         with pytest.raises(SystemExit) as e:
             main([a, b, "--rename", bad])
         assert e.value.code == 2 and f"--rename {bad!r}: expected OLD=NEW" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------------
+# Kendall's exact p (issue 59: five systems at two training budgets)
+
+def _tau_b_brute(x, y):
+    pairs = list(itertools.combinations(range(len(x)), 2))
+    sign = lambda v: (v > 0) - (v < 0)  # noqa: E731
+    s = sum(sign(x[i] - x[j]) * sign(y[i] - y[j]) for i, j in pairs)
+    tx = sum(x[i] == x[j] for i, j in pairs)
+    ty = sum(y[i] == y[j] for i, j in pairs)
+    return s / ((len(pairs) - tx) * (len(pairs) - ty)) ** 0.5
+
+
+def test_kendall_exact_p_is_scipys_exact_p_for_every_ordering_of_five_without_ties():
+    """Five systems without ties, every one of the 5! orderings of one side: tau and its exact p are scipy's
+    (kendalltau, method="exact"), from p = 2/120 at full agreement to 1 at tau = 0."""
+    from scipy import stats
+
+    from pe_tools.scoring.agreement import exact_kendall_p, kendall
+
+    x = [37.6, 38.8, 37.8, 37.2, 37.1]
+    seen = set()
+    for order in itertools.permutations(range(5)):
+        y = [float(o) for o in order]
+        expected = stats.kendalltau(x, y, method="exact")
+        tau, p, exact = kendall(x, y)
+        assert exact and tau == pytest.approx(expected.statistic) and p == pytest.approx(expected.pvalue)
+        assert exact_kendall_p(x, y) == pytest.approx(expected.pvalue)  # the enumeration agrees with scipy's
+        seen.add(p)
+    assert min(seen) == pytest.approx(2 / 120) and max(seen) == pytest.approx(1.0)
+
+
+def test_kendall_exact_p_with_ties_counts_every_ordering():
+    """With a tie scipy has no exact p (it refuses method="exact"); ours counts the 5! orderings of one side, the
+    tie kept, whose |tau_b| reaches the observed one, and rank_agreement reports it as exact."""
+    from scipy import stats
+
+    x, y = [1.0, 2.0, 3.0, 4.0, 5.0], [2.0, 1.0, 4.0, 4.0, 5.0]
+    with pytest.raises(ValueError, match="Ties"):
+        stats.kendalltau(x, y, method="exact")
+    observed = abs(_tau_b_brute(x, y))
+    orderings = list(itertools.permutations(y))
+    brute = sum(abs(_tau_b_brute(x, list(o))) >= observed - 1e-12 for o in orderings) / len(orderings)
+    r = rank_agreement(dict(zip("abcde", x)), dict(zip("abcde", y)))
+    assert r["kendall_tau"] == pytest.approx(stats.kendalltau(x, y).statistic) == pytest.approx(_tau_b_brute(x, y))
+    assert r["kendall_p"] == pytest.approx(brute) and r["kendall_p_exact"]
+    assert r["kendall_p"] != pytest.approx(stats.kendalltau(x, y).pvalue)  # not the normal approximation
+
+
+def test_kendall_p_beyond_the_enumeration():
+    """Ten systems: without ties scipy's exact p (exact); with a tie its normal approximation, marked not exact."""
+    from scipy import stats
+
+    x = [float(i) for i in range(10)]
+    y = [float((3 * i) % 10) for i in range(10)]
+    r = rank_agreement(dict(enumerate(x)), dict(enumerate(y)))
+    assert r["kendall_p_exact"] and r["kendall_p"] == pytest.approx(stats.kendalltau(x, y, method="exact").pvalue)
+    y[0] = y[1]
+    r = rank_agreement(dict(enumerate(x)), dict(enumerate(y)))
+    assert not r["kendall_p_exact"] and r["kendall_p"] == pytest.approx(stats.kendalltau(x, y).pvalue)

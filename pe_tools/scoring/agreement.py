@@ -1,6 +1,7 @@
 """How far two rankings of the encodings agree: Kendall's tau-b and Spearman's rho over the encodings both rank,
-with two-sided p-values: Kendall's from scipy (exact without ties and for small n), Spearman's exact (every ordering
-counted) without ties up to ``EXACT_SPEARMAN_MAX_N`` systems, else scipy's t approximation.
+with two-sided p-values: Kendall's exact (without ties scipy's exact distribution; with ties, up to
+``EXACT_KENDALL_MAX_N`` systems, every ordering counted), else scipy's normal approximation; Spearman's exact (every
+ordering counted) without ties up to ``EXACT_SPEARMAN_MAX_N`` systems, else scipy's t approximation.
 
     python -m pe_tools.scoring.agreement REPORT.json                    seed i against seed j, within one report
     python -m pe_tools.scoring.agreement A.json B.json                  report A's means against report B's
@@ -13,6 +14,8 @@ ranked like any other system. With few systems nothing is significant: the p-val
     tau_b = (C - D) / sqrt((C + D + T_a)(C + D + T_b))      C, D: concordant / discordant pairs; T: ties
     rho   = Pearson correlation of the ranks (mid-ranks for ties)
     exact p(rho) = #{orderings of n ranks with |rho| >= |rho observed|} / n!      (no ties)
+    exact p(tau) = #{orderings of one side's n scores with |tau_b| >= |tau_b observed|} / n!   (ties kept: the
+                   permutation distribution given them; without ties scipy's exact distribution, the same)
 """
 import argparse
 import itertools
@@ -30,6 +33,7 @@ from ..tables import markdown_table
 # n! orderings: 9! = 362,880 rows of 9 ranks, enumerated at once; the t approximation serves larger n, where it
 # is close, but not small n: at rho = 1 it gives p -> 0 where the exact p is 2 / n! (0.0167 for five systems)
 EXACT_SPEARMAN_MAX_N = 9
+EXACT_KENDALL_MAX_N = 9  # with ties (without, scipy's exact distribution serves any n)
 
 
 def exact_spearman_p(x, y) -> Optional[float]:
@@ -47,6 +51,33 @@ def exact_spearman_p(x, y) -> Optional[float]:
     return float(np.mean(np.abs(c2 - 2 * d2) >= abs(c2 - 2 * observed)))
 
 
+def exact_kendall_p(x, y) -> Optional[float]:
+    """Two-sided exact p of Kendall's tau-b for at most EXACT_KENDALL_MAX_N scores, with ties or without: the share of
+    the n! orderings of ``y`` whose |tau_b| reaches the observed one. A reordering keeps both sides' ties, so tau_b's
+    denominator is the same in every ordering and |C - D| decides, compared in integers. None beyond the limit."""
+    n = len(x)
+    if n > EXACT_KENDALL_MAX_N or n < 2:
+        return None
+    i, j = np.triu_indices(n, 1)
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    sx = np.sign(x[i] - x[j]).astype(np.int64)  # (pairs,): +1, -1, 0 (a tie)
+    observed = abs(int(sx @ np.sign(y[i] - y[j]).astype(np.int64)))  # |C - D|
+    orderings = y[np.array(list(itertools.permutations(range(n))))]  # (n!, n)
+    c_minus_d = np.sign(orderings[:, i] - orderings[:, j]).astype(np.int64) @ sx
+    return float(np.mean(np.abs(c_minus_d) >= observed))
+
+
+def kendall(x, y):
+    """(tau_b, p, p exact?): scipy's exact p without ties, the enumerated one with ties up to EXACT_KENDALL_MAX_N
+    systems, else scipy's normal approximation."""
+    from scipy import stats
+
+    ties = len(set(x)) < len(x) or len(set(y)) < len(y)
+    tau = stats.kendalltau(x, y, method="asymptotic" if ties else "exact")
+    exact = exact_kendall_p(x, y) if ties else float(tau.pvalue)
+    return float(tau.statistic), float(tau.pvalue) if exact is None else exact, exact is not None
+
+
 def rank_agreement(a: Dict[str, float], b: Dict[str, float]) -> Dict[str, object]:
     """Kendall's tau-b and Spearman's rho between two scorings of the same systems (their common keys)."""
     from scipy import stats
@@ -55,10 +86,10 @@ def rank_agreement(a: Dict[str, float], b: Dict[str, float]) -> Dict[str, object
     if len(common) < 3:
         raise ValueError(f"rank agreement needs at least 3 systems scored by both sides, got {len(common)}: {common}")
     x, y = [a[k] for k in common], [b[k] for k in common]
-    tau = stats.kendalltau(x, y)
+    tau, tau_p, tau_exact = kendall(x, y)
     rho = stats.spearmanr(x, y)
     exact = exact_spearman_p(x, y)
-    return {"n": len(common), "systems": common, "kendall_tau": float(tau.statistic), "kendall_p": float(tau.pvalue),
+    return {"n": len(common), "systems": common, "kendall_tau": tau, "kendall_p": tau_p, "kendall_p_exact": tau_exact,
             "spearman_rho": float(rho.statistic), "spearman_p": float(rho.pvalue) if exact is None else exact,
             "spearman_p_exact": exact is not None}
 
