@@ -1,7 +1,7 @@
 """Which test sentences a trained model has no positions for, checked before decoding (``scripts/launch.py
 generate``), and which hypotheses ran past the decoder's positions, counted after it.
 
-A model whose encoding has a position limit (LAPE, PosNet; ``encodings.limits``) supports L_max positions per
+A model whose encoding has a position limit (LAPE, PosNet; ``encoding_parts.limits``) supports L_max positions per
 side. A source of n tokens (end-of-sentence included, as fairseq binarises it) uses positions 0..n-1, so it
 fits when n <= L_max. A hypothesis of m tokens (its end-of-sentence included, m = the number of scores on
 fairseq-generate's P- line) is produced from decoder inputs of positions 0..m-1, so it ran past L_max when
@@ -15,7 +15,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .encodings.limits import UNLIMITED
+from .encoding_parts.limits import UNLIMITED
 
 STOCK = "fairseq"  # Limits.pe of a stock fairseq model, which has no pe_plugin encoding
 

@@ -22,7 +22,7 @@ The object returned is fairseq's ``GeneratorHubInterface`` (a subclass, ``PEHubI
 a ValueError naming the sentence, its length, the limit and the fixes, where fairseq would raise "Size of
 sample #0 is invalid ... skip this example with --skip-invalid-size-inputs-valid-test" (a command-line flag),
 or, with ``skip_invalid_size_inputs=True``, leave the sentence out and return fewer translations than
-sentences. Loaded with ``pe_beyond_max='clamp'``, LAPE and PosNet decode such sentences (``encodings.limits``).
+sentences. Loaded with ``pe_beyond_max='clamp'``, LAPE and PosNet decode such sentences (``encoding_parts.limits``).
 """
 import logging
 import os
@@ -36,7 +36,7 @@ from fairseq.hub_utils import GeneratorHubInterface
 
 from . import decode_limits
 from .safe_load import load_checkpoint
-from .encodings.limits import UNLIMITED
+from .encoding_parts.limits import UNLIMITED
 
 logger = logging.getLogger("pe_plugin")
 

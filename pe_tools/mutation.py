@@ -40,7 +40,8 @@ from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 from .tables import markdown_table
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("pe_plugin/encodings", "pe_plugin/modules", "pe_tools/scoring", "pe_tools/recipes")
+PACKAGES = ("pe_plugin/encodings", "pe_plugin/encoding_parts", "pe_plugin/kernels", "pe_plugin/modules",
+            "pe_tools/scoring", "pe_tools/recipes")
 NO_MUTATE = "pragma: no mutate"
 
 # ---- which tests cover which module ------------------------------------------------------------------------
@@ -59,23 +60,23 @@ _POSNET = ["tests/test_posnet.py", "-k", "not lmax_is_capped and not max_positio
 _SHAW_CORE = ["tests/test_shaw_core.py", "-k", "not gradcheck"]
 _SCORING = ["tests/test_evaluate.py", "tests/test_mutation_kills.py"]
 TEST_MAP: Dict[str, Optional[List[str]]] = {
+    "pe_plugin/encoding_parts/base.py": _IFACE + _ROPE,
+    "pe_plugin/encoding_parts/head_layout.py": _SHAW_CORE,
+    "pe_plugin/encoding_parts/limits.py": ["tests/test_position_limits.py"],
+    "pe_plugin/encoding_parts/posnet_kernels.py": _POSNET,
+    "pe_plugin/encoding_parts/relative.py": _REL + ["-k", _FAST_REL],
     "pe_plugin/encodings/__init__.py": _IFACE,
     "pe_plugin/encodings/adaptive_t5.py": _REL + ["-k", f"at5 and ({_FAST_REL})"],
     "pe_plugin/encodings/alibi.py": ["tests/test_rope_alibi.py", "-k", "alibi", "tests/test_kerple.py"],
-    "pe_plugin/encodings/base.py": _IFACE + _ROPE,
     "pe_plugin/encodings/kerple.py": ["tests/test_kerple.py"],
     "pe_plugin/encodings/learned.py": _IFACE + ["tests/test_position_limits.py", "-k", "lape"],  # parity tests are slow
-    "pe_plugin/encodings/limits.py": ["tests/test_position_limits.py"],
     "pe_plugin/encodings/none.py": _IFACE,
     "pe_plugin/encodings/posnet_attention.py": ["tests/test_posnet.py", "-k", "attn and not per-layer"],
     "pe_plugin/encodings/posnet_embedding.py": ["tests/test_posnet.py", "-k", "embed and not lmax_is_capped"],
-    "pe_plugin/encodings/posnet_kernels.py": _POSNET,
-    "pe_plugin/encodings/relative.py": _REL + ["-k", _FAST_REL],
     "pe_plugin/encodings/rope.py": _ROPE,
     "pe_plugin/encodings/shaw.py": _REL + ["-k", f"rpe and ({_FAST_REL})"] + _SHAW_CORE,
-    "pe_plugin/encodings/shaw_core.py": _SHAW_CORE,
-    "pe_plugin/encodings/shaw_triton.py": None,
     "pe_plugin/encodings/sinusoidal.py": _IFACE,
+    "pe_plugin/kernels/shaw_rpe.py": None,
     "pe_plugin/encodings/t5_bias.py": _REL + ["-k", f"t5 and ({_FAST_REL})"],
     "pe_plugin/modules/pass_context.py": ["tests/test_fast_paths.py"],
     "pe_plugin/modules/pe_attention.py": _IFACE + _REL + ["-k", "module or incremental or gradients"]
@@ -110,7 +111,7 @@ TEST_MAP: Dict[str, Optional[List[str]]] = {
     "pe_tools/recipes/srun.py": ["tests/test_slurm.py"],
     "pe_tools/recipes/training_log.py": ["tests/test_training_log.py", "tests/test_results.py"],
 }
-NOT_RUN = {"pe_plugin/encodings/shaw_triton.py": "Triton kernels: their tests need a GPU (skipped on CPU)"}
+NOT_RUN = {"pe_plugin/kernels/shaw_rpe.py": "Triton kernels: their tests need a GPU (skipped on CPU)"}
 
 
 def pytest_argv(selection: Sequence[str]) -> List[List[str]]:
@@ -507,7 +508,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="Plant small bugs one at a time in a copy of the repository and run the "
                                              "tests that cover each module (docs/testing.md).")
     ap.add_argument("--modules", nargs="*", default=None,
-                    help="modules to mutate: paths or globs relative to the repository (default: all four packages)")
+                    help="modules to mutate: paths or globs relative to the repository (default: PACKAGES)")
     ap.add_argument("--max-per-module", type=int, default=None, help="a reproducible sample of at most N mutants each")
     ap.add_argument("--seed", type=int, default=0, help="seed of the sample")
     ap.add_argument("--timeout", type=float, default=None,

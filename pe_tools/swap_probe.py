@@ -46,7 +46,7 @@ def main(argv=None) -> int:
     ds = task.dataset(args.subset)
     n = len(ds) if args.max_sentences is None else min(args.max_sentences, len(ds))
     srcs = [ds.src[i] for i in range(n)]
-    limit = model.encoder.max_positions()  # tokens, end of sentence included (pe_plugin/encodings/limits.py)
+    limit = model.encoder.max_positions()  # tokens, end of sentence included (pe_plugin/encoding_parts/limits.py)
     left_out = [i for i, src in enumerate(srcs) if len(src) > limit]
     if left_out:
         shown = ", ".join(f"{i} ({len(srcs[i])} tokens)" for i in left_out[:20])

@@ -15,8 +15,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import pe_testing
 from pe_testing import OpLog
 from pe_plugin.encodings import PE_REGISTRY
-from pe_plugin.encodings.base import Positions
-from pe_plugin.encodings.posnet_kernels import positional_matmul
+from pe_plugin.encoding_parts.base import Positions
+from pe_plugin.encoding_parts.posnet_kernels import positional_matmul
 from pe_plugin.modules.pe_attention import PEAttention
 from test_posnet import loop_matmul
 from test_rope_alibi import make_attention, make_pe
@@ -247,7 +247,7 @@ ATOMIC_OPS = {"scatter_add", "scatter_add_", "index_add", "index_add_", "scatter
 def test_rpe_training_step_scatters_nothing(data_bin, extra):
     """Shaw's terms by strided views and matrix products: no scatter, gather or index add (atomic adds on a GPU)
     in forward or backward. Negative control: the same step with a gather-based key term is caught."""
-    from pe_plugin.encodings import shaw, shaw_core
+    from pe_plugin.encodings import shaw
 
     task, model, _ = pe_testing.build_model(data_bin, "transformer_rpe_wmt_en_de", SMALL + extra)
     model.train()
@@ -260,13 +260,13 @@ def test_rpe_training_step_scatters_nothing(data_bin, extra):
         pairs = r.gather(-1, idx[:, None].expand(-1, r.size(1), -1)).transpose(0, 1)  # (Tq,N,Tk) -> (N,Tq,Tk)
         return pairs if into is None else into.add_(pairs)
 
-    original = shaw.buckets_to_pairs, shaw_core.buckets_to_pairs
+    original = shaw.buckets_to_pairs
     try:
-        shaw.buckets_to_pairs = shaw_core.buckets_to_pairs = gathered
+        shaw.buckets_to_pairs = gathered
         caught = set(op_step(model, sample))
         assert "gather" in caught and ("scatter_add" in caught or "--rpe-no-values" not in extra), caught
     finally:
-        shaw.buckets_to_pairs, shaw_core.buckets_to_pairs = original
+        shaw.buckets_to_pairs = original
 
 
 @pytest.mark.parametrize("pe,extra", [("t5", []), ("at5", []), ("at5", ["--at5-all-layers"])],
@@ -275,7 +275,7 @@ def test_distance_bias_training_step_scatters_nothing(data_bin, monkeypatch, pe,
     """T5's table and AT5's per-distance MLP reach the (Tq,Tk) bias by strided views and a one-hot product: no
     index_put (accumulating in backward), gather or scatter in forward or backward. Negative control: the indexed
     equation (positions given as values take it) is caught."""
-    from pe_plugin.encodings.base import Positions
+    from pe_plugin.encoding_parts.base import Positions
 
     task, model, _ = pe_testing.build_model(data_bin, f"transformer_{pe}_wmt_en_de", SMALL + extra)
     model.train()

@@ -9,7 +9,7 @@ from fairseq.modules.positional_embedding import PositionalEmbedding
 from pe_testing import PLUGIN, TRAIN_FLAGS, build_model, call_main, run
 
 from pe_plugin.encodings import PE_REGISTRY, config_fields
-from pe_plugin.encodings.base import Dims, PositionalEncoding, Positions
+from pe_plugin.encoding_parts.base import Dims, PositionalEncoding, Positions
 from pe_plugin.encodings.learned import LearnedPositionalEncoding
 from pe_plugin.encodings.sinusoidal import SinusoidalPositionalEncoding
 from pe_plugin.models.architectures import SIZES, architecture_names

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from pe_plugin.encodings import PE_REGISTRY
-from pe_plugin.encodings.base import Dims, Positions
+from pe_plugin.encoding_parts.base import Dims, Positions
 from test_relative import future_mask, padded_input
 from test_rope_alibi import make_attention
 

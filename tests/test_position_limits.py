@@ -21,9 +21,9 @@ import torch
 from pe_testing import PLUGIN, REPO, build_model, run
 from test_posnet import loop_matmul, padded_positions
 
-from pe_plugin.encodings.base import Positions
-from pe_plugin.encodings.limits import UNLIMITED
-from pe_plugin.encodings.posnet_kernels import positional_matmul
+from pe_plugin.encoding_parts.base import Positions
+from pe_plugin.encoding_parts.limits import UNLIMITED
+from pe_plugin.encoding_parts.posnet_kernels import positional_matmul
 
 LMAX = 8
 LIMS = ["--max-source-positions", str(LMAX), "--max-target-positions", str(LMAX)]
@@ -106,7 +106,7 @@ def test_clamp_equals_repeating_the_last_row_and_error_names_the_flag(arch, data
 
 def test_lape_clamp_reads_the_last_row():
     from pe_plugin.encodings import PE_REGISTRY
-    from pe_plugin.encodings.base import Dims
+    from pe_plugin.encoding_parts.base import Dims
 
     pe = PE_REGISTRY["lape"](None, Dims(6, 2, 1, 4, 1, "decoder"))
     pe.beyond_max = "clamp"
@@ -192,7 +192,7 @@ def test_the_limit_reads_the_device_only_beyond_lmax_and_warns_once(caplog):
     clamp only until it has warned, and warns once per module. Reference: the calls of ``max`` on the positions,
     counted by a tensor subclass, and the warnings logged."""
     from pe_plugin.encodings import PE_REGISTRY
-    from pe_plugin.encodings.base import Dims
+    from pe_plugin.encoding_parts.base import Dims
 
     reads = []
 

@@ -17,10 +17,10 @@ sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve
 from pe_testing import (PLUGIN, TRAIN_FLAGS, assert_micro_batches_add_up, batch, build_model,  # noqa: E402
                         parse_train_args, rescore_max_diff, run)
 
-from pe_plugin.encodings.base import Dims, Positions  # noqa: E402
+from pe_plugin.encoding_parts.base import Dims, Positions  # noqa: E402
 from pe_plugin.encodings.posnet_attention import PosNetAttention, PosNetAttnConfig  # noqa: E402
 from pe_plugin.encodings.posnet_embedding import PosNetEmbedConfig, PosNetEmbedding  # noqa: E402
-from pe_plugin.encodings.posnet_kernels import positional_matmul, rotation_index  # noqa: E402
+from pe_plugin.encoding_parts.posnet_kernels import positional_matmul, rotation_index  # noqa: E402
 from pe_plugin.models.validation import PEConfigError, pe_parameter_count  # noqa: E402
 from pe_tools.fairseq_plugin import CPU_FP16_FLAGS  # noqa: E402
 

@@ -19,8 +19,8 @@ import torch.nn.functional as F
 import pe_testing
 from pe_testing import logit_bias
 from pe_plugin.encodings import PE_REGISTRY
-from pe_plugin.encodings.base import Dims, Positions
-from pe_plugin.encodings.relative import (buckets_to_pairs, call_offsets, clip_to_offsets, clipped_index,
+from pe_plugin.encoding_parts.base import Dims, Positions
+from pe_plugin.encoding_parts.relative import (buckets_to_pairs, call_offsets, clip_to_offsets, clipped_index,
                                           clipped_onehot, distinct_offsets, offsets_to_pairs, pairs_to_buckets,
                                           t5_bucket)
 from pe_plugin.modules import pe_attention

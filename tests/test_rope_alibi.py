@@ -20,7 +20,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import pe_testing
 from pe_testing import logit_bias
 from pe_plugin.encodings import PE_REGISTRY
-from pe_plugin.encodings.base import Dims, Positions, as_positions
+from pe_plugin.encoding_parts.base import Dims, Positions, as_positions
 from pe_plugin.modules import pe_attention
 from pe_plugin.modules.pe_attention import PEAttention
 from pe_tools.fairseq_plugin import CPU_FP16_FLAGS

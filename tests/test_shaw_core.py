@@ -1,4 +1,4 @@
-"""Shaw's attention core (``encodings.shaw_core``, --pe-attention-impl auto) against the reference path (the
+"""Shaw's attention core (``encodings.shaw.ShawAttention``, --pe-attention-impl auto) against the reference path (the
 equations as they read, autograd's own backward) in float64: outputs and the gradients of q, k, v (through the
 projections) and of both tables, on left- and right-padded batches, causal and not, per-head and shared tables,
 keys switched off; ``gradcheck`` of the core itself, dropout included (its mask drawn once and replayed); fp16
@@ -9,9 +9,9 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from pe_plugin.encodings import PE_REGISTRY
-from pe_plugin.encodings.base import Dims
-from pe_plugin.encodings.relative import clipped_onehot
-from pe_plugin.encodings.shaw_core import shaw_attention
+from pe_plugin.encoding_parts.base import Dims
+from pe_plugin.encoding_parts.relative import clipped_onehot
+from pe_plugin.encodings.shaw import shaw_attention
 from pe_plugin.modules.pe_attention import PEAttention
 from pe_testing import OpLog
 

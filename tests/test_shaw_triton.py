@@ -1,19 +1,24 @@
 """Shaw's attention core in Triton kernels (``--pe-attention-impl triton``), run on the CPU by Triton's interpreter,
-against ``shaw_core`` (itself held to the equations by tests/test_shaw_core.py) and the reference path, in float64:
+against ``encodings.shaw.shaw_attention`` (itself held to the equations by tests/test_shaw_core.py) and the reference path, in float64:
 outputs and every gradient, several key and query tiles, a decoding step, k = 0 and k beyond the length, shared
 tables, no key table, two masks and three; through the attention module on left- and right-padded batches and in
 incremental decoding; and the settings it refuses, each named with its fix."""
+import importlib
 import os
 import sys
 
 import pytest
 import torch
 
-from pe_plugin.encodings.shaw_core import shaw_attention
-from pe_plugin.encodings.shaw_triton import ShawTriton, shaw_attention_triton
+from pe_plugin.encodings.shaw import shaw_attention
 from test_shaw_core import core_inputs, make as core_make, padded
 
 pytestmark = pytest.mark.slow  # Triton's interpreter: seconds per kernel launch
+kernels = None  # pe_plugin.kernels.shaw_rpe, imported under the interpreter by ``triton_interpreter``
+
+
+def shaw_attention_triton(*args, **kwargs):
+    return kernels.shaw_attention_triton(*args, **kwargs)
 
 
 def _triton_modules():
@@ -31,6 +36,8 @@ def triton_interpreter():
     saved = {n: sys.modules.pop(n) for n in _triton_modules()}
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("TRITON_INTERPRET", "1")
+        global kernels
+        kernels = importlib.import_module("pe_plugin.kernels.shaw_rpe")
         yield
     for n in _triton_modules():  # kept in sys.modules under another name: Python then frees them at exit
         sys.modules[f"_interpreted_{n}"] = sys.modules.pop(n)  # (else nanobind reports Triton's objects leaked)
@@ -86,8 +93,8 @@ def test_kernels_without_a_key_table():
 @pytest.fixture
 def kernel_calls(monkeypatch):
     """How many times the kernels ran: a module or model test must reach them, not fall back on the core."""
-    calls, apply = [], ShawTriton.apply
-    monkeypatch.setattr(ShawTriton, "apply", lambda *a: calls.append(1) or apply(*a))
+    calls, apply = [], kernels.ShawTriton.apply
+    monkeypatch.setattr(kernels.ShawTriton, "apply", lambda *a: calls.append(1) or apply(*a))
     return calls
 
 

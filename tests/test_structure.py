@@ -4,7 +4,8 @@ import ast
 import re
 from pathlib import Path
 
-from pe_plugin.encodings import PE_REGISTRY, base
+from pe_plugin.encoding_parts import base
+from pe_plugin.encodings import PE_REGISTRY
 
 ROOT = Path(__file__).resolve().parent.parent
 # PositionalEncoding's methods that are not hooks: construction and the switches the glue asks

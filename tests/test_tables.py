@@ -1033,7 +1033,7 @@ def _kerple_and_t5_busy_at_200() -> float:
 
 def _posnet_embed_params(lmax: int) -> float:
     """PosNet-Embed's parameters at base size (C 512, d_p 128) and an L_max, counted on the module itself."""
-    from pe_plugin.encodings.base import Dims
+    from pe_plugin.encoding_parts.base import Dims
     from pe_plugin.encodings.posnet_embedding import PosNetEmbedConfig, PosNetEmbedding
 
     cfg = PosNetEmbedConfig(posnet_dim=128, posnet_max_positions=lmax, posnet_init="per-matrix")

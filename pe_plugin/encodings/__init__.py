@@ -7,7 +7,7 @@ registers itself with ``@register_pe``) and one defining test.
 from dataclasses import fields
 from typing import Dict, List, Type
 
-from .base import Dims, PositionalEncoding, Positions
+from ..encoding_parts.base import Dims, PositionalEncoding, Positions
 
 PE_REGISTRY: Dict[str, Type[PositionalEncoding]] = {}
 
@@ -43,13 +43,12 @@ def config_from_args(cls: Type[PositionalEncoding], args):
 
 
 def _import_all() -> None:
-    """Import every module of this package: each registers its encoding. Registry order = ``order``."""
+    """Import every module of this package: each is one encoding and registers it. Registry order = ``order``."""
     import importlib
     import pkgutil
 
     for info in pkgutil.iter_modules(__path__):
-        if info.name != "base":
-            importlib.import_module(f"{__name__}.{info.name}")
+        importlib.import_module(f"{__name__}.{info.name}")
     ordered = sorted(PE_REGISTRY.values(), key=lambda c: (c.order, c.name))
     PE_REGISTRY.clear()
     PE_REGISTRY.update((c.name, c) for c in ordered)

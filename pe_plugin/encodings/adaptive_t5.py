@@ -27,8 +27,8 @@ from fairseq.dataclass import FairseqDataclass
 from torch import nn
 
 from . import register_pe
-from .base import PositionalEncoding
-from .relative import call_offsets, distinct_offsets, offsets_to_pairs
+from ..encoding_parts.base import PositionalEncoding
+from ..encoding_parts.relative import call_offsets, distinct_offsets, offsets_to_pairs
 
 logger = logging.getLogger(__name__)
 OFFICIAL_MAX_LENGTH = 256  # the official trainer's default max_length, by which it divides the slopes

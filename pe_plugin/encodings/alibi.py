@@ -31,7 +31,7 @@ import torch
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 
 from . import register_pe
-from .base import PositionalEncoding
+from ..encoding_parts.base import PositionalEncoding
 
 
 @dataclass

@@ -16,8 +16,8 @@ import torch
 from torch import nn
 
 from . import register_pe
-from .base import PositionalEncoding
-from .relative import call_offsets, offsets_to_pairs
+from ..encoding_parts.base import PositionalEncoding
+from ..encoding_parts.relative import call_offsets, offsets_to_pairs
 
 EPS = 1e-2  # the official code's lower clamp of r1 and r2
 

@@ -10,8 +10,8 @@ with the padding row fixed at zero. Separate tables for encoder and decoder. L_m
 from torch import nn
 
 from . import register_pe
-from .base import PositionalEncoding, Positions
-from .limits import BoundedPositions
+from ..encoding_parts.base import PositionalEncoding, Positions
+from ..encoding_parts.limits import BoundedPositions
 from .sinusoidal import absolute_index
 
 

@@ -1,7 +1,7 @@
 """No positional encoding (``nope``): the encoder is permutation-equivariant; the decoder sees order only
 through its causal mask."""
 from . import register_pe
-from .base import PositionalEncoding
+from ..encoding_parts.base import PositionalEncoding
 
 
 @register_pe

@@ -27,9 +27,9 @@ import torch
 from torch import nn
 
 from . import register_pe
-from .base import as_positions
-from .posnet_kernels import (PosNetBase, PosNetConfig, RotatedPositions, init_kernels, positional_matmul,
-                             rotation_index)
+from ..encoding_parts.base import as_positions
+from ..encoding_parts.posnet_kernels import (PosNetBase, PosNetConfig, RotatedPositions, init_kernels,
+                                             positional_matmul, rotation_index)
 
 
 @dataclass

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import register_pe
-from .posnet_kernels import PosNetBase, PosNetConfig, init_kernels, positional_matmul
+from ..encoding_parts.posnet_kernels import PosNetBase, PosNetConfig, init_kernels, positional_matmul
 
 
 @dataclass

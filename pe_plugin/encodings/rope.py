@@ -33,7 +33,7 @@ import torch
 from fairseq.dataclass import FairseqDataclass
 
 from . import register_pe
-from .base import PositionalEncoding, Positions
+from ..encoding_parts.base import PositionalEncoding, Positions
 
 
 @dataclass

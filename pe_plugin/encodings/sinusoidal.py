@@ -12,7 +12,7 @@ import math
 import torch
 
 from . import register_pe
-from .base import PositionalEncoding, Positions
+from ..encoding_parts.base import PositionalEncoding, Positions
 
 
 def sinusoid_table(num_positions: int, dim: int) -> torch.Tensor:

@@ -24,8 +24,8 @@ from fairseq.dataclass import FairseqDataclass
 from torch import nn
 
 from . import register_pe
-from .base import PositionalEncoding
-from .relative import clip_to_offsets, offsets_to_pairs, t5_bucket
+from ..encoding_parts.base import PositionalEncoding
+from ..encoding_parts.relative import clip_to_offsets, offsets_to_pairs, t5_bucket
 
 
 @dataclass

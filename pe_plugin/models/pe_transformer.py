@@ -16,7 +16,7 @@ each PE attention layer (``modules/pass_context``). ``--pe-attention-impl {auto,
 per-pass context with the fused kernels, or the reference formulation recomputed in every layer, or auto with an
 encoding's Triton kernels where it has them (``modules/pe_attention``); a checkpoint saved without the flag gets
 ``auto``.
-``--pe-beyond-max {error,clamp}`` (``encodings.limits``) sets what encodings with a position limit do beyond
+``--pe-beyond-max {error,clamp}`` (``encoding_parts.limits``) sets what encodings with a position limit do beyond
 it; under ``clamp`` both stacks' ``max_positions()`` report no limit, so that fairseq-generate decodes every
 sentence instead of stopping before the first one that does not fit.
 """
@@ -30,8 +30,8 @@ from fairseq.models.transformer import TransformerConfig, TransformerDecoderBase
 
 from .. import cli_errors
 from ..encodings import PE_REGISTRY, config_from_args, get_pe_class
-from ..encodings.base import Dims
-from ..encodings.limits import BEYOND_MAX_CHOICES, UNLIMITED
+from ..encoding_parts.base import Dims
+from ..encoding_parts.limits import BEYOND_MAX_CHOICES, UNLIMITED
 from ..encodings.none import NoPositionalEncoding
 from ..modules.pass_context import PassContext
 from ..modules.pe_attention import PEAttention
@@ -197,7 +197,7 @@ class PETransformerModel(TransformerModel):
         except ValueError as e:  # an encoding rejects its settings with a ValueError that names the flag
             raise validation.PEConfigError(str(e)) from e
         pe = pe if pe is not None else NoPositionalEncoding(None, dims)
-        pe.beyond_max = getattr(args, "pe_beyond_max", None) or "error"  # encodings.limits
+        pe.beyond_max = getattr(args, "pe_beyond_max", None) or "error"  # encoding_parts.limits
         pe.attention_impl = getattr(args, "pe_attention_impl", None) or "auto"
         return pe
 

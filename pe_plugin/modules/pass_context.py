@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..encodings.base import PositionalEncoding, Positions
+from ..encoding_parts.base import PositionalEncoding, Positions
 
 ALIGN = 8  # elements: the row alignment of the memory-efficient kernel's bias
 

@@ -20,7 +20,7 @@ stack builds once and sets as ``self.context``; a module called alone builds one
 Three implementations (``--pe-attention-impl``):
   auto (default)  the per-pass context; when no weights are requested, an encoding's own product where it has
                   one (``attention_core``: Shaw's, with its value term and a hand-written backward that keeps no
-                  (B,H,Tq,Tk) tensor, ``encodings/shaw_core``); else, when the encoding has no value bias, the
+                  (B,H,Tq,Tk) tensor, ``encodings/shaw``); else, when the encoding has no value bias, the
                   product runs in ``F.scaled_dot_product_attention`` (``modules/sdpa``: on a CPU, a mask that needs a
                   gradient keeps the fused kernel) with no mask, ``is_causal``, or the context's
                   aligned float mask (Shaw's key term joins it per layer); otherwise the explicit product below,
@@ -28,7 +28,7 @@ Three implementations (``--pe-attention-impl``):
                   backward keeps one copy of the probabilities (under fp16 too; Shaw's bucket sums still
                   accumulate in float32)
   triton          auto, where the encoding's ``attention_core`` has fused Triton kernels (Shaw's, on CUDA, without
-                  attention dropout: ``encodings/shaw_triton``); the encoding reads the choice, attention does not
+                  attention dropout: ``kernels/shaw_rpe``); the encoding reads the choice, attention does not
   reference       every layer builds its own context (positions, bias, masks, ``prepare``) and runs the explicit
                   product as the equations read, masks added as new tensors, softmax in float32 or float64;
                   every ``auto`` path is tested against it in float64 (tests/test_fast_paths.py)
@@ -44,7 +44,7 @@ import torch.nn.functional as F
 from fairseq.modules import MultiheadAttention
 from torch import Tensor
 
-from ..encodings.base import PositionalEncoding
+from ..encoding_parts.base import PositionalEncoding
 from .pass_context import PassContext, aligned
 from .sdpa import attention as sdpa
 

@@ -14,7 +14,7 @@ from typing import Optional
 import torch
 from torch import nn
 
-from ..encodings.base import PositionalEncoding, Positions
+from ..encoding_parts.base import PositionalEncoding, Positions
 
 
 class PositionSlot(nn.Module):

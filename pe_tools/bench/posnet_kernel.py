@@ -62,7 +62,7 @@ def setup(candidate, batch, length, dim, posnet_dim, lmax, seed=0, device="cpu")
     import torch
     import torch.nn.functional as F
 
-    from pe_plugin.encodings.base import Dims, Positions
+    from pe_plugin.encoding_parts.base import Dims, Positions
     from pe_plugin.encodings.posnet_embedding import PosNetEmbedConfig, PosNetEmbedding
 
     torch.manual_seed(seed)
