@@ -6,6 +6,7 @@ leaves no half record, and the next one trains the unrecorded runs again from sc
     python -m pe_tools.gpu_queue run QUEUE OUTDIR [--data DIR] [--budget S] [--commit REV] [--rehearse] ...
     python -m pe_tools.gpu_queue unpack FOLDER          here: the window's RUN.tar.gz into the checkout
     python -m pe_tools.gpu_queue data PAIR --raw-dir D  here: the data folder a window carries
+    python -m pe_tools.gpu_queue wheels                 here: the wheels a window carries (what the GPU image lacks)
     python -m pe_tools.gpu_queue queue PAIR             issue 59's queue file of PAIR (examples/multi30k/queue_6k_*.txt)
     python -m pe_tools.gpu_queue estimate QUEUE         the window's time, from the recorded 3,000-update GPU runs
 
@@ -51,6 +52,7 @@ from .recipes.results import max_update_of
 from .recipes.train import size_entry
 
 CHECKOUT = Path(__file__).resolve().parents[1]
+PASSES = 3  # pe-queue passes at most, while runs are left unrecorded and time is left
 MAX_RUNS = 6  # a device call brings back 8 files: log.txt, window.json and one tarball a run
 RESERVE = 25  # seconds before the budget's end at which the queue is stopped: its end, the last packing
 # the recorded 3,000-update GPU runs the window's time is estimated from: En-Fr's five and KERPLE En-De, six side by
@@ -333,11 +335,6 @@ def run_window(a) -> int:
     cmd = [*QUEUE_CMD, "run", str(copy), "-j", str(jobs), "--code", str(code)]
     env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONSAFEPATH="1",
                PYTHONPATH=os.pathsep.join(p for p in (str(code), os.environ.get("PYTHONPATH")) if p))
-    say("$ " + shlex.join(["pe-queue", *cmd[len(QUEUE_CMD):]]))
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                            start_new_session=True)
-    reader = threading.Thread(target=lambda: [say("  " + line.rstrip()) for line in proc.stdout], daemon=True)
-    reader.start()
     packed: Dict[str, Path] = {}
 
     def pack_new():
@@ -350,14 +347,28 @@ def run_window(a) -> int:
 
     cut = False
     save_state()
-    while proc.poll() is None:
+    # a pass that leaves a run unrecorded (a step that failed, e.g. a trainer aborting at exit after its last update)
+    # is followed by another while time is left: pe-queue resumes, and a finished training is not trained again
+    for attempt in range(1, PASSES + 1):
+        say("$ " + shlex.join(["pe-queue", *cmd[len(QUEUE_CMD):]]) + (f"   (pass {attempt})" if attempt > 1 else ""))
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                                start_new_session=True)
+        reader = threading.Thread(target=lambda: [say("  " + line.rstrip()) for line in proc.stdout], daemon=True)
+        reader.start()
+        while proc.poll() is None:
+            pack_new()
+            if time.time() >= deadline - a.reserve:
+                say(f"=== budget: {deadline - time.time():.0f} s left; the queue is stopped, its trainings killed")
+                stop(proc, copy, say)
+                cut = True
+                break
+            time.sleep(1)
+        reader.join(timeout=5)
         pack_new()
-        if time.time() >= deadline - a.reserve:
-            say(f"=== budget: {deadline - time.time():.0f} s left; the queue is stopped, its trainings killed")
-            stop(proc, copy, say)
-            cut = True
+        if cut or proc.returncode == 0 or all(s != "not recorded" for s in state["runs"].values()):
             break
-        time.sleep(1)
+        if attempt < PASSES:
+            say(f"pe-queue exited {proc.returncode} with runs unrecorded; once more (it resumes them)")
     reader.join(timeout=5)
     remove_half_records(records, say)
     pack_new()
@@ -432,6 +443,31 @@ def prepare_data(pair: str, raw_dir: Optional[str], out: Path, prepared: Optiona
     return out
 
 
+# what the GPU machine's image lacks of fairseq's and pe-generate's requirements (its torch, numpy, scipy, sacrebleu,
+# regex, tqdm, PyYAML, scikit-learn are there: docs/benchmarks.md §Offline install and the device's package list)
+IMAGE_LACKS = ("antlr4_python3_runtime", "bitarray", "cffi", "pycparser", "hydra_core", "omegaconf", "ve_fairseq",
+               "sacremoses")
+
+
+def gather_wheels(out: Path, gathered: Path, pyver: str = "3.12", say=print) -> Path:
+    """OUT: the wheels of IMAGE_LACKS, taken from scripts/gather_wheels.sh's folder ``gathered`` (gathered first
+    where absent; it needs PyPI). scripts/install_wheels.sh installs such a folder with --no-deps."""
+    if not (gathered / "requirements.txt").is_file():
+        subprocess.run(["bash", str(CHECKOUT / "scripts" / "gather_wheels.sh"), pyver, str(gathered)], check=True,
+                       env=dict(os.environ, PYTHON=os.environ.get("PYTHON", sys.executable)))
+    chosen = {name: sorted(gathered.glob(f"{name}-*.whl")) for name in IMAGE_LACKS}
+    if missing := [name for name, found in chosen.items() if len(found) != 1]:
+        raise ValueError(f"{gathered}: not one wheel of each of {', '.join(missing)}")
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.glob("*.whl"):
+        old.unlink()
+    for (found,) in chosen.values():
+        shutil.copyfile(found, out / found.name)
+    size = sum(p.stat().st_size for p in out.glob("*.whl"))
+    say(f"{out}: {len(chosen)} wheels, {size / 2 ** 20:.1f} MiB, from {gathered}")
+    return out
+
+
 # ------------------------------------------------------------------------------------------------ command line
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m pe_tools.gpu_queue", description=__doc__,
@@ -458,6 +494,10 @@ def main(argv=None) -> int:
     d.add_argument("--raw-dir", help="the Multi30k archives (pe-prepare --raw-dir); default: download")
     d.add_argument("--prepared", help="pe-prepare's folder (default data-bin/multi30k_SRC_TGT)")
     d.add_argument("--out", help="default data-bin/gpu/multi30k_SRC_TGT")
+    w = sub.add_parser("wheels", help="the wheels a window carries: what the GPU image lacks")
+    w.add_argument("--out", default="build/gpu_queue_wheels", help="default build/gpu_queue_wheels")
+    w.add_argument("--gathered", default="build/wheels-py312", help="scripts/gather_wheels.sh's folder "
+                                                                    "(default build/wheels-py312; gathered if absent)")
     q = sub.add_parser("queue", help="issue 59's queue file of PAIR")
     q.add_argument("pair", choices=sorted(QUEUE_HEADER))
     e = sub.add_parser("estimate", help="the window's time for QUEUE's runs")
@@ -473,6 +513,9 @@ def main(argv=None) -> int:
             src, tgt = a.pair.split("-")
             prepare_data(a.pair, a.raw_dir, Path(a.out or f"data-bin/gpu/multi30k_{src}_{tgt}"),
                          Path(a.prepared) if a.prepared else None)
+            return 0
+        if a.cmd == "wheels":
+            gather_wheels(Path(a.out), Path(a.gathered))
             return 0
         if a.cmd == "queue":
             print(queue_text(a.pair), end="")

@@ -2,9 +2,10 @@
 # The offline install of a GPU window, shared by scripts/gpu_benchmarks.sh and scripts/gpu_queue.sh:
 #   scripts/install_wheels.sh DIR [MODULE...]      (default MODULE: fairseq)
 # does nothing when every MODULE imports; else installs the wheels of DIR into $PYTHON (default python3) without
-# the network: a folder of scripts/gather_wheels.sh (it holds requirements.txt) as docs/benchmarks.md §Offline
-# install does, its requirements then ve-fairseq without its own (they name torch and torchaudio); a folder of
-# chosen wheels only (no requirements.txt, e.g. build/gpu_queue_wheels: what the GPU image lacks) with --no-deps.
+# the network. A folder of scripts/gather_wheels.sh (it holds requirements.txt) goes in as
+# docs/benchmarks.md §Offline install has it: its requirements, then ve-fairseq without its own (they name torch
+# and torchaudio). A folder of chosen wheels only (no requirements.txt; python -m pe_tools.gpu_queue wheels: what
+# the GPU image lacks) goes in with --no-deps.
 set -uo pipefail
 if [ $# -lt 1 ]; then
   echo "usage: $0 DIR [MODULE...]" >&2
