@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from pe_testing import REPO as REPO_ROOT
 from pe_tools import machine
 from pe_tools.recipes import generate, launch, results, train
 from pe_tools.scoring import cli as scoring_cli
@@ -272,3 +273,244 @@ def test_stock_signature_names_fairseqs_positions(flags, kind):
     old = "Namespace(arch='transformer', encoder_learned_pos=False, decoder_learned_pos=False)"
     log = f"2026-01-01 00:00:00 | INFO | fairseq_cli.train | {old}\n... | fairseq_cli.train | Namespace({flags})\n"
     assert results.stock_signature(log, "transformer") == f"fairseq:transformer|positions:{kind}"
+
+
+# ------------------------------------------------------------------------------------------ a finished run
+LOCK_HOLDER = ("import fcntl, json, os, sys, time\n"
+               "fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)\n"
+               "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+               "os.write(fd, json.dumps({'pid': os.getpid(), 'host': 'h'}).encode())\n"
+               "print('held', flush=True)\n"
+               "time.sleep(120)\n")
+
+
+def test_a_run_is_finished_only_once_its_trainer_has_exited(tmp_path):
+    """``train.finished``, the one decider: checkpoint_last.pt at the --max-update is not enough while a trainer
+    holds RUN/train.lock (issue 56: status said done while fairseq-train was still validating and writing its last
+    update). The lock is taken here by a process of its own (flock, not pe-train's code), and a kill -9 of it,
+    which runs no clean-up, frees the run. Seen failing with ``self.trainer is None`` dropped from
+    TrainingState.done."""
+    run = tmp_path / "run"
+    run.mkdir()
+    stand_in_checkpoint(run / "checkpoint_last.pt", 6)
+    argv = ["d", "--max-update", "6"]
+    assert train.finished(run, argv) and train.live_trainer(run) is None  # no lock file: no trainer
+    holder = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER, str(run / train.TRAINER_LOCK)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        assert not train.finished(run, argv)
+        state = train.training_state(run, argv)
+        assert (state.trained, state.done, state.trainer) == (True, False, {"pid": holder.pid, "host": "h"})
+        assert f"is still training (checkpoint_last.pt holds update 6 of 6; trainer pid {holder.pid} on h" \
+            in state.why_not()
+    finally:
+        holder.kill()
+        holder.wait()
+    assert train.finished(run, argv) and train.training_state(run, argv).why_not() == ""
+
+
+def test_the_trainer_lock_lasts_as_long_as_the_trainer_beneath_pe_train(tmp_path):
+    """pe-train passes its lock to fairseq-train (tee's pass_fds): a pe-train killed while fairseq-train goes on
+    leaves the run held; the lock goes when the last holder exits. A second trainer is refused, naming the first."""
+    run = tmp_path / "run"
+    with train.trainer_lock(run) as fd:
+        child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE,
+                                 pass_fds=(fd,))
+        with pytest.raises(train.TrainerBusy, match=rf"{run} is being trained by pid {os.getpid()} on .* since .*"
+                                                    rf"\({run / train.TRAINER_LOCK}\); wait for it"):
+            with train.trainer_lock(run, tries=2):
+                pass
+    try:
+        assert train.live_trainer(run) == json.loads((run / train.TRAINER_LOCK).read_text())  # the child holds it
+    finally:
+        child.communicate("")
+    assert train.live_trainer(run) is None
+
+
+def test_pe_train_refuses_a_run_another_trainer_holds_and_records_its_extra_flags(tmp_path, monkeypatch, capsys):
+    """pe-train under a held lock starts nothing; free, it runs fairseq-train holding the lock, with the progress
+    note on each line, and command.json keeps the flags after -- (what tells a changed run from the recipe's)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "dict.en.txt").write_text("")
+    runs = tmp_path / "runs"
+    argv = ["train", "sape", "--recipe", "multi30k", "--data", str(data), "--runs-dir", str(runs), "--",
+            "--max-update", "4", "--cpu"]
+    calls = []
+    monkeypatch.setattr(train, "tee", lambda cmd, log, **kw: calls.append((cmd, kw, train.live_trainer(log.parent))) or 0)
+    run = runs / "sape.en-de.small.seed1"
+    with train.trainer_lock(run):
+        assert launch.main(argv) == 2
+    assert "is being trained by pid" in capsys.readouterr().err and not calls
+    assert launch.main(argv) == 0
+    (cmd, kw, holder), = calls
+    assert holder["pid"] == os.getpid() and kw["pass_fds"] and kw["on_line"].__self__.top == 4
+    assert json.loads((run / "command.json").read_text())["extra"] == ["--max-update", "4", "--cpu"]
+    stand_in_checkpoint(run / "checkpoint_last.pt", 4)
+    assert launch.main(argv) == 0 and len(calls) == 1  # finished: nothing to do
+    assert "has finished training (update 4 of 4" in capsys.readouterr().out
+
+
+def test_progress_notes_give_the_updates_done_and_an_estimated_finish():
+    """The first note's pace counts from the launch (start-up included), the later ones from the first progress
+    line; a clock that is not the machine's makes the figures exact."""
+    now = [datetime(2026, 1, 1, 10).timestamp()]
+    p = train.Progress(100, 20, clock=lambda: now[0])  # resumed at update 20
+    line = "2026-01-01 10:00:{s:02d} | INFO | train_inner | epoch 001:  1 / 9 loss=5.0, num_updates={u}, wall=0"
+    assert p.note("2026-01-01 10:00:00 | INFO | fairseq_cli.train | loaded") is None
+    now[0] += 30
+    assert p.note(line.format(s=30, u=30)) == ("[pe-train] update 30 of 100 (30%), 3.00 s/update, finish ~ "
+                                               "2026-01-01 10:04 (in 4 min)")
+    now[0] += 20
+    assert p.note(line.format(s=50, u=50)) == ("[pe-train] update 50 of 100 (50%), 1.00 s/update, finish ~ "
+                                               "2026-01-01 10:01 (in 50 s)")
+    now[0] += 3 * 3600
+    # from the first progress line (10:00:30, update 30) to 13:00:50, update 90: 10,820 s for 60 updates
+    assert p.note(line.format(s=0, u=90)).endswith("(90%), 180.33 s/update, finish ~ 2026-01-01 13:30 (in 30 min)")
+    assert train.Progress(None, 0).note(line.format(s=1, u=5)) == "[pe-train] update 5"
+
+
+# ------------------------------------------------------------------------------------ identity and report
+# the keys a run's identity must have, written out here (an independent list, not results.IDENTITY itself)
+IDENTITY_KEYS = {"recipe": "wmt14", "pair": "en-fr", "size": "annealed", "updates": 8, "changes": "--dropout 0.1"}
+
+
+def test_the_identity_is_every_key_a_report_keeps_apart():
+    assert set(results.IDENTITY) == set(IDENTITY_KEYS) | {"method", "seed"}
+    assert set(results.COMPARED) == {"method", "seed"}
+
+
+def record_twin(tmp_path, into, key, value):
+    """Record a rope seed-1 run equal to the others in every key but ``key`` (set to ``value``), as pe-record
+    would have written it, in a folder of its own name."""
+    run = write_run(tmp_path / "twin", "rope", 1, BAD, 60)
+    rec = into / "rope.twin"
+    assert launch.main(["record", str(run), "--into", str(tmp_path / "twin" / "rec")]) == 0
+    (tmp_path / "twin" / "rec" / run.name).rename(rec)
+    meta_file = rec / "hyp.detok.de.meta.json"
+    meta, command = json.loads(meta_file.read_text()), json.loads((rec / "command.json").read_text())
+    if key in ("recipe", "pair", "size"):
+        command[key] = value
+    elif key == "changes":
+        command["extra"] = value.split()
+    elif key == "updates":  # a run of another --max-update, decoded at its end
+        command["argv"][command["argv"].index("--max-update") + 1] = str(value)
+        meta["checkpoints"][-1] = f"checkpoint_1_{value}.pt"
+    meta["run"] = dict(meta["run"], **{key: value})
+    assert results.run_identity(command, meta) == meta["run"]
+    meta_file.write_text(json.dumps(meta))
+    (rec / "command.json").write_text(json.dumps(command))
+    return rec
+
+
+@pytest.mark.parametrize("key", list(IDENTITY_KEYS))
+def test_pe_report_never_mixes_runs_that_differ_in_a_key_of_their_identity(key, tmp_path, capsys):
+    """Issue 57: with ``size`` dropped from the comparison a report mixed runs of other sizes and silently replaced
+    a seed's hypotheses. A rope seed-1 run that differs from the report's runs in one key only is either left out
+    (recipe, pair, size: another report's run) or stops the report naming the key; never scored in place of the
+    other rope seed 1, nor beside it unmarked. Seen failing with each key dropped from results.IDENTITY."""
+    into = tmp_path / "rec"
+    for method, lines in (("sape", GOOD), ("rope", GOOD[1:] + BAD[:1])):
+        assert launch.main(["record", str(write_run(tmp_path, method, 1, lines, 60)), "--into", str(into)]) == 0
+    twin = record_twin(tmp_path, into, key, IDENTITY_KEYS[key])
+    (tmp_path / "ref.de").write_text("".join(x + "\n" for x in REF))
+    capsys.readouterr()
+    rc = launch.main(["report", "--recipe", "multi30k", "--results", str(into), "--ref", str(tmp_path / "ref.de"),
+                      "--out-dir", str(tmp_path / "out"), "--", "--n-samples", "10"])
+    out, err = capsys.readouterr()
+    assert str(twin) not in out  # neither listed nor scored
+    if key in ("recipe", "pair", "size"):
+        assert rc == 0 and f"--system rope={into / 'rope.en-de.small.seed1' / 'hyp.detok.de'}" in out, err
+    else:
+        assert rc == 2 and f"{twin} differs from the baseline's run (sape seed 1) in {key} " in err, err
+        assert "-- --allow-mismatch" in err
+
+
+def test_a_mismatched_run_is_compared_only_marked(tmp_path, capsys):
+    """pe-report -- --allow-mismatch: the shortened run is scored, marked in the table with what differs."""
+    into = tmp_path / "rec"
+    assert launch.main(["record", str(write_run(tmp_path, "sape", 1, GOOD, 60)), "--into", str(into)]) == 0
+    assert launch.main(["record", str(write_run(tmp_path, "rope", 1, BAD, 60, updates=4, max_update=4)),
+                        "--into", str(into)]) == 0
+    (tmp_path / "ref.de").write_text("".join(x + "\n" for x in REF))
+    argv = ["report", "--recipe", "multi30k", "--results", str(into), "--ref", str(tmp_path / "ref.de"),
+            "--out-dir", str(tmp_path / "out"), "--", "--n-samples", "10"]
+    assert launch.main(argv) == 2
+    assert "in updates 4 (baseline 6)" in capsys.readouterr().err
+    assert launch.main(argv + ["--allow-mismatch"]) == 0
+    out = capsys.readouterr().out
+    assert "  sape seed 1: 6 updates (" in out and "  rope seed 1: 4 updates (" in out
+    md = (tmp_path / "out" / "results.md").read_text()
+    assert "| rope ‡ |" in md and "‡ rope is not a run like the baseline's, compared as asked (--allow-mismatch): " \
+        f"run 1 ({into / 'rope.en-de.small.seed1' / 'hyp.detok.de'}): updates 4 (baseline 6)." in md
+    assert "| sape (baseline) |" in md
+
+
+def test_report_errors_name_the_real_cause(tmp_path, capsys):
+    """A results folder that does not exist, and one holding runs of another pair only (the recorded En-Fr
+    runs), are named as such, not as a missing baseline ("record one with pe-record")."""
+    ref = tmp_path / "ref.de"
+    ref.write_text("x\n")
+    base = ["report", "--recipe", "multi30k", "--ref", str(ref), "--out-dir", str(tmp_path / "out")]
+    assert launch.main(base + ["--results", str(tmp_path / "nowhere")]) == 2
+    err = capsys.readouterr().err
+    assert f"results folder {tmp_path / 'nowhere'} does not exist" in err and "pe-record" in err
+    en_fr = REPO_ROOT / "examples" / "multi30k" / "results_en_fr"
+    assert launch.main(base + ["--pair", "en-de", "--results", str(en_fr)]) == 2
+    err = capsys.readouterr().err
+    assert f"{en_fr} holds no recorded run of en-de small multi30k (pair, size, recipe); it holds: " \
+           "en-fr annealed multi30k (5 runs)" in err and "record one" not in err
+
+
+def committed_reports():
+    """(folder, pair, size, decode) of every report the committed recorded runs make."""
+    found = set()
+    for cmd in REPO_ROOT.glob("examples/*/results*/*/command.json"):
+        c = json.loads(cmd.read_text())
+        for decode in [None, *results.named_decodes(cmd.parent, c["pair"].split("-")[1])]:
+            found.add((cmd.parent.parent.relative_to(REPO_ROOT).as_posix(), c["recipe"], c["pair"], c["size"], decode))
+    return sorted(found, key=str)
+
+
+@pytest.mark.parametrize("folder, recipe, pair, size, decode", committed_reports())
+def test_the_committed_records_are_read_with_their_identity(folder, recipe, pair, size, decode):
+    """The recorded runs (their meta files have no ``run``; their command.json no ``extra``) keep their reports:
+    each one's identity comes from its command.json and meta checkpoints, equal to its baseline's."""
+    from pe_tools.recipes import load_table
+
+    runs = results.recorded_runs(REPO_ROOT / folder, list(load_table(recipe)["method"]), pair, size, decode,
+                                 recipe=recipe)
+    for method, seeds in runs.items():
+        for seed, hyp in seeds.items():
+            command = json.loads((hyp.parent / "command.json" if not decode else hyp.parent.parent / "command.json")
+                                 .read_text())
+            ident = results.run_identity(command, json.loads(Path(f"{hyp}.meta.json").read_text()))
+            assert ident["changes"] == "" and ident["updates"] == results.max_update_of(command["argv"])
+            assert (ident["method"], ident["seed"], ident["pair"], ident["size"]) == (method, seed, pair, size)
+
+
+# ------------------------------------------------------------------------------------- record destination
+def test_a_changed_run_never_lands_in_the_committed_results_unless_told(tmp_path, capsys, monkeypatch):
+    """pe-record: a run of the recipe's own command goes to the recipe's results folder by default; one changed
+    with flags after pe-train's -- goes to RUNS/recorded, and into examples/RECIPE/results* only with
+    --allow-changed. An older command.json without ``extra`` is read from its argv (the flags after --save-dir)."""
+    monkeypatch.chdir(tmp_path)
+    committed = tmp_path / "examples" / "multi30k" / "results"
+    own = write_run(tmp_path / "a", "sape", 1, GOOD, 60, extra=[])
+    changed = write_run(tmp_path / "b", "sape", 1, GOOD, 60, extra=["--max-update", "6"])
+    assert launch.main(["record", str(own)]) == 0
+    assert (committed / own.name / "hyp.detok.de").is_file()
+    assert launch.main(["record", str(changed)]) == 0
+    assert (changed.parent / "recorded" / changed.name / "hyp.detok.de").is_file()
+    capsys.readouterr()
+    assert launch.main(["record", str(changed), "--into", str(committed)]) == 2
+    err = capsys.readouterr().err
+    assert "trained with fairseq flags after -- (--max-update 6)" in err and "--allow-changed" in err
+    assert json.loads((committed / own.name / "command.json").read_text())["extra"] == []  # not replaced
+    assert launch.main(["record", str(changed), "--into", "examples/multi30k/results_other", "--allow-changed"]) == 0
+    # a command.json of pe-train before `extra`: pe-train's flags after --save-dir RUN (and --fp16) are the change
+    legacy = dict(COMMAND, argv=["x", "--save-dir", "r", "--fp16", "--max-update", "6"])
+    assert results.changes(legacy) == ["--max-update", "6"]
+    assert results.changes(dict(legacy, argv=["x", "--max-update", "6", "--save-dir", "r", "--fp16"])) == []
+    assert results.committed(Path("examples/wmt14/results")) and not results.committed(Path("runs/recorded"))

@@ -219,12 +219,21 @@ def decode_updates(meta: dict, command: Optional[dict] = None) -> Optional[int]:
     return max_update_of((command or {}).get("argv", []))
 
 
+# how each key of IDENTITY is read from a run's command.json and its decode's meta file
+_IDENTITY_OF = {
+    "recipe": lambda command, meta: command.get("recipe"),
+    "pair": lambda command, meta: command.get("pair"),
+    "size": lambda command, meta: command.get("size"),
+    "updates": lambda command, meta: decode_updates(meta, command),
+    "changes": lambda command, meta: " ".join(changes(command)),
+    "method": lambda command, meta: command.get("method"),
+    "seed": lambda command, meta: None if command.get("seed") is None else int(command["seed"]),
+}
+
+
 def run_identity(command: dict, meta: Optional[dict] = None) -> Dict:
-    """The ``IDENTITY`` of a decoded run: its command.json and the decode's meta file (for the updates)."""
-    seed = command.get("seed")
-    return {"recipe": command.get("recipe"), "pair": command.get("pair"), "size": command.get("size"),
-            "updates": decode_updates(meta or {}, command), "changes": " ".join(changes(command)),
-            "method": command.get("method"), "seed": None if seed is None else int(seed)}
+    """The ``IDENTITY`` of a decoded run, key by key: its command.json and the decode's meta file (the updates)."""
+    return {key: _IDENTITY_OF[key](command, meta or {}) for key in IDENTITY}
 
 
 def identity_differences(run: dict, baseline: dict) -> List[str]:
@@ -358,7 +367,7 @@ def recorded_runs(results_dir: Path, methods: List[str], pair: str, size: str, d
         meta_file = Path(f"{hyp}.meta.json")
         meta_file = meta_file if meta_file.is_file() else cmd_file.parent / f"hyp.detok.{tgt}.meta.json"
         meta = json.loads(meta_file.read_text(encoding="utf-8")) if meta_file.is_file() else {}
-        ident = dict(meta.get("run") or run_identity(c, meta))
+        ident = run_identity(c, meta)
         if any(ident.get(k) != v for k, v in wanted.items()):  # another report's run
             key = " ".join(str(ident.get(k)) for k in wanted)
             others[key] = others.get(key, 0) + 1
@@ -402,7 +411,7 @@ def describe_runs(runs: Dict[str, Dict[int, Path]]) -> List[str]:
         for seed, hyp in seeds.items():
             meta_file = Path(f"{hyp}.meta.json")
             meta = json.loads(meta_file.read_text(encoding="utf-8")) if meta_file.is_file() else {}
-            updates = (meta.get("run") or {}).get("updates") or decode_updates(meta)
+            updates = decode_updates(meta)
             lines.append(f"  {method} seed {seed}: {updates if updates is not None else '?'} updates ({hyp})")
     return lines
 
