@@ -3,10 +3,12 @@ start in a temporary folder (tests/pe_slurm.py): the queue's runs as SLURM jobs 
 a requeued run resumes, a two-task srun training equals two hand-launched ranks, and bad input is refused before
 anything is submitted. Without root or SLURM these tests skip with how to run them; PE_REQUIRE_SLURM=1 (.ci/run)
 makes them fail instead."""
+import argparse
 import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -114,6 +116,14 @@ def segments(log: Path) -> list:
     return [max(map(int, re.findall(r"num_updates=(\d+)", part)), default=0) for part in parts]
 
 
+def resumed_from(log: Path) -> list:
+    """The update each segment of a train.log resumed from (fairseq's "Loaded checkpoint ... @ U updates"; None
+    where it started afresh)."""
+    parts = log.read_text().split(SEGMENT_START)[1:] if log.is_file() else []
+    return [int(m[1]) if (m := re.search(r"Loaded checkpoint \S+ \(epoch \d+ @ (\d+) updates\)", part)) else None
+            for part in parts]
+
+
 def wait_for(what, test, timeout: float = 600):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -143,8 +153,12 @@ def test_a_run_requeued_mid_training_resumes_and_records_the_same(slurm, queue_r
     wait_for("a second segment at update 7", lambda: len(segments(log)) == 2 and segments(log)[-1] >= 7)
     slurm.run("scontrol", "requeue", task)
     wait_queue(slurm, q)
-    seg = segments(log)
-    assert len(seg) == 3 and seg[0] < seg[1] < seg[2] == test_queue.MAX_UPDATE, seg  # one log, every segment
+    seg, loaded = segments(log), resumed_from(log)
+    # one log, every segment; each restart resumed from a checkpoint the segment before had saved (not beyond what
+    # it reached; under load a segment may end before saving a new one, so two may resume from the same), and the
+    # last reached the run's --max-update
+    assert len(seg) == 3 and seg[2] == test_queue.MAX_UPDATE, seg
+    assert loaded[0] is None and 0 < loaded[1] <= seg[0] and loaded[1] <= loaded[2] <= max(seg[:2]), (seg, loaded)
     assert test_queue.recorded(q) == reference != {}
     state = json.loads((run_dir / "slurm.json").read_text())
     assert (state["state"], state["restarts"], state["job"]) == ("RECORDED", 2, task), state
@@ -388,7 +402,7 @@ def refused(q: Path, args, capsys, *words) -> str:
 
 
 @pytest.mark.parametrize("case", ["no sbatch", "unknown partition", "controller down", "too many nodes",
-                                  "too many gpus", "too many cpus", "gpus over nodes"])
+                                  "too many gpus", "too many cpus", "gpus over nodes", "time too short"])
 def test_bad_input_is_refused_before_anything_is_submitted(case, slurm, tiny_queue, tmp_path, capsys, monkeypatch,
                                                            data_bin):
     monkeypatch.setenv("SLURM_CONF", slurm.env["SLURM_CONF"])
@@ -416,6 +430,9 @@ def test_bad_input_is_refused_before_anything_is_submitted(case, slurm, tiny_que
         refused(tiny_queue("cpus=3"), code, capsys, "line 1", "1 ranks x 3 CPUs", "at most 2", "cpus=")
     elif case == "gpus over nodes":
         refused(tiny_queue("gpus=3 nodes=2"), code, capsys, "line 1", "gpus= a multiple of nodes=")
+    elif case == "time too short":  # 60 s, signalled 300 s (+ up to 30 s) before the limit: it would only requeue
+        refused(tiny_queue(), code + ["--time", "1"], capsys, "--time 1 (60 s) leaves no training time",
+                "--signal-seconds 300", "requeue forever")
     assert slurm.run("squeue", "-h", "-o", "%i").stdout == jobs_before
 
 
@@ -501,3 +518,243 @@ def test_a_job_whose_chain_fails_exits_1_and_a_bad_line_2(data_bin, tmp_path, mo
     state = json.loads((run_dir / slurm_recipes.STATE_FILE).read_text())
     assert state["state"] == "FAILED" and "was begun by code theirs" in state["message"]
     assert "error: line 2 of" in capsys.readouterr().out
+
+
+# ----------------------------------------------------------------------------------- one submitter per run
+def two_run_queue(tmp_path: Path, data_bin: Path, name: str = "q.txt", methods=("sape", "rope")) -> Path:
+    table = test_queue.recipe(tmp_path, data_bin)
+    q = tmp_path / name
+    q.write_text("".join(f"{table} {m} en-de mini 1 runs-dir={tmp_path / 'runs'} into={tmp_path / 'rec'}\n"
+                         for m in methods))
+    return q
+
+
+def listed(cluster) -> dict:
+    """{array task: state} of every job the test cluster has queued or running."""
+    out = cluster.run("squeue", "-h", "-r", "-o", "%i|%T").stdout.split()
+    return dict(line.split("|") for line in out)
+
+
+@pytest.mark.slow
+def test_three_submitters_at_once_make_one_job_per_run(slurm, data_bin, tmp_path):
+    """Three `pe-queue run Q --slurm` started at once (held jobs, so nothing trains; an sbatch slow to answer): one
+    job per run, the other
+    submitters name the job that has it; a second queue file naming one of the runs submits nothing for it; jobs.json
+    keeps every id submitted, and `pe-queue cancel` ends them all. Seen failing without the submit lock (slurm.py
+    ``locked``): two or three jobs per run."""
+    q = two_run_queue(tmp_path, data_bin)
+    code, env, before = code_copy(tmp_path), env_of(slurm), set(listed(slurm))
+    # an sbatch that answers after 5 s, as a busy controller may: the submitters' checks overlap for sure
+    slow = tmp_path / "bin" / "sbatch"
+    slow.parent.mkdir()
+    slow.write_text(f"#!/bin/sh\nsleep 5\nexec {shutil.which('sbatch')} \"$@\"\n")
+    slow.chmod(0o755)
+    env["PATH"] = f"{slow.parent}{os.pathsep}{env['PATH']}"
+    args = [sys.executable, "-m", "pe_tools.recipes.queue_cli", "run", str(q), "--slurm", "--code", str(code),
+            "--sbatch=--hold"]
+    procs = [subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True) for _ in range(3)]
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], outs
+    new = {task: state for task, state in listed(slurm).items() if task not in before}
+    ids = [j["job"] for j in jobs_of(q)]
+    assert sorted(t.split("_")[1] for t in new) == ["1", "2"] and set(new.values()) == {"PENDING"}, (new, outs)
+    assert {t.split("_")[0] for t in new} == set(ids), (new, ids)  # jobs.json holds every id submitted
+    assert sum("submitted job" in out for out in outs) == 1 and sum("has it already" in out for out in outs) == 2, outs
+    # another queue file naming the first run (and a third run): only the third is submitted
+    q2 = two_run_queue(tmp_path, data_bin, "other.txt", ("sape", "t5"))
+    env = env_of(slurm)  # the real sbatch
+    out = pe_queue(["run", q2, "--slurm", "--code", code, "--sbatch=--hold"], tmp_path, env)
+    assert out.returncode == 0 and f"job {ids[0]}_1 has it already" in out.stdout, out.stdout + out.stderr
+    assert jobs_of(q2)[0]["lines"] == [2], out.stdout
+    for queue_file in (q, q2):
+        assert pe_queue(["cancel", queue_file], tmp_path, env).returncode == 0
+    assert set(listed(slurm)) <= before
+
+
+# ------------------------------------------------------------------------------------ a status that is true
+@pytest.mark.slow
+def test_a_job_whose_state_write_fails_shows_failed_or_died_with_its_reason(slurm, data_bin, tmp_path, capsys,
+                                                                          monkeypatch):
+    """RUN/slurm.json cannot be written (here a folder stands in its place, which fails the write even for root,
+    as a full or read-only disk would): the job goes on, its chain ends (refused: the run was begun by other code),
+    and status shows FAILED with that reason from the job's log, never RUNNING. Once SLURM has forgotten the job,
+    a state file left at RUNNING with a heartbeat older than STALE_SECONDS reads DIED with the log's last lines;
+    and with the controller down, status says so in one line and answers from the run directories. Seen failing
+    without the guard in _write_state_file (the job dies at its first write: no reason) and without the heartbeat
+    rule (RUNNING)."""
+    monkeypatch.setenv("SLURM_CONF", slurm.env["SLURM_CONF"])
+    q = two_run_queue(tmp_path, data_bin, methods=("sape",))
+    run_dir = tmp_path / "runs" / "sape.en-de.mini.seed1"
+    (run_dir / slurm_recipes.STATE_FILE).mkdir(parents=True)
+    (run_dir / slurm_recipes.STATE_FILE / "x").write_text("")
+    (run_dir / "command.json").write_text(json.dumps({"commit": "theirs"}))
+    (run_dir / "checkpoint_last.pt").write_bytes(b"")
+    assert queue_cli.main(["run", str(q), "--slurm", "--code", str(code_copy(tmp_path))]) == 0
+    assert "could not write" in capsys.readouterr().err
+    (record,) = jobs_of(q)
+    task = f"{record['job']}_1"
+    wait_gone(slurm, task)
+
+    def status() -> tuple:
+        capsys.readouterr()
+        started = time.monotonic()
+        assert queue_cli.main(["status", str(q)]) == 0
+        rows = capsys.readouterr().out.splitlines()
+        return rows[1].split()[-3:-1], rows[2:], time.monotonic() - started
+
+    row, notes, _ = status()
+    assert row == [task, "FAILED"], (row, notes)
+    (note,) = notes
+    assert note.startswith("sape.en-de.mini.seed1: FAILED") and "was begun by code theirs" in note, note
+    log = next((q.parent / "q.txt.slurm" / "logs").glob("*.out")).read_text()
+    assert "could not write" in log and "Traceback" not in log, log[-3000:]
+
+    # forgotten by SLURM (a job id it never had stands in), its state file left at RUNNING, heartbeat stale
+    lost = str(int(record["job"]) + 100000)
+    (q.parent / "q.txt.slurm" / "jobs.json").write_text(json.dumps([dict(record, job=lost)]))
+    for f in (q.parent / "q.txt.slurm" / "logs").glob("*.out"):
+        f.rename(f.with_name(f.name.replace(record["job"], lost)))
+    shutil.rmtree(run_dir / slurm_recipes.STATE_FILE)
+    stale = time.time() - slurm_recipes.STALE_SECONDS - 1
+    (run_dir / slurm_recipes.STATE_FILE).write_text(json.dumps(
+        {"job": f"{lost}_1", "state": "RUNNING", "restarts": 0, "heartbeat": stale}))
+    row, notes, _ = status()
+    assert row == [f"{lost}_1", "DIED"], (row, notes)
+    assert "heartbeat" in notes[0] and "was begun by code theirs" in notes[0], notes
+    # a fresh heartbeat of a job SLURM does not list: its own word (it may be starting), not yet DIED
+    (run_dir / slurm_recipes.STATE_FILE).write_text(json.dumps(
+        {"job": f"{lost}_1", "state": "RUNNING", "restarts": 0, "heartbeat": stale + 60}))
+    assert status()[0] == [f"{lost}_1", "RUNNING"]
+
+    # the controller down: one line says so, and the run directories answer, within QUERY_SECONDS and a margin
+    dead = tmp_path / "dead.conf"
+    dead.write_text(re.sub(r"SlurmctldPort=\d+", f"SlurmctldPort={pe_slurm.free_port()}", slurm.conf.read_text()))
+    monkeypatch.setenv("SLURM_CONF", str(dead))
+    row, notes, seconds = status()
+    assert row == [f"{lost}_1", "RUNNING"] and notes[0].startswith("SLURM's controller does not answer"), notes
+    assert seconds < slurm_recipes.QUERY_SECONDS + 5, seconds
+
+
+# ------------------------------------------------------------------------ the job's own guards (no SLURM)
+@pytest.fixture
+def job_env(data_bin, tmp_path, monkeypatch):
+    """A queue copy of one run, a code folder, a run directory begun by other code (so that a job's chain ends at
+    once, refused) and the SLURM variables of array task 7_1 at its fifth start; the job's signal handlers are
+    restored afterwards."""
+    for name in ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_RESTART_COUNT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("SLURM_ARRAY_JOB_ID", "7")
+    monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "1")
+    monkeypatch.setenv("SLURM_JOB_ID", "8")
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "4")
+    snapshot, code = tmp_path / "queue.txt", tmp_path / "code"
+    snapshot.write_text(f"multi30k sape en-de annealed 1 data={data_bin} runs-dir={tmp_path / 'runs'}\n")
+    code.mkdir()
+    (code / "COMMIT").write_text("mine\n")
+    run_dir = tmp_path / "runs" / "sape.en-de.annealed.seed1"
+    run_dir.mkdir(parents=True)
+    (run_dir / "command.json").write_text(json.dumps({"commit": "theirs"}))
+    (run_dir / "checkpoint_last.pt").write_bytes(b"")
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGUSR1, signal.SIGTERM)}
+    yield lambda: slurm_recipes.job_main([str(snapshot), "--line", "1", "--code", str(code)]), run_dir
+    for s, h in handlers.items():
+        signal.signal(s, h)
+
+
+def state_of(run_dir: Path) -> dict:
+    return json.loads((run_dir / slurm_recipes.STATE_FILE).read_text())
+
+
+@pytest.mark.parametrize("stalled", [slurm_recipes.MAX_STALLED_STARTS - 2, slurm_recipes.MAX_STALLED_STARTS - 1])
+def test_a_job_started_too_often_without_a_new_checkpoint_stops_failed(job_env, stalled, capsys):
+    """A job whose last start found the checkpoint it resumes from now (none here) and had already found it
+    ``stalled`` times in a row: at MAX_STALLED_STARTS it ends FAILED, saying why and how to fix it, without running
+    its chain; one start fewer runs it (here refused). Seen failing without the check in job_main."""
+    job, run_dir = job_env
+    (run_dir / slurm_recipes.STATE_FILE).write_text(json.dumps(
+        {"job": "7_1", "state": "ENDED", "restarts": 3, "resumed_from": None, "stalled": stalled}))
+    assert job() == 1
+    state, out = state_of(run_dir), capsys.readouterr().out
+    assert state["stalled"] == stalled + 1 and state["state"] == "FAILED", state
+    if stalled + 1 >= slurm_recipes.MAX_STALLED_STARTS:
+        assert "without a new checkpoint" in state["message"] and "--time" in state["message"], state
+        assert "stops requeueing" in out and not (run_dir / "queue.log").exists()
+    else:
+        assert "was begun by code theirs" in state["message"], state
+
+
+@pytest.mark.parametrize("holder", ["state", "lock"])
+def test_a_job_finding_its_run_owned_by_another_live_job_leaves_it(job_env, holder, monkeypatch, capsys):
+    """A job whose run directory is named by another job that SLURM has running (RUN/slurm.json), or locked by a
+    job on this node (RUN/slurm.lock), exits 1 without touching the directory and names that job. Seen failing
+    without ``claim``."""
+    job, run_dir = job_env
+    theirs = json.dumps({"job": "9_1", "state": "RUNNING", "restarts": 0}) + "\n"
+    (run_dir / slurm_recipes.STATE_FILE).write_text(theirs)
+    monkeypatch.setattr(slurm_recipes, "job_states", lambda ids, timeout=None: {"9_1": "RUNNING"} if
+                        holder == "state" else {})
+    with open(run_dir / slurm_recipes.JOB_LOCK, "a") as lock:
+        if holder == "lock":
+            import fcntl
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        before = sorted(p.name for p in run_dir.iterdir())
+        assert job() == 1
+    assert (run_dir / slurm_recipes.STATE_FILE).read_text() == theirs
+    assert sorted(p.name for p in run_dir.iterdir()) == before
+    out = capsys.readouterr().out
+    assert "in use by 9_1" in out and "leaves it untouched" in out, out
+    # SLURM no longer runs job 9_1: this job takes the run
+    if holder == "state":
+        monkeypatch.setattr(slurm_recipes, "job_states", lambda ids, timeout=None: {"9_1": "CANCELLED"})
+        assert job() == 1 and state_of(run_dir)["job"] == "7_1"
+
+
+def test_a_state_write_that_fails_never_ends_the_job(job_env, capsys):
+    """RUN/slurm.json cannot be written (a folder in its place, as a full or read-only disk): the job says so on
+    stderr and goes on to the end of its chain (exit 1: refused), no traceback. Seen failing without the guard in
+    _write_state_file."""
+    job, run_dir = job_env
+    (run_dir / slurm_recipes.STATE_FILE).mkdir()
+    assert job() == 1
+    out, err = capsys.readouterr()
+    assert "could not write" in err and "was begun by code theirs" in out, (out, err)
+
+
+def time_args(*args) -> object:
+    a = argparse.Namespace(time=None, signal_seconds=300, sbatch=[])
+    for k, v in zip(args[::2], args[1::2]):
+        setattr(a, k, v)
+    return a
+
+
+def test_time_limits_read_as_sbatch_reads_them():
+    assert [slurm_recipes.limit_seconds(t) for t in ("1", "90", "2:30", "1:00:00", "48:00:00", "1-0", "2-3",
+                                                     "1-2:03", "1-2:03:04", "0", "UNLIMITED", "infinite")] == [
+        60, 5400, 150, 3600, 172800, 86400, 183600, 93780, 93784, None, None, None]
+    for bad in ("1h", "1:2:3:4", "", "-5"):
+        with pytest.raises(slurm_recipes.SlurmError, match="not a time limit sbatch takes"):
+            slurm_recipes.limit_seconds(bad)
+
+
+def test_a_time_limit_must_leave_training_time_after_the_signal(data_bin, tmp_path, monkeypatch):
+    """Requeueing jobs: refused when --time leaves no second after --signal-seconds + 30 s, accepted one second
+    above; with --no-requeue only a warning. A run whose measured speed (its train.log) makes one checkpoint
+    interval longer than what is left is warned about; runs without a speed are named in a note."""
+    q = tmp_path / "q.txt"
+    q.write_text(f"{test_queue.recipe(tmp_path, data_bin)} sape en-de mini 1 runs-dir={tmp_path / 'runs'}\n")
+    runs = queue.parse_queue(q)
+    edge = time_args("time", "5", "signal_seconds", 270)  # 300 s - 270 s - 30 s = 0 s of training
+    with pytest.raises(slurm_recipes.SlurmError, match="leaves no training time"):
+        slurm_recipes.check_time(edge, runs)
+    notes = slurm_recipes.check_time(time_args("time", "5", "signal_seconds", 269), runs)
+    assert len(notes) == 1 and "no measured speed for 1 run(s) (sape.en-de.mini.seed1)" in notes[0], notes
+    notes = slurm_recipes.check_time(time_args("time", "5", "signal_seconds", 270, "sbatch", ["--no-requeue"]), runs)
+    assert notes[0].startswith("warning: --time 5 (300 s) is shorter than --signal-seconds 270 + 30 s"), notes
+    # the recipe saves every 2 updates: at 0.5 s per update an interval takes 1 s
+    monkeypatch.setattr(queue, "progress", lambda run: {"sec_per_update": 0.5})
+    assert slurm_recipes.check_time(time_args("time", "5", "signal_seconds", 269), runs) == []
+    monkeypatch.setattr(queue, "progress", lambda run: {"sec_per_update": 0.75})  # 1.5 s > 1 s left
+    (warning,) = slurm_recipes.check_time(time_args("time", "5", "signal_seconds", 269), runs)
+    assert warning.startswith("warning: sape.en-de.mini.seed1 (line 1): one checkpoint interval") and \
+        "--save-interval-updates 2" in warning and "longer than the 1 s" in warning, warning

@@ -43,10 +43,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
-from ..checkpoint_files import numbered_checkpoints, updates_of
+from ..checkpoint_files import PATTERNS, numbered_checkpoints, updates_of
 from ..file_io import write_atomic
 from . import is_recipe, load_table, recipe_names, results, training_log
-from .train import check_pair, data_dir, size_entry
+from .train import check_pair, data_dir, finished, size_entry
 
 # the decodes of a finished run: (pe-generate --name, --checkpoints); None is the default decode (RUN/gen/)
 DECODES = ((None, 5), ("last", 1))
@@ -251,11 +251,31 @@ def progress(run: Run) -> dict:
     updates = max(s.get("updates", 0), updates_of(run_dir / "checkpoint_last.pt") or 0)
     out = {"run": run.name, "updates": updates, "total": total, "valid_loss": s.get("valid_loss"),
            "commit": command.get("commit"), "recorded": (run.recorded / "command.json").is_file()}
+    out["saved"] = saved_update(run_dir) or 0
     times = [(r.time, r.updates) for r in training_log.records(log, "train_inner") if r.updates is not None]
     if len(times) >= 2 and times[-1][1] > times[-2][1]:
         (t0, u0), (t1, u1) = times[-2], times[-1]
         out["sec_per_update"] = (t1 - t0).total_seconds() / (u1 - u0)
     return out
+
+
+def saved_update(run_dir: Path) -> Optional[int]:
+    """The update a run resumes from (None: no checkpoint): checkpoint_last.pt's, or a newer numbered checkpoint's
+    (by its name), as ``repair`` would make it; not the log's last update, which may lie past the checkpoint."""
+    run_dir = Path(run_dir)
+    numbered = numbered_checkpoints(run_dir, "update") if run_dir.is_dir() else []
+    counts = [updates_of(run_dir / "checkpoint_last.pt"),
+              int(PATTERNS["update"].fullmatch(numbered[-1].name)[1]) if numbered else None]
+    return max((c for c in counts if c is not None), default=None)
+
+
+def finished_run(run: Run) -> bool:
+    """Whether ``run`` has finished training, as train.finished (the one decider) says from its command.json."""
+    try:
+        argv = json.loads((run.run_dir / "command.json").read_text()).get("argv") or []
+    except (OSError, ValueError, AttributeError):
+        return False
+    return bool(argv) and finished(run.run_dir, argv)
 
 
 def max_update(run: Run) -> int:
@@ -362,11 +382,20 @@ class Queue:
                 self.groups[run.name] = proc.pid
                 self._save_pids()
             try:
-                return proc.wait()
+                rc = proc.wait()
             finally:
                 with self.lock:
                     self.groups.pop(run.name, None)
                     self._save_pids()
+            # the step's last line, whatever it printed: which step, how it ended, and where its output is
+            if rc:
+                where = run.run_dir / "train.log" if args[0] == "train" else log_file
+                line = f"[queue] {args[0]} failed (exit {rc}): see {where}"
+                self.log(f"[queue] {run.name}: {line[len('[queue] '):]}")
+            else:
+                line = f"[queue] {args[0]} done"
+            out.write(line + "\n")
+            return rc
 
     def process(self, run: Run) -> str:
         """Train, decode and record one run (``run_chain``); returns its final state."""
@@ -436,16 +465,19 @@ def _zombie(pid: int) -> bool:
 
 
 # ------------------------------------------------------------------------------------------------ status
-def status_table(runs: List[Run], extra: Optional[Dict[str, List[str]]] = None) -> str:
-    """One row per run; ``extra``: more columns, {heading: one value per run} (the SLURM job's, slurm.py)."""
+def status_table(runs: List[Run], extra: Optional[Dict[str, List[str]]] = None, resuming=()) -> str:
+    """One row per run; ``extra``: more columns, {heading: one value per run} (the SLURM job's, slurm.py). The runs
+    named in ``resuming`` (no job works on them) show the update they resume from (``saved_update``); "done" is
+    train.finished's word alone."""
     extra = extra or {}
     rows = [("run", "updates", "valid loss", "s/update", "finish (est.)", "recorded", "commit", *extra)]
     for run in runs:
         p = progress(run)
-        left = (p["total"] - p["updates"]) * p["sec_per_update"] if "sec_per_update" in p else None
-        eta = "done" if p["updates"] >= p["total"] else (
+        updates = p["saved"] if run.name in resuming else p["updates"]
+        left = max(0, p["total"] - updates) * p["sec_per_update"] if "sec_per_update" in p else None
+        eta = "done" if finished_run(run) else (
             time.strftime("%H:%M", time.localtime(time.time() + left)) if left is not None else "-")
-        rows.append((run.name, f"{p['updates']}/{p['total']}",
+        rows.append((run.name, f"{updates}/{p['total']}",
                      f"{p['valid_loss']:.3f}" if p["valid_loss"] is not None else "-",
                      f"{p['sec_per_update']:.2f}" if "sec_per_update" in p else "-", eta,
                      "yes" if p["recorded"] else "no", (p["commit"] or "-")[:10],

@@ -50,7 +50,8 @@ def main(argv=None) -> int:
         return 0
     if a.cmd == "status":
         notes: list = []
-        print(status_table(runs, slurm.status_columns(a.queue, runs, notes)))
+        resuming: set = set()
+        print(status_table(runs, slurm.status_columns(a.queue, runs, notes, resuming), resuming))
         for note in notes:
             print(note)
         return 0

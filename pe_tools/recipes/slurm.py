@@ -24,6 +24,8 @@ chain: the queue's repair makes checkpoint_last.pt the newest checkpoint that re
 update. A run loses at most the updates since its last checkpoint.
 """
 import argparse
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -33,6 +35,9 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
+import time
+import traceback
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -46,6 +51,13 @@ from .srun import SlurmError
 from .train import merge_flags, size_entry
 
 STATE_FILE = "slurm.json"  # in each run directory: the job's id, state and restart count
+JOB_LOCK = "slurm.lock"  # in each run directory: held (flock) by the job that works in it, for its whole life
+SUBMIT_LOCK = "slurm-submit.lock"  # in each run directory and QUEUE.slurm/: held while a submitter submits
+QUERY_SECONDS = 10  # status and submission wait this long for squeue or sacct before saying the controller is down
+HEARTBEAT_SECONDS = 60  # a running job rewrites RUN/slurm.json this often (its "heartbeat")
+STALE_SECONDS = 300  # a job whose heartbeat is older, and which SLURM does not list as queued or running, is dead
+SIGNAL_SLACK = 30  # SLURM checks time limits every 30 s: its signal may come this much before --signal-seconds
+MAX_STALLED_STARTS = 3  # a job started this many times in a row on the same checkpoint stops requeueing: FAILED
 NOT_SHARED = ("/tmp", "/var/tmp", "/dev/shm", "/run")  # node-local on most clusters
 SLURM_TOOLS = ("sbatch", "scontrol", "squeue", "sinfo", "scancel")
 INSTALL_HINT = ("run pe-queue on a login node of your cluster (where sbatch works), or load SLURM's module "
@@ -249,15 +261,25 @@ ACTIVE_STATES = frozenset({"PENDING", "RUNNING", "SUSPENDED", "COMPLETING", "CON
                            "RESV_DEL_HOLD"})
 
 
-def job_states(job_ids: Sequence[str]) -> Dict[str, str]:
+class NoAnswer(SlurmError):
+    """SLURM's controller did not answer a query (squeue failed or timed out); the message says which."""
+
+
+def job_states(job_ids: Sequence[str], timeout: float = QUERY_SECONDS) -> Dict[str, str]:
     """{array task id "JOB_TASK" or job id: SLURM state} of the jobs SLURM knows: queued, running, or ended less
-    than MinJobAge ago (one ``squeue -t all``); {} without squeue."""
+    than MinJobAge ago (one ``squeue -t all``); {} without squeue or when SLURM knows none of them. Raises NoAnswer
+    when the controller does not answer within ``timeout`` seconds: nobody can then tell whether a job lives."""
     if not job_ids or not shutil.which("squeue"):
         return {}
-    out = subprocess.run(["squeue", "-h", "-r", "-t", "all", "-j", ",".join(job_ids), "-o", "%i|%T"],
-                         capture_output=True, text=True, timeout=120)
+    cmd = ["squeue", "-h", "-r", "-t", "all", "-j", ",".join(job_ids), "-o", "%i|%T"]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise NoAnswer(f"`squeue` got no answer from SLURM's controller in {timeout:.0f} s") from None
     if out.returncode:
-        return {}
+        if "Invalid job id" in out.stderr:  # squeue -j of a single job SLURM has forgotten
+            return {}
+        raise NoAnswer(f"`squeue` failed: {(out.stderr or out.stdout).strip()[:300]}")
     return dict(line.split("|", 1) for line in out.stdout.split())
 
 
@@ -271,11 +293,121 @@ def live_states(job_ids: Sequence[str]) -> Dict[str, str]:
     return active(job_states(job_ids))
 
 
+def limit_seconds(limit: str) -> Optional[int]:
+    """sbatch --time's LIMIT in seconds (MINUTES, MINUTES:SECONDS, HOURS:MINUTES:SECONDS, DAYS-HOURS,
+    DAYS-HOURS:MINUTES, DAYS-HOURS:MINUTES:SECONDS); None for no limit (0, UNLIMITED, INFINITE). Raises SlurmError
+    naming the forms."""
+    text = str(limit).strip()
+    m = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", text)
+    if text.lower() in ("unlimited", "infinite"):
+        return None
+    if not m:
+        raise SlurmError(f"--time {limit}: not a time limit sbatch takes; give MINUTES, HOURS:MINUTES:SECONDS or "
+                         f"DAYS-HOURS:MINUTES:SECONDS (e.g. --time 48:00:00)")
+    days, a, b, c = m[1], int(m[2]), int(m[3] or 0), int(m[4] or 0)
+    if days is not None:
+        seconds = int(days) * 86400 + a * 3600 + b * 60 + c
+    elif m[4] is not None:
+        seconds = a * 3600 + b * 60 + c
+    else:
+        seconds = a * 60 + b
+    return seconds or None
+
+
+def flag_value(flags: Sequence[str], flag: str) -> Optional[str]:
+    return flags[flags.index(flag) + 1] if flag in flags[:-1] else None
+
+
+def requeues(a) -> bool:
+    """Whether the jobs requeue themselves at SLURM's signal (not with --sbatch=--no-requeue)."""
+    return "--no-requeue" not in [x.strip() for x in a.sbatch]
+
+
+def check_time(a, runs) -> List[str]:
+    """Warnings on --time (none without it); raises SlurmError when jobs that requeue themselves would get no
+    training time after SLURM's signal (--signal-seconds, up to SIGNAL_SLACK s early): they would requeue
+    forever. Warns when what is left is shorter than one checkpoint interval at a run's measured speed (its
+    train.log), and says which runs have no measured speed."""
+    limit = limit_seconds(a.time) if a.time else None
+    if limit is None:
+        return []
+    signal_at = a.signal_seconds + SIGNAL_SLACK
+    left = limit - signal_at if requeues(a) else limit
+    if left <= 0:
+        raise SlurmError(f"--time {a.time} ({limit} s) leaves no training time: each job requeues itself when SLURM "
+                         f"signals it, --signal-seconds {a.signal_seconds} s before its limit and up to "
+                         f"{SIGNAL_SLACK} s earlier, so it would requeue forever without training; give --time "
+                         f"longer than {signal_at} s (e.g. --time {-(-(signal_at + 3600) // 60)}) or a smaller "
+                         f"--signal-seconds (at least 60)")
+    notes = []
+    if limit <= signal_at:
+        notes.append(f"warning: --time {a.time} ({limit} s) is shorter than --signal-seconds {a.signal_seconds} + "
+                     f"{SIGNAL_SLACK} s: SLURM's signal comes at the start, the job cannot requeue "
+                     f"(--no-requeue) and trains until its limit ends it")
+    unknown = []
+    for run in runs:
+        interval = flag_value(run_flags(run), "--save-interval-updates")
+        if not interval or not interval.isdigit() or not int(interval):
+            continue
+        speed = local.progress(run).get("sec_per_update")
+        if speed is None:
+            unknown.append(run.name)
+        elif int(interval) * speed > left:
+            notes.append(f"warning: {run.name} (line {run.line}): one checkpoint interval (--save-interval-updates "
+                         f"{interval}) takes about {int(interval) * speed:.0f} s at its measured {speed:.2f} s per "
+                         f"update ({run.run_dir / 'train.log'}), longer than the {left} s of training --time "
+                         f"{a.time} leaves each job: every segment would end before its next checkpoint and the run "
+                         f"would not progress; give a longer --time, or a recipe with a smaller "
+                         f"--save-interval-updates (docs/cluster.md, section 6)")
+    if unknown:
+        notes.append(f"note: --time {a.time} leaves each job {left} s of training; no measured speed for "
+                     f"{len(unknown)} run(s) ({', '.join(unknown[:3])}{', ...' if len(unknown) > 3 else ''}), so "
+                     f"whether that holds one checkpoint interval is not known; `pe-queue status` shows the s/update "
+                     f"of a run once it trains, and a job started {MAX_STALLED_STARTS} times in a row without a new "
+                     f"checkpoint stops with FAILED")
+    return notes
+
+
+@contextlib.contextmanager
+def locked(paths: Sequence[Path]):
+    """Hold an exclusive flock on each of ``paths`` (created as needed, taken in sorted order so that two
+    submitters never wait on each other); says so on stderr when it has to wait for another submitter."""
+    files = []
+    try:
+        for path in sorted({Path(p).resolve() for p in paths}):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            f = open(path, "a")
+            files.append(f)
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                print(f"[queue] waiting for another pe-queue that is submitting (it holds {path})", file=sys.stderr,
+                      flush=True)
+                fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+    finally:
+        for f in files:
+            f.close()
+
+
+def read_state(run_dir: Path) -> dict:
+    """RUN/slurm.json, or {} when missing or unreadable."""
+    try:
+        state = json.loads((Path(run_dir) / STATE_FILE).read_text())
+        return state if isinstance(state, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
 def submit(a, runs, queue_path: Path) -> int:
-    """pe-queue run QUEUE --slurm: check everything, then one sbatch per shape; returns the exit status."""
+    """pe-queue run QUEUE --slurm: check everything, then one sbatch per shape; returns the exit status. Submitting
+    holds a lock on the queue (QUEUE.slurm/slurm-submit.lock) and on each run directory (RUN/slurm-submit.lock: two
+    queue files may name one run) around "look for a live job, submit, record the id", so that two submitters at
+    once make one job per run."""
     queue_path = Path(queue_path)
     try:
         shapes = {run.line: shape_of(run, a) for run in runs}
+        notes = check_time(a, runs)
         part = None if a.dry_run else check_cluster(a.partition)
         if part:
             for run in runs:
@@ -285,26 +417,46 @@ def submit(a, runs, queue_path: Path) -> int:
         return fail(str(e))
     if not (code / "pe_tools" / "recipes" / "slurm.py").is_file():
         return fail(f"--code {code}: no pe_tools/recipes/slurm.py there; give a copy of the project made with --pin")
-    commit = local.code_commit(code)
     subdir = submit_dir(queue_path).resolve()
     paths = {"the code": code, "the submission folder": subdir, "the working folder": Path.cwd()}
     for run in runs:
         paths.update({f"{run.name}'s run directory": run.run_dir, f"{run.name}'s data": run.data,
                       f"{run.name}'s results folder": run.into})
     if warning := not_shared(paths):
-        print(warning, file=sys.stderr, flush=True)
+        notes.append(warning)
+    for note in notes:
+        print(note, file=sys.stderr, flush=True)
+    if a.dry_run:
+        return _submit(a, runs, queue_path, shapes, part, code, subdir)
+    with locked([subdir / SUBMIT_LOCK] + [run.run_dir / SUBMIT_LOCK for run in runs]):
+        try:
+            return _submit(a, runs, queue_path, shapes, part, code, subdir)
+        except NoAnswer as e:
+            return fail(f"{e}; nothing submitted, since a job of {queue_path} may still be queued or running; try "
+                        f"again once `scontrol ping` answers")
 
-    # the runs still to do: not recorded by this code, and not already queued or running
+
+def _submit(a, runs, queue_path: Path, shapes, part, code: Path, subdir: Path) -> int:
+    """submit's part under its locks: the runs that no live job has, submitted, and their ids recorded."""
+    commit = local.code_commit(code)
+    # the runs still to do: not recorded by this code, and not already queued or running (under a job of this
+    # queue, or of another queue file naming the same run directory: its RUN/slurm.json names the job)
     earlier = load_jobs(queue_path)
-    live = live_states([j["job"] for j in earlier]) if not a.dry_run else {}
-    busy = {run_dir: f"{j['job']}_{line}" for j in earlier for line, run_dir in j["snapshot_lines"].items()
-            if f"{j['job']}_{line}" in live}
+    tasks: Dict[str, List[str]] = {}
+    for j in earlier:
+        for line, run_dir in j["snapshot_lines"].items():
+            tasks.setdefault(run_dir, []).append(f"{j['job']}_{line}")
+    for run in runs:
+        if owner := read_state(run.run_dir).get("job"):
+            tasks.setdefault(str(run.run_dir.resolve()), []).append(owner)
+    live = {} if a.dry_run else live_states(sorted({t.split("_")[0] for ts in tasks.values() for t in ts}))
     todo = []
     for run in runs:
+        busy = [t for t in tasks.get(str(run.run_dir.resolve()), []) if t in live]
         if local.recorded_commit(run) == commit and run.recorded.is_dir():
             print(f"[queue] {run.name}: recorded already, not submitted")
-        elif str(run.run_dir.resolve()) in busy:
-            print(f"[queue] {run.name}: job {busy[str(run.run_dir.resolve())]} has it already, not submitted")
+        elif busy:
+            print(f"[queue] {run.name}: job {busy[-1]} has it already ({live[busy[-1]]}), not submitted")
         else:
             todo.append(run)
     if not todo:
@@ -333,8 +485,8 @@ def submit(a, runs, queue_path: Path) -> int:
     logs.mkdir(parents=True, exist_ok=True)
     if not snapshot.is_file():
         write_atomic(snapshot, text)
-    by_line = {run.line: str(run.run_dir.resolve()) for run in runs}
-    records = list(earlier)
+    by_line = {run.line: run for run in runs}
+    records = list(earlier)  # every id ever submitted for a line stays: pe-queue cancel reaches them all
     for path, script, shape, lines in scripts:
         write_atomic(path, script)
         out = subprocess.run(["sbatch", "--parsable", str(path)], capture_output=True, text=True, timeout=120)
@@ -343,8 +495,12 @@ def submit(a, runs, queue_path: Path) -> int:
             return fail(f"sbatch {path} failed: {(out.stderr or out.stdout).strip()}; nothing more submitted")
         job = out.stdout.strip().split(";")[0]
         records.append({"job": job, "script": str(path), "snapshot": str(snapshot), "lines": lines,
-                        "snapshot_lines": {str(n): by_line[n] for n in lines}, "submitted": _now()})
+                        "snapshot_lines": {str(n): str(by_line[n].run_dir.resolve()) for n in lines},
+                        "submitted": _now()})
         _save_jobs(subdir, records)
+        for n in lines:  # the run's owner, for a submitter of another queue file naming the same run directory
+            _write_state_file(by_line[n].run_dir, {"job": f"{job}_{n}", "state": "SUBMITTED", "time": _now(),
+                                                   "heartbeat": time.time(), "queue": str(queue_path.resolve())})
         print(f"[queue] submitted job {job}: {len(lines)} run(s) (lines {','.join(map(str, lines))}), each "
               f"{shape.describe()}; logs in {logs}")
     print(f"[queue] code {commit} ({code}); watch with: pe-queue status {shlex.quote(str(queue_path))}")
@@ -367,7 +523,10 @@ def cancel(queue_path: Path) -> int:
                     f"is missing); nothing to cancel")
     if not shutil.which("scancel"):
         return fail(f"scancel not found on PATH; {INSTALL_HINT}")
-    live = live_states(jobs)
+    try:
+        live = live_states(jobs)
+    except NoAnswer as e:
+        return fail(f"{e}; nothing cancelled: try again once `scontrol ping` answers")
     ids = sorted({k.split("_")[0] for k in live})
     if not ids:
         print(f"[queue] no job of {queue_path} is queued or running")
@@ -381,20 +540,40 @@ def cancel(queue_path: Path) -> int:
 
 # ------------------------------------------------------------------------------------------------ status
 OWN_FINAL = ("RECORDED", "FAILED")  # what a job writes when its chain ends; SLURM's word on the job comes after
+OWN_ALIVE = ("RUNNING", "REQUEUEING")  # what a job writes while it works (SUBMITTED: what the submitter wrote)
+# SLURM's states of a job whose processes exist (a run directory in use)
+WORKING_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SIGNALING", "STOPPED", "SUSPENDED", "STAGE_OUT"})
+TAIL_LINES = 3  # lines of a dead or failed job's SLURM log shown under the status table
 
 
-def status_columns(queue_path: Path, runs, notes: Optional[List[str]] = None) -> Optional[Dict[str, List[str]]]:
-    """The status table's SLURM columns (job, state, requeues), or None when the queue was not submitted. The
-    state: SLURM's while the job is queued or running; else the job's own final word (RUN/slurm.json: RECORDED,
-    FAILED); else SLURM's record of the ended job (squeue, for MinJobAge; sacct where accounting is on: TIMEOUT,
-    CANCELLED...); else the job's last own word (ENDED, RUNNING...); and for a job SLURM has forgotten that never
-    wrote RUN/slurm.json, what its SLURM log says (``forgotten``). ``notes`` gets a line per such run: why, and
-    what to do."""
+def status_columns(queue_path: Path, runs, notes: Optional[List[str]] = None,
+                   resuming: Optional[set] = None) -> Optional[Dict[str, List[str]]]:
+    """The status table's SLURM columns (job, state, requeues), or None when the queue was not submitted. A run's
+    state is the newest word on its job:
+    - SLURM's while the job is queued or running;
+    - else the job's own final word (RUN/slurm.json: RECORDED, or FAILED with its reason);
+    - else, for a job whose own last word says it works (RUNNING, REQUEUEING) or that never wrote one: SLURM's
+      record of the ended job (squeue for MinJobAge, sacct where accounting is on: FAILED, TIMEOUT, CANCELLED...),
+      else DIED when its SLURM log ends in a traceback or its heartbeat (RUN/slurm.json, rewritten every
+      HEARTBEAT_SECONDS) is older than STALE_SECONDS, else NEVER-RAN or DIED by its SLURM log (``forgotten``);
+    - else SLURM's record of the ended job, else the job's last own word (ENDED).
+    ``notes`` gets a line per FAILED or DIED run (its reason: the job's own message or its log's last lines), per
+    forgotten run, and, first, one when SLURM's controller does not answer (the states are then the run
+    directories' alone, within QUERY_SECONDS). ``resuming`` gets the names of the runs no job is working on: their
+    updates are those they resume from (their checkpoints), not the log's last."""
     jobs = load_jobs(queue_path)
     if not jobs:
         return None
+    notes = notes if notes is not None else []
     ids = [j["job"] for j in jobs]
-    known = job_states(ids)
+    states = {run.name: read_state(run.run_dir) for run in runs}
+    asked = sorted(set(ids) | {st["job"].split("_")[0] for st in states.values() if st.get("job")})
+    try:
+        known, answered = job_states(asked), True
+    except NoAnswer as e:
+        known, answered = {}, False
+        notes.insert(0, f"SLURM's controller does not answer ({e}): the states below are the jobs' own last words "
+                        f"in their run directories")
     running = active(known)
     latest: Dict[str, str] = {}  # run directory -> its newest array task id
     for j in jobs:
@@ -403,19 +582,76 @@ def status_columns(queue_path: Path, runs, notes: Optional[List[str]] = None) ->
     cols: Dict[str, List[str]] = {"job": [], "state": [], "requeues": []}
     accounted: Optional[Dict[str, str]] = None
     for run in runs:
-        f = run.run_dir / STATE_FILE
-        state = json.loads(f.read_text()) if f.is_file() else {}
-        job = latest.get(str(run.run_dir.resolve())) or state.get("job") or "-"
-        own = state.get("state")
-        word = running.get(job) or (own if own in OWN_FINAL else None) or known.get(job)
-        if not word and job != "-":
-            if accounted is None:
-                accounted = sacct_states(ids)
-            word = accounted.get(job) or own or forgotten(queue_path, run, job, notes)
+        state = states[run.name]
+        mine = state.get("job")
+        job = mine if mine in running else latest.get(str(run.run_dir.resolve())) or mine or "-"
+        own = state.get("state") if mine == job else None  # the state file speaks of this job
+        word, why = running.get(job), None
+        if not word and own in OWN_FINAL:
+            word, why = own, state.get("message") or "(no reason written)"
+        elif not word and job != "-":
+            ended = known.get(job)
+            if ended is None and answered:
+                if accounted is None:
+                    accounted = sacct_states(ids)
+                ended = accounted.get(job)
+            if own in OWN_ALIVE or own in (None, "SUBMITTED"):
+                log, tail = log_tail(queue_path, job)
+                age = time.time() - float(state.get("heartbeat") or 0)
+                if ended:
+                    word, why = ended, _tail_note(log, tail)
+                elif log and ends_in_traceback(tail):
+                    word, why = "DIED", f"its SLURM log ends in a traceback: {_tail_note(log, tail)}"
+                elif own in OWN_ALIVE and age > STALE_SECONDS:
+                    word = "DIED"
+                    why = (f"its heartbeat in {run.run_dir / STATE_FILE} is {age / 60:.0f} minutes old ({own}) and "
+                           f"SLURM {'does not list it' if answered else 'does not answer'}; "
+                           + (_tail_note(log, tail) if log else "it left no SLURM log"))
+                elif own in OWN_ALIVE:
+                    word = own
+                elif answered:
+                    word = forgotten(queue_path, run, job, notes)
+                else:
+                    word = own or "UNKNOWN"
+            else:
+                word = ended or own
+        if word in ("FAILED", "DIED") and why:
+            notes.append(f"{run.name}: {word} (job {job}): {why}")
+        if resuming is not None and word not in ("RUNNING", "COMPLETING"):
+            resuming.add(run.name)
         cols["job"].append(job)
         cols["state"].append(word or "-")
-        cols["requeues"].append(str(state.get("restarts", 0)) if state else "-")
+        cols["requeues"].append(str(state.get("restarts", 0)) if own not in (None, "SUBMITTED") else "-")
     return cols
+
+
+def log_tail(queue_path: Path, job: str, lines: int = 40) -> Tuple[Optional[Path], List[str]]:
+    """The SLURM log of array task ``job`` (QUEUE.slurm/logs/NAME_JOB_TASK.out) and its last non-empty lines
+    (from its last 64 kB)."""
+    logs = sorted(submit_dir(queue_path).joinpath("logs").glob(f"*_{job}.out"))
+    if not logs:
+        return None, []
+    try:
+        with open(logs[-1], "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - 65536))
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return logs[-1], []
+    return logs[-1], [ln for ln in text.splitlines() if ln.strip()][-lines:]
+
+
+def ends_in_traceback(tail: List[str]) -> bool:
+    """Whether a log's last lines end in a Python traceback: one after the queue's last own line."""
+    marks = [k for k, ln in enumerate(tail) if ln.startswith("Traceback (most recent call last)")]
+    own = [k for k, ln in enumerate(tail) if ln.startswith("[queue]")]
+    return bool(marks) and (not own or marks[-1] > own[-1])
+
+
+def _tail_note(log: Optional[Path], tail: List[str]) -> str:
+    if not log:
+        return "no SLURM log"
+    return f"the last lines of {log}: " + " | ".join(ln.strip()[:300] for ln in tail[-TAIL_LINES:]) if tail else \
+        f"{log} is empty"
 
 
 def sacct_states(job_ids: Sequence[str]) -> Dict[str, str]:
@@ -424,7 +660,7 @@ def sacct_states(job_ids: Sequence[str]) -> Dict[str, str]:
         return {}
     try:
         out = subprocess.run(["sacct", "-n", "-P", "-X", "-j", ",".join(job_ids), "-o", "JobID,State"],
-                             capture_output=True, text=True, timeout=60)
+                             capture_output=True, text=True, timeout=QUERY_SECONDS)
     except subprocess.TimeoutExpired:
         return {}
     if out.returncode:
@@ -437,29 +673,103 @@ def forgotten(queue_path: Path, run, job: str, notes: Optional[List[str]]) -> st
     """The state of a job that SLURM no longer knows (ended more than MinJobAge ago, no sacct) and that never
     wrote RUN/slurm.json: NEVER-RAN without a SLURM log (cancelled while queued, or held and purged), DIED with
     one (it started, and ended before the queue's code ran: the log says why)."""
-    logs = sorted(submit_dir(queue_path).joinpath("logs").glob(f"*_{job}.out"))
+    log, tail = log_tail(queue_path, job)
     again = f"pe-queue run {shlex.quote(str(queue_path))} --slurm submits it again"
-    if not logs:
+    if not log:
         if notes is not None:
             notes.append(f"{run.name}: job {job} is gone from SLURM and never started (no SLURM log in "
                          f"{submit_dir(queue_path) / 'logs'}, no {run.run_dir / STATE_FILE}): it was cancelled or "
                          f"purged while queued; {again}")
         return "NEVER-RAN"
-    tail = [ln for ln in logs[-1].read_text(errors="replace").splitlines() if ln.strip()][-1:] or ["(empty)"]
     if notes is not None:
         notes.append(f"{run.name}: job {job} is gone from SLURM; it started but wrote no {run.run_dir / STATE_FILE}; "
-                     f"the last line of its log {logs[-1]}: {tail[0][:300]}; fix that, then {again}")
+                     f"the last line of its log {log}: {(tail or ['(empty)'])[-1][:300]}; fix that, then {again}")
     return "DIED"
 
 
-def write_state(run_dir: Path, state: str, message: str = "") -> None:
-    env = os.environ
-    job = (f"{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}" if env.get("SLURM_ARRAY_TASK_ID")
-           else env.get("SLURM_JOB_ID", "-"))
-    write_atomic(Path(run_dir) / STATE_FILE, json.dumps(
-        {"job": job, "job_id": env.get("SLURM_JOB_ID"), "state": state,
-         "restarts": int(env.get("SLURM_RESTART_COUNT") or 0), "node": env.get("SLURMD_NODENAME"),
-         "time": _now(), "message": message}, indent=1) + "\n")
+def _write_state_file(run_dir: Path, data: dict) -> bool:
+    """Write RUN/slurm.json; on a failure (a full or read-only disk) say so on stderr and return False: a state
+    write never ends a job."""
+    try:
+        write_atomic(Path(run_dir) / STATE_FILE, json.dumps(data, indent=1) + "\n")
+        return True
+    except Exception as e:  # noqa: BLE001 - whatever it is, the job goes on
+        print(f"[queue] warning: could not write {Path(run_dir) / STATE_FILE} ({type(e).__name__}: {e}); going on "
+              f"without it", file=sys.stderr, flush=True)
+        return False
+
+
+def job_task(env=os.environ) -> str:
+    """This job's id as jobs.json and status name it: ARRAY_TASK, else the job id."""
+    return (f"{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}" if env.get("SLURM_ARRAY_TASK_ID")
+            else env.get("SLURM_JOB_ID", "-"))
+
+
+class JobState:
+    """RUN/slurm.json as a job writes it: its id, its word (RUNNING, REQUEUEING, ENDED, RECORDED, FAILED) and
+    message, its restart count, the update it resumed from, how many starts in a row found no new checkpoint, and
+    its heartbeat (rewritten every HEARTBEAT_SECONDS by ``beat``). A failed write never ends the job."""
+
+    def __init__(self, run_dir: Path, **fields):
+        env = os.environ
+        self.run_dir, self.word, self.message = Path(run_dir), None, ""
+        self.fields = {"job": job_task(), "job_id": env.get("SLURM_JOB_ID"),
+                       "restarts": int(env.get("SLURM_RESTART_COUNT") or 0), "node": env.get("SLURMD_NODENAME"),
+                       **fields}
+        self.lock = threading.RLock()  # the heartbeat's thread and the signal handlers (main thread) write
+        self.done = threading.Event()
+
+    def write(self, word: Optional[str] = None, message: str = "") -> bool:
+        with self.lock:
+            if word:
+                self.word, self.message = word, message
+            return _write_state_file(self.run_dir, dict(self.fields, state=self.word, message=self.message,
+                                                        time=_now(), heartbeat=time.time()))
+
+    def beat(self, every: float = HEARTBEAT_SECONDS) -> None:
+        def loop():
+            while not self.done.wait(every):
+                self.write()
+        threading.Thread(target=loop, name="heartbeat", daemon=True).start()
+
+
+def stalled_starts(previous: dict, job: str, restarts: int, saved: Optional[int]) -> int:
+    """How many starts in a row of ``job`` found the checkpoint at update ``saved`` (None: none) that its previous
+    start resumed from (RUN/slurm.json of that start, ``previous``): 0 at a first start or a new checkpoint."""
+    if (previous.get("job") != job or previous.get("state") not in OWN_ALIVE + ("ENDED",)
+            or restarts <= int(previous.get("restarts") or 0) or previous.get("resumed_from", -1) != saved):
+        return 0
+    return int(previous.get("stalled") or 0) + 1
+
+
+def claim(run, job: str):
+    """Take the run directory for this job: an flock on RUN/slurm.lock for the job's whole life, and no other
+    working job named in RUN/slurm.json. Returns the lock's open file, or None (said on stdout) when another live
+    job has the run: this job then leaves it untouched."""
+    path = run.run_dir / JOB_LOCK
+    lock = open(path, "a")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.close()
+        print(f"[queue] {run.name}: {run.run_dir} is in use by {read_state(run.run_dir).get('job') or 'another job'}"
+              f" (it holds {path}); this job ({job}) leaves it untouched and exits", flush=True)
+        return None
+    except OSError:  # a file system without flock: RUN/slurm.json alone decides
+        pass
+    owner = read_state(run.run_dir)
+    other = owner.get("job")
+    if other and other != job and owner.get("state") in OWN_ALIVE:
+        try:
+            theirs = job_states([other.split("_")[0]]).get(other)
+        except NoAnswer:
+            theirs = None
+        if theirs in WORKING_STATES:
+            lock.close()
+            print(f"[queue] {run.name}: {run.run_dir} is in use by {other} ({theirs}, {run.run_dir / STATE_FILE}); "
+                  f"this job ({job}) leaves it untouched and exits", flush=True)
+            return None
+    return lock
 
 
 # -------------------------------------------------------------------------------------------- in the job
@@ -481,38 +791,59 @@ def job_main(argv=None) -> int:
         run.options["gpus"] = str(a.gpus)
     queue = JobQueue(a.snapshot, [run], a.code, 1, a.threads)
     run.run_dir.mkdir(parents=True, exist_ok=True)
+    job, restarts = job_task(), int(os.environ.get("SLURM_RESTART_COUNT") or 0)
+    lock = claim(run, job)
+    if lock is None:
+        return 1
+    previous, saved = read_state(run.run_dir), local.saved_update(run.run_dir)
+    stalled = stalled_starts(previous, job, restarts, saved)
+    state = JobState(run.run_dir, resumed_from=saved, stalled=stalled)
+    print(f"[queue] {run.name}: job {os.environ.get('SLURM_JOB_ID')}, start {restarts + 1}, code {queue.commit}",
+          flush=True)
+    if stalled >= MAX_STALLED_STARTS:
+        why = (f"started {stalled + 1} times in a row without a new checkpoint (at update {saved or 0}): its time "
+               f"limit (or preemptions) leave it no time to reach the next one; it stops requeueing. Submit the "
+               f"queue again with a longer --time, or use a recipe with a smaller --save-interval-updates "
+               f"(docs/cluster.md, section 6)")
+        state.write("FAILED", f"failed: {why}")
+        print(f"[queue] {run.name}: failed: {why}", flush=True)
+        return 1
 
     def requeue(*_):  # SLURM's signal before the time limit: requeue this job, SLURM then ends it
         job_id = os.environ.get("SLURM_JOB_ID", "")
-        write_state(run.run_dir, "REQUEUEING", "time limit near: requeued itself")
+        state.write("REQUEUEING", "time limit near: requeued itself")
         print(f"[queue] {run.name}: time limit near, requeueing job {job_id}", flush=True)
         out = subprocess.run(["scontrol", "requeue", job_id], capture_output=True, text=True, check=False)
         if out.returncode:  # e.g. --no-requeue, or a cluster without JobRequeue: the limit will end the run
             why = (out.stderr or out.stdout).strip()
-            write_state(run.run_dir, "RUNNING", f"time limit near, but `scontrol requeue {job_id}` failed: {why}; "
-                                                f"at its limit SLURM ends the run; it resumes from its last "
-                                                f"checkpoint when the queue is submitted again")
+            state.write("RUNNING", f"time limit near, but `scontrol requeue {job_id}` failed: {why}; at its limit "
+                                   f"SLURM ends the run; it resumes from its last checkpoint when the queue is "
+                                   f"submitted again")
             print(f"[queue] {run.name}: could not requeue job {job_id} ({why}); the time limit will end it: submit "
                   f"the queue again (pe-queue run QUEUE --slurm) to resume from its last checkpoint", flush=True)
 
     def ended(*_):  # SLURM ends the job (preemption, requeue, cancel): its trainings get SIGTERM too
-        write_state(run.run_dir, "ENDED", "ended by SLURM (its time limit, a preemption, a requeue or a cancel); "
-                                          "unless SLURM requeues it, pe-queue run QUEUE --slurm resumes it")
+        state.write("ENDED", "ended by SLURM (its time limit, a preemption, a requeue or a cancel); unless SLURM "
+                             "requeues it, pe-queue run QUEUE --slurm resumes it")
         queue.stop()
 
     signal.signal(signal.SIGUSR1, requeue)
     signal.signal(signal.SIGTERM, ended)
-    restarts = int(os.environ.get("SLURM_RESTART_COUNT") or 0)
-    print(f"[queue] {run.name}: job {os.environ.get('SLURM_JOB_ID')}, start {restarts + 1}, code {queue.commit}",
-          flush=True)
-    write_state(run.run_dir, "RUNNING")
+    state.write("RUNNING")
+    state.beat()
     try:
-        state = queue.process(run)
+        result = queue.process(run)
     except local.QueueError as e:
-        state = f"refused: {e}"
-    write_state(run.run_dir, "RECORDED" if state == "recorded" else "FAILED", state)
-    print(f"[queue] {run.name}: {state}", flush=True)
-    return 0 if state == "recorded" else 1
+        result = f"refused: {e}"
+    except Exception as e:  # noqa: BLE001 - said in the log and in the state, not a bare traceback
+        traceback.print_exc()
+        result = f"failed: {type(e).__name__}: {e} (the traceback above, in this job's SLURM log)"
+    finally:
+        state.done.set()
+    state.write("RECORDED" if result == "recorded" else "FAILED", result)
+    print(f"[queue] {run.name}: {result}", flush=True)
+    lock.close()
+    return 0 if result == "recorded" else 1
 
 
 class JobQueue(local.Queue):
