@@ -274,7 +274,7 @@ def test_batch_and_max_tokens_exclude_each_other():
 
 def test_an_isolated_run_gets_the_environment_it_is_given(monkeypatch):
     """The memory interpreter's allocator setting must reach the child (glibc reads it at start-up)."""
-    from pe_tools.bench._timing import run_isolated
+    from pe_tools.bench._common import run_isolated
 
     monkeypatch.delenv("PE_BENCH_PROBE", raising=False)
     assert run_isolated("os", "getenv", {"key": "PE_BENCH_PROBE"}) is None

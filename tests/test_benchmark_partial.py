@@ -177,27 +177,27 @@ def test_flex_time_budget_then_resume(tmp_path):
 
 
 def test_train_speed_writes_each_run_and_resumes(tmp_path, monkeypatch):
-    """train-speed's loop with fairseq-train replaced by a stand-in (its real runs: test_benchmark_train_speed)."""
+    """train-speed's rounds with fairseq-train replaced by a stand-in (its real runs: test_benchmark_train_speed)."""
     from pe_tools.bench import train_speed
     from pe_tools.bench.cli import main
 
     (tmp_path / "dict.en.txt").write_text("a 1\n")
     ran = []
 
-    def fake(pe, size, args, device, fp16):
-        ran.append(pe)
-        return dict(wps=100.0 * len(ran), ups=1.0, records=2, last_loss=5.0, last_update=6, wall_s=1.0,
-                    argv=["DATA", "--arch", pe])
+    def fake(argv, warmup, timed, profiled, cuda):
+        ran.append(argv[argv.index("--arch") + 1])
+        return dict(max_tokens=512, wps=100.0 * len(ran), step_s=1.0 / len(ran), peak_bytes=10, top_kernels=[],
+                    num_workers=1, fp16=False, activity="cpu", updates=[])
 
-    monkeypatch.setattr(train_speed, "run_one", fake)
-    args = ["train-speed", "--data", str(tmp_path), "--sizes", "tiny", "--pe", "t5", "--device", "cpu",
-            "--out-dir", str(tmp_path / "out")]
+    monkeypatch.setattr(train_speed, "run_in_process", fake)
+    args = ["train-speed", "--data", str(tmp_path), "--size", "tiny", "--tokens-per-update", "1024", "--rows",
+            "sape@512x2", "t5@512x2", "--device", "cpu", "--rounds", "2", "--out-dir", str(tmp_path / "out")]
     assert main([*args, "--time-budget", "0"]) == 0
     data = json.loads((tmp_path / "out" / "train_speed.json").read_text())
-    assert data["complete"] is False and keys(data) == {("tiny", "sape", 1)} and ran == ["sape"]
-    assert data["results"][0]["wps_to_stock"] is None  # stock not run yet
+    assert data["complete"] is False and keys(data) == {("sape/tiny@512x2", 1)} and ran == ["transformer_sape_tiny"]
     assert "(PARTIAL)" in (tmp_path / "out" / "train_speed.md").read_text()
     assert main([*args, "--resume"]) == 0
     data = json.loads((tmp_path / "out" / "train_speed.json").read_text())
-    assert data["complete"] is True and ran == ["sape", "t5", "stock"]
-    assert [(r["pe"], r["wps_to_stock"]) for r in data["results"]] == [("sape", 1 / 3), ("t5", 2 / 3), ("stock", 1)]
+    assert data["complete"] is True and [a.split("_")[1] for a in ran] == ["sape", "t5", "t5", "sape"]  # rotated
+    t5 = next(r for r in data["results"] if r["pe"] == "t5")
+    assert t5["step_to_sape"] == pytest.approx({"median": 11 / 12, "min": 0.5, "max": 4 / 3, "n": 2})  # (1/2)/1, (1/3)/(1/4)

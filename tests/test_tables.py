@@ -1016,10 +1016,9 @@ def _user_default_less_lmax256() -> float:
 
 
 def _goal(name: str) -> float:
-    """Issue 40's goal for an encoding's cost to SAPE (pe_tools/bench/fill.py's GOALS): time per update, peak memory."""
-    from pe_tools.bench.fill import GOALS
-
-    return GOALS[name]
+    """The GPU benchmark's goal for an encoding's cost to SAPE (examples/benchmarks/gpu/goals.json, what
+    pe-bench train-speed --goals checks): time per update, peak memory."""
+    return json.loads((REPO / "examples" / "benchmarks" / "gpu" / "goals.json").read_text(encoding="utf-8"))[name]
 
 
 def _kerple_and_t5_busy_at_200() -> float:

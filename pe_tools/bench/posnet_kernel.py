@@ -30,7 +30,7 @@ from ..command_line import fail
 from ..file_io import dumps_json, write_all_atomic
 from ._partial_runs import Progress, ResumeError, add_args as add_progress_args, resolve_device
 from ..tables import markdown_table
-from ._timing import peak_memory_bytes, run_isolated, time_calls
+from ._common import peak_memory_bytes, run_isolated, time_calls
 
 NAME = "posnet_kernel"
 HELP = "PosNet-Embed forward+backward: bmm over positions vs the released broadcast (time, peak memory)"

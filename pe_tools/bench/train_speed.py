@@ -1,129 +1,446 @@
-"""pe-bench train-speed: real ``fairseq-train`` for a few hundred updates per encoding, one run at a time, on given
-binarised data; words (target tokens) per second as ratios to stock fairseq's transformer and to SAPE.
+"""pe-bench train-speed: the one training-speed harness. Real ``fairseq-train`` with the command ``pe-train`` builds
+for each row (the recipe's flags, data loading, workers and fp16 as a user gets them), in rounds, measured update by
+update inside fairseq's own loop.
 
-    pe-bench train-speed --data data-bin/wmt14_en_de --device cuda --sizes base --max-update 300
-    pe-bench train-speed --data data-bin/toy --device cpu --sizes tiny --max-update 40 --pe sape t5
+    pe-bench train-speed --data data-bin/wmt_shaped --rows sape@4096x8 sape --rounds 3 --out-dir runs/speed
+    pe-bench train-speed --data data-bin/wmt_shaped --rows all rpe:triton --rounds 3 --goals goals.json
+    pe-bench train-speed --data DIR --size tiny --tokens-per-update 1024 --rows sape@128x8 sape --device cpu
 
-Each row runs ``python -m fairseq_cli.train DATA --arch transformer_<pe>_<suffix>`` (stock: fairseq's own
-``transformer_<suffix>`` without ``--user-dir``) with the ``--recipe``'s flags for the encoding, Adam with an inverse
-square-root schedule, label-smoothed cross-entropy, ``--max-tokens``, no checkpoints and no validation, and
-``--log-format json``. On CUDA it trains with ``--fp16`` as the WMT14 runs do (``--no-fp16`` for fp32); on a CPU
-with ``--cpu`` in fp32 (``--fp16`` there adds ``--fp16-no-flatten-grads --fp16-init-scale 4``,
-pe_tools.fairseq_plugin.CPU_FP16_FLAGS: docs/fairseq.md §fp16 and bf16 on CPU). The speed of a row is the median of
-fairseq's own ``wps`` over its ``train_inner`` log records, the first record (warm-up: CUDA context, kernel
-selection, allocator growth) left out; ``ups`` likewise. Rows run in registry order, round-robin over ``--rounds``;
-the fastest round is kept. The outputs are rewritten after every run; ``--resume`` and ``--time-budget``:
-docs/benchmarks.md §Partial runs.
+A row is ``PE[:IMPL][/SIZE][@SPLIT]``: PE an encoding of the registry, ``stock`` (SAPE's command with fairseq's own
+``transformer_<arch>`` and no ``--user-dir``) or ``all`` (every encoding and stock); IMPL a ``--pe-attention-impl``;
+SIZE a size of the recipe (default ``--size``); SPLIT ``MAXTOKENSxUPDATEFREQ`` or ``auto`` (default): the
+micro-batch ``pe-train --max-tokens-per-gpu auto`` chooses on this machine. The harness adds to pe-train's command
+only ``--max-update`` (warm-up + timed + profiled updates), ``--no-save``, ``--disable-validation``, ``--cpu`` off
+CUDA, the split's ``--max-tokens``/``--update-freq`` when ``--tokens-per-update`` or SPLIT departs from the recipe's,
+and ``--extra``.
+
+Each run goes through fairseq_cli.train in this process with ``Trainer.train_step`` wrapped (``Window``). Per
+update it records the words (target tokens), the wall time (end of the previous update to the end of this one),
+the host's time split into waiting for the batch (fairseq's GroupedIterator), forward and backward (the task's
+``train_step``), the optimizer step (the task's ``optimizer_step``) and the rest (fairseq's bookkeeping: clipping,
+the loss scaler, logging), and the update's peak memory: CUDA's ``max_memory_allocated`` with the counter reset
+before the update, read again whenever fairseq calls ``torch.cuda.reset_peak_memory_stats()`` (at the end of its
+``train_step``) before that call; on a CPU the RSS high-water mark (VmHWM) reset through /proc/self/clear_refs. After
+``--warmup`` updates come ``--timed`` ones (no profiler) and ``--profiled`` ones, each under torch.profiler: the
+device's busy time (the union of its activities' intervals) and kernel count per update (on a CPU its operators:
+a rehearsal, not a GPU figure). ``busy_unprofiled`` = median busy per profiled update / median timed wall per
+update.
+
+Rows run in ``--rounds`` rounds, every row once a round, round k starting k rows later. Ratios are taken within a
+round: each row to SAPE's row of the same size and split (time per update, peak, words/s) and to the same encoding's
+first split (words/s); the report gives each ratio's median and spread over the rounds, and with ``--goals`` (a JSON
+of ``speedup``, ``busy``, ``step``, ``peak``) says "meets", "misses" or "within noise" (the spread covers the
+bound). Outputs are rewritten after every run; ``--resume`` and ``--time-budget``: docs/benchmarks.md §Partial runs.
 """
-import argparse
-import os
+import gc
+import json
 import platform
 import statistics
-import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 from ..command_line import fail, int_at_least
-from ..naming import BASELINE, SUFFIX_OF_CLASS as SIZES
-from ..recipes import recipe_names, training_log
-from ._partial_runs import Progress, ResumeError, add_args as add_progress_args, resolve_device
+from ..naming import BASELINE
 from ..tables import markdown_table
+from . import _common
+from ._common import add_device_arg, add_ratios, kernel_summary, profiler_events, rotated, spread, verdict
+from ._partial_runs import Progress, ResumeError, add_args as add_progress_args, resolve_device
 
 NAME = "train-speed"
-HELP = "words per second of real fairseq-train runs, per encoding, as ratios to stock fairseq and to SAPE"
+HELP = ("real fairseq-train with pe-train's command, in rounds: words/s, time per update and its host split, "
+        "per-update peak memory, the GPU's busy fraction; ratios to SAPE with their spread")
+STOCK = "stock"
+HOST = ("wait_s", "fwd_bwd_s", "optimizer_s", "bookkeeping_s")
 
 
-def inner_records(log: str) -> list:
-    """The ``train_inner`` records of a ``fairseq-train --log-format json`` log, as dicts of numbers (read by the
-    one reader of fairseq's log, pe_tools/recipes/training_log.py)."""
-    return [r.stats for r in training_log.records(log, "train_inner")]
+# ------------------------------------------------------------------------------------------ the window
+class PeakMeter:
+    """One update's peak memory, whoever resets the counter: ``start()`` resets it; while ``open``, a call of
+    ``owner.name`` (the reset fairseq makes: torch.cuda.reset_peak_memory_stats) first banks the peak so far;
+    ``read()`` is the largest of the banked peaks and the peak now."""
+
+    def __init__(self, read, owner, name: str):
+        self.read_now, self.owner, self.name = read, owner, name
+        self.reset = getattr(owner, name)
+        self.banked = 0
+
+    @classmethod
+    def for_device(cls, cuda: bool) -> "PeakMeter":
+        if cuda:
+            import torch
+
+            return cls(torch.cuda.max_memory_allocated, torch.cuda, "reset_peak_memory_stats")
+        return cls(_common.peak_rss_bytes, _common, "reset_peak_rss")
+
+    def open(self) -> None:
+        def reset(*args, **kwargs):
+            self.banked = max(self.banked, self.read_now())
+            return self.reset(*args, **kwargs)
+
+        setattr(self.owner, self.name, reset)
+
+    def close(self) -> None:
+        setattr(self.owner, self.name, self.reset)
+
+    def start(self) -> None:
+        self.banked = 0
+        self.reset()
+
+    def read(self) -> int:
+        return max(self.banked, self.read_now())
 
 
-def speed(records: list) -> dict:
-    """wps and ups: medians over ``records`` less the first (warm-up); with a single record, that one."""
-    kept = records[1:] or records
-    if not kept:
-        raise ValueError("no train_inner record in the log: raise --max-update or lower --log-interval")
-    return dict(wps=statistics.median(float(r["wps"]) for r in kept),
-                ups=statistics.median(float(r["ups"]) for r in kept), records=len(kept),
-                last_loss=float(records[-1]["loss"]), last_update=int(records[-1]["num_updates"]))
+class Window:
+    """Measures the updates of one run (see the module): ``begin(trainer)`` and ``end(samples, out)`` around each
+    ``Trainer.train_step``; ``wait``, ``fwd_bwd`` and ``optimizer`` accumulate the host's time of the update."""
+
+    def __init__(self, warmup: int, timed: int, profiled: int, cuda: bool):
+        self.warmup, self.timed, self.profiled, self.cuda = warmup, timed, profiled, cuda
+        self.meter = PeakMeter.for_device(cuda)
+        self.updates, self.shape, self.top = [], {}, {}
+        self.last_end = self.t0 = None
+        self.wait = self.fwd_bwd = self.optimizer = 0.0
+        self.prof = None
+
+    @property
+    def done(self) -> bool:
+        return len(self.updates) >= self.warmup + self.timed + self.profiled
+
+    def phase(self, n: int) -> str:
+        return "warmup" if n < self.warmup else "timed" if n < self.warmup + self.timed else "profiled"
+
+    def begin(self, trainer) -> None:
+        if not self.updates and not self.shape:
+            cfg = trainer.cfg
+            self.shape = {"max_tokens": cfg.dataset.max_tokens, "update_freq": list(cfg.optimization.update_freq),
+                          "num_workers": cfg.dataset.num_workers, "fp16": bool(cfg.common.fp16),
+                          "arch": getattr(cfg.model, "arch", None)}
+            task = trainer.task
+            for attr, slot in (("train_step", "fwd_bwd"), ("optimizer_step", "optimizer")):
+                setattr(task, attr, self.timer(getattr(task, attr), slot))
+            self.meter.open()
+        self.fwd_bwd = self.optimizer = 0.0
+        if self.phase(len(self.updates)) == "profiled":
+            from torch.profiler import ProfilerActivity, profile
+
+            _common.sync(self.cuda)
+            self.prof = profile(activities=[ProfilerActivity.CUDA if self.cuda else ProfilerActivity.CPU])
+            self.prof.start()
+        self.meter.start()
+        self.t0 = time.perf_counter()
+
+    def timer(self, fn, slot: str):
+        def wrapped(*args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                setattr(self, slot, getattr(self, slot) + time.perf_counter() - t0)
+
+        return wrapped
+
+    def end(self, samples, out) -> None:
+        _common.sync(self.cuda)
+        end = time.perf_counter()
+        peak = self.meter.read()
+        wall = end - (self.last_end if self.last_end is not None else self.t0 - self.wait)
+        rest = wall - self.wait - self.fwd_bwd - self.optimizer
+        u = {"phase": self.phase(len(self.updates)), "words": sum(int(s.get("ntokens", 0)) for s in samples if s),
+             "wall_s": wall, "wait_s": self.wait, "fwd_bwd_s": self.fwd_bwd, "optimizer_s": self.optimizer,
+             "bookkeeping_s": rest, "peak_bytes": peak, "skipped": out is None}
+        if self.prof is not None:
+            self.prof.stop()
+            summary = kernel_summary(profiler_events(self.prof, self.cuda))
+            self.prof = None
+            u.update(busy_s=summary["busy_s"], kernels=summary["kernels"])
+            for name, count, seconds in summary["top_kernels"]:
+                c, s = self.top.get(name, (0, 0.0))
+                self.top[name] = (c + count, s + seconds)
+        self.updates.append(u)
+        self.wait = 0.0
+        if self.done:
+            self.meter.close()
+        self.last_end = time.perf_counter()  # the window's own work is charged to no update
+
+    def record(self) -> dict:
+        """The run's per-update records and their summary."""
+        timed = [u for u in self.updates if u["phase"] == "timed"]
+        prof = [u for u in self.updates if u["phase"] == "profiled"]
+        words, wall = sum(u["words"] for u in timed), sum(u["wall_s"] for u in timed)
+        med = lambda us, k: statistics.median(u[k] for u in us) if us else None  # noqa: E731
+        step = med(timed, "wall_s")
+        busy = med(prof, "busy_s")
+        top = sorted(self.top.items(), key=lambda kv: (-kv[1][1], kv[0]))[:_common.TOP]
+        return {**self.shape, "activity": "cuda" if self.cuda else "cpu", "wps": words / wall if wall else None,
+                "words_per_update": words / len(timed) if timed else None, "step_s": step,
+                **{k: med(timed, k) for k in HOST}, "peak_bytes": max((u["peak_bytes"] for u in timed), default=None),
+                "busy_s": busy, "kernels": med(prof, "kernels"),
+                "busy_unprofiled": busy / step if busy is not None and step else None,
+                "busy_profiled": busy / med(prof, "wall_s") if busy is not None else None,
+                "top_kernels": [[n, c, s] for n, (c, s) in top], "updates": self.updates}
 
 
-def train_argv(pe: str, size: str, args, device: str, fp16: bool) -> list:
-    """The fairseq-train arguments of one row."""
-    from ..fairseq_plugin import CPU_FP16_FLAGS, plugin_dir
-    from .models.build import STOCK, model_arch, recipe_flags
-
-    plugin = [] if pe == STOCK else ["--user-dir", plugin_dir()]
-    place = ["--cpu"] if device == "cpu" else []
-    half = (CPU_FP16_FLAGS if device == "cpu" else ["--fp16"]) if fp16 else []
-    return [str(args.data), *plugin, "--arch", model_arch(pe, size), *recipe_flags(args.recipe, pe),
-            *(["--share-all-embeddings"] if args.share_all_embeddings else []),
-            "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", "5e-4", "--lr-scheduler", "inverse_sqrt",
-            "--warmup-updates", str(min(4000, args.max_update)), "--clip-norm", "0.0",
-            "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--dropout", "0.1",
-            "--max-tokens", str(args.max_tokens), "--max-update", str(args.max_update), "--seed", "1",
-            "--no-save", "--disable-validation", "--log-format", "json", "--log-interval", str(args.log_interval),
-            "--num-workers", "0", "--no-progress-bar", *place, *half, *args.extra]
+_CURRENT = []  # the window of the run in progress (fairseq is patched once per process)
 
 
-def add_run_args(parser, stem: str, each: str, recipe_help: str) -> None:
-    """The options of the benchmarks that run fairseq-train (train-speed, fill), given last: the flags of each run
-    (--recipe, --no-share-all-embeddings and --extra, read by ``train_argv``) and the outputs (--out-dir: STEM.json,
-    .csv and .md, rewritten after every EACH; --json, read by ``output_json``)."""
-    parser.add_argument("--recipe", choices=recipe_names("methods") + ["none"], default="wmt14", help=recipe_help)
-    parser.add_argument("--no-share-all-embeddings", dest="share_all_embeddings", action="store_false",
-                        help="the data has separate dictionaries: do not pass --share-all-embeddings")
-    parser.add_argument("--extra", nargs=argparse.REMAINDER, default=[],
-                        help="more fairseq-train arguments, after everything else (give it last)")
-    parser.add_argument("--out-dir", help=f"write {stem}.json, .csv and .md here (rewritten after every {each})")
-    parser.add_argument("--json", help="also write the JSON here (what --resume reads when given)")
+def install(window: Window) -> None:
+    """Wrap fairseq's ``Trainer.train_step`` and ``GroupedIterator.__next__`` once per process (they measure for
+    ``_CURRENT[0]`` when it is set), and make ``window`` the current one."""
+    from fairseq import trainer as fairseq_trainer
+    from fairseq.data import iterators
+
+    first = not _CURRENT
+    _CURRENT[:] = [window]
+    if not first:
+        return
+    original, grouped_next = fairseq_trainer.Trainer.train_step, iterators.GroupedIterator.__next__
+
+    def train_step(self, samples, raise_oom=False):
+        w = _CURRENT[0]
+        if w is None or w.done:
+            return original(self, samples, raise_oom=raise_oom)
+        w.begin(self)
+        out = original(self, samples, raise_oom=raise_oom)
+        w.end(samples, out)
+        return out
+
+    def next_group(self):
+        t0 = time.perf_counter()
+        try:
+            return grouped_next(self)
+        finally:
+            if _CURRENT[0] is not None:
+                _CURRENT[0].wait += time.perf_counter() - t0
+
+    fairseq_trainer.Trainer.train_step = train_step
+    iterators.GroupedIterator.__next__ = next_group
 
 
-def output_json(args, stem: str):
-    """The JSON a run writes (and --resume reads): --json, else --out-dir/STEM.json, else None."""
-    return Path(args.json) if args.json else Path(args.out_dir) / f"{stem}.json" if args.out_dir else None
+def run_in_process(argv, warmup: int, timed: int, profiled: int, cuda: bool) -> dict:
+    """One fairseq-train run (``argv``: its arguments) in this process under a Window; returns its record. Raises
+    RuntimeError when training ends before the window closes."""
+    import torch
+
+    gc.collect()
+    if cuda:
+        torch.cuda.empty_cache()
+    window = Window(warmup, timed, profiled, cuda)
+    install(window)
+    from fairseq_cli import train
+
+    saved = sys.argv
+    sys.argv = ["fairseq-train", *argv]
+    try:
+        train.cli_main()
+    finally:
+        sys.argv = saved
+        _CURRENT[0] = None
+        window.meter.close()
+    if not window.done:
+        raise RuntimeError(f"train-speed: training ended after {len(window.updates)} updates, before the window's "
+                           f"{warmup + timed + profiled} (too little data for the split?)")
+    return window.record()
 
 
-def run_one(pe: str, size: str, args, device: str, fp16: bool) -> dict:
-    argv = [sys.executable, "-m", "fairseq_cli.train", *train_argv(pe, size, args, device, fp16)]
-    env = dict(os.environ, PYTHONWARNINGS="ignore")
-    if args.threads:
-        env["OMP_NUM_THREADS"] = str(args.threads)
-    t0 = time.perf_counter()
-    proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-    wall = time.perf_counter() - t0
-    if proc.returncode != 0:
-        raise RuntimeError(f"fairseq-train failed for {pe} ({proc.returncode}):\n{proc.stdout[-4000:]}")
-    return dict(speed(inner_records(proc.stdout)), wall_s=round(wall, 2), argv=argv[1:])
+# ------------------------------------------------------------------------------------------ rows and commands
+def parse_row(spec: str, size: str, names, sizes) -> list:
+    """``PE[:IMPL][/SIZE][@SPLIT]`` -> [(pe, impl, size, split)] (``all``: one per name). Raises ValueError."""
+    from pe_plugin.models.pe_transformer import ATTENTION_IMPLS
+
+    rest, _, split = spec.partition("@")
+    rest, _, row_size = rest.partition("/")
+    pe, _, impl = rest.partition(":")
+    split, row_size, impl = split or "auto", row_size or size, impl or "auto"
+    if row_size not in sizes:
+        raise ValueError(f"row {spec!r}: size {row_size!r} is not one of {', '.join(sizes)}")
+    if impl not in ATTENTION_IMPLS:
+        raise ValueError(f"row {spec!r}: impl {impl!r} is not one of {', '.join(ATTENTION_IMPLS)}")
+    pes = list(names) if pe == "all" else [pe]
+    for p in pes:
+        if p not in names:
+            raise ValueError(f"row {spec!r}: {p!r} is not one of {', '.join(names)} (or all)")
+        if p == STOCK and impl != "auto":
+            raise ValueError(f"row {spec!r}: stock fairseq has no --pe-attention-impl")
+    if split != "auto":
+        try:
+            split = tuple(int(x) for x in split.lower().split("x"))
+            assert len(split) == 2
+        except (ValueError, AssertionError):
+            raise ValueError(f"row {spec!r}: split {split!r} is not MAXTOKENSxUPDATEFREQ (e.g. 4096x8) or auto") from None
+    return [(p, impl, row_size, split) for p in pes]
 
 
+def resolve_split(split, size: str, tokens: int, recipe_max: int, device: str) -> tuple:
+    """(max_tokens, update_freq, how) of a row's split; ``auto``: pe-train's choice on this machine."""
+    from ..recipes import batching
+
+    if split != "auto":
+        m, f = split
+        if m * f != tokens:
+            raise ValueError(f"split {m}x{f} is {m * f:,} tokens per update, not {tokens:,}")
+        return m, f, "given"
+    memory = (lambda: batching.device_memory()) if device == "cuda" else (lambda: None)
+    plan, choice = batching.choose_plan(tokens, 1, "auto", size, recipe_max, memory=memory)
+    return plan.max_tokens, plan.update_freq, f"auto ({choice.how}: {choice.note})"
+
+
+def train_argv(pe: str, size: str, args, device: str, fp16: bool, impl: str = "auto", split=None) -> list:
+    """The fairseq-train arguments of one run: ``pe-train PE --recipe R --pair P --size S``'s (pe_tools/recipes/
+    train.py, micro-batch ``split[0]``, default ``args.max_tokens`` or the recipe's), SAPE's with fairseq's
+    ``transformer_<arch>`` for ``stock``, then only what a benchmark adds (see the module). ``args``: data, recipe,
+    pair, max_update and extra (max_tokens, tokens_per_update optional)."""
+    from ..fairseq_plugin import CPU_FP16_FLAGS
+    from ..recipes import load_table
+    from ..recipes import train as pe_train
+
+    table, pair = load_table(args.recipe), getattr(args, "pair", "en-de")
+    m = split[0] if split else getattr(args, "max_tokens", None)
+    save = getattr(args, "save_dir", None) or tempfile.mkdtemp(prefix="pe_bench_")  # --no-save: it stays empty
+    argv = pe_train.train_argv(table, BASELINE if pe == STOCK else pe, pair, size, 1, args.data, Path(save),
+                               extra=["--cpu"] * (device == "cpu"), max_tokens=m)
+    if pe == STOCK:  # fairseq's own transformer: no plugin
+        k = argv.index("--user-dir")
+        argv[k:k + 2] = []
+        argv[argv.index("--arch") + 1] = "transformer_" + pe_train.size_entry(table, size)["arch"][pair]
+    ours = ["--max-update", str(args.max_update), "--no-save", "--disable-validation"]
+    if split:
+        ours += ["--max-tokens", str(split[0]), "--update-freq", str(split[1])]
+    if impl != "auto":
+        ours += ["--pe-attention-impl", impl]
+    half = (["--fp16"] if device == "cuda" else CPU_FP16_FLAGS) if fp16 else []
+    flags = pe_train.merge_flags([a for a in argv[1:] if a != "--fp16"], ours, half)  # ours replace the recipe's
+    return [argv[0], *flags, *args.extra]
+
+
+def recipe_tokens(args, size: str) -> tuple:
+    """(tokens per update, --max-tokens) of the recipe's command at ``size``."""
+    from ..recipes import batching, load_table
+    from ..recipes import train as pe_train
+
+    table = load_table(args.recipe)
+    entry = table["method"].get(BASELINE, {"flags": []})
+    b = batching.recipe_batch(pe_train.merge_flags(table["common"]["flags"], pe_train.size_entry(table, size)["flags"],
+                                                   entry["flags"]))
+    return b.tokens_per_update, b.max_tokens
+
+
+# ------------------------------------------------------------------------------------------ the report
+def label(pe, impl, size, m, f) -> str:
+    return f"{pe}{'' if impl == 'auto' else ':' + impl}/{size}@{m}x{f}"
+
+
+def round_ratios(ms: list) -> list:
+    """Per-run results with their ratios to SAPE (same size, split and round, impl auto) and to the same encoding's
+    first split (same round)."""
+    rows = [dict({k: v for k, v in m.items() if k not in ("updates", "key")}, round=m["key"][-1]) for m in ms]
+    add_ratios(rows, {"step_s": "step_to_sape", "peak_bytes": "peak_to_sape", "wps": "wps_to_sape"},
+               lambda r: (r["size"], r["max_tokens"], r["update_freq_n"], r["round"]),
+               lambda r: r["pe"] == BASELINE and r["impl"] == "auto")
+    firsts = firsts_of(rows)
+    add_ratios(rows, {"wps": "wps_to_first_split"}, lambda r: (r["pe"], r["impl"], r["size"], r["round"]),
+               lambda r: r["split"] == firsts[r["pe"], r["impl"], r["size"]])
+    return rows
+
+
+GOAL_FIGURES = {"speedup": ("wps_to_first_split", True), "busy": ("busy_unprofiled", True),
+                "step": ("step_to_sape", False), "peak": ("peak_to_sape", False)}
+FIGURES = ("wps", "step_s", *HOST, "peak_bytes", "busy_unprofiled", "kernels", "step_to_sape", "peak_to_sape",
+           "wps_to_sape", "wps_to_first_split")
+
+
+def summarise(runs: list, goals: dict) -> list:
+    """One result per row: the median and spread over its rounds of every figure and ratio, and the goals' verdicts
+    (speedup for rows that are not their encoding's first split, busy for SAPE's rows, step and peak for the other
+    encodings)."""
+    out = {}
+    for r in runs:
+        out.setdefault(r["row"], []).append(r)
+    results = []
+    for row, rs in out.items():
+        first = rs[0]
+        res = {k: first[k] for k in ("row", "pe", "impl", "size", "split", "split_how", "device_name", "command",
+                                     "num_workers", "fp16", "activity")}
+        res["rounds"] = len(rs)
+        for fig in FIGURES:
+            s = spread(r.get(fig) for r in rs)
+            if s:
+                res[fig] = s
+        res["top_kernels"] = first["top_kernels"]
+        checks = {"speedup": first["split"] != firsts_of(runs)[first["pe"], first["impl"], first["size"]],
+                  "busy": first["pe"] == BASELINE and first["impl"] == "auto",
+                  "step": first["pe"] != BASELINE or first["impl"] != "auto",
+                  "peak": first["pe"] != BASELINE or first["impl"] != "auto"}
+        res["goals"] = {g: {"figure": GOAL_FIGURES[g][0], "bound": b,
+                            "verdict": verdict(res.get(GOAL_FIGURES[g][0], {}), b, GOAL_FIGURES[g][1])}
+                        for g, b in goals.items() if checks.get(g) and GOAL_FIGURES[g][0] in res}
+        results.append(res)
+    return results
+
+
+def firsts_of(runs):
+    firsts = {}
+    for r in sorted(runs, key=lambda r: r["order"]):
+        firsts.setdefault((r["pe"], r["impl"], r["size"]), r["split"])
+    return firsts
+
+
+def report_text(results, settings, note: str) -> str:
+    def med(r, k, fmt, scale=1.0):
+        s = r.get(k)
+        if not s:
+            return "n/a"
+        text = fmt.format(s["median"] * scale)
+        return text if s["n"] < 2 else f"{text} ({fmt.format(s['min'] * scale)}-{fmt.format(s['max'] * scale)})"
+
+    headers = ["row", "words/s", "ms/update", "wait/fwd+bwd/opt/rest ms", "peak GB", "busy", "kernels", "step/sape",
+               "peak/sape", "words/s to first split", "goals"]
+    rows = [[r["row"], med(r, "wps", "{:,.0f}"), med(r, "step_s", "{:.1f}", 1e3),
+             "/".join(med(r, k, "{:.1f}", 1e3).split(" ")[0] for k in HOST), med(r, "peak_bytes", "{:.2f}", 1e-9),
+             med(r, "busy_unprofiled", "{:.0%}"), med(r, "kernels", "{:,.0f}"), med(r, "step_to_sape", "{:.3f}x"),
+             med(r, "peak_to_sape", "{:.3f}x"), med(r, "wps_to_first_split", "{:.2f}x"),
+             "; ".join(f"{g} {v['verdict']}" for g, v in r["goals"].items()) or "-"] for r in results]
+    s = settings
+    return ((f"**{note}**\n\n" if note else "")
+            + f"fairseq-train as pe-train runs it (recipe {s['recipe']}, {s['tokens_per_update']:,} tokens per update), "
+            f"{s['device']} ({s['device_name']}), torch {s['torch']}, {s['rounds']} round(s), order rotated each round; "
+            f"{s['warmup']} warm-up, {s['timed']} timed and {s['profiled']} profiled updates a run. Each cell: the "
+            "median over the rounds (lowest-highest); ratios are taken within a round. busy = the device's busy time "
+            "per profiled update over the timed time per update"
+            + ("" if s["device"] == "cuda" else " (CPU operators: a rehearsal, not a GPU figure)")
+            + "; peak = the largest per-update peak of the timed updates (CUDA allocated, or the CPU's RSS high-water "
+            "mark)." + (f" Goals: {json.dumps(s['goals'])}; within noise = the spread covers the bound." if s["goals"]
+                        else "") + "\n\n" + markdown_table(headers, rows) + "\n")
+
+
+# ------------------------------------------------------------------------------------------ the command
 def add_args(parser):
-    from pe_plugin.encodings import PE_REGISTRY
+    from ..recipes import recipe_names
 
-    from .models.build import STOCK
-
-    names = list(PE_REGISTRY) + [STOCK]
-    parser.add_argument("--data", required=True, help="a fairseq-preprocess'd folder (joined dictionary by default)")
-    parser.add_argument("--sizes", nargs="+", choices=list(SIZES), default=["base"], metavar="SIZE",
-                        help=f"model sizes from {', '.join(SIZES)} (default: base)")
-    parser.add_argument("--pe", nargs="+", choices=names, metavar="PE",
-                        help=f"rows from {', '.join(names)} (default: all; sape and {STOCK} are always added)")
-    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
-                        help="auto: cuda when torch sees it (default)")
-    half = parser.add_mutually_exclusive_group()
-    half.add_argument("--fp16", dest="fp16", action="store_true", default=None,
-                      help="train with --fp16 (the default on CUDA; on a CPU with --fp16-no-flatten-grads "
-                           "--fp16-init-scale 4)")
-    half.add_argument("--no-fp16", dest="fp16", action="store_false", help="train in fp32 (the default on a CPU)")
-    ints = [("--max-update", 2, 300, "updates per run"), ("--max-tokens", 1, 4096, "fairseq's --max-tokens"),
-            ("--log-interval", 1, 20, "updates per train_inner record (the first record is left out)"),
-            ("--rounds", 1, 1, "round-robin repetitions; the fastest is kept"),
-            ("--threads", 0, 0, "OMP_NUM_THREADS of each run (0: unchanged)")]
+    parser.add_argument("--data", required=True, help="a fairseq-preprocess'd folder (pe-bench wmt-corpus writes one)")
+    parser.add_argument("--rows", nargs="+", default=["all"], metavar="PE[:IMPL][/SIZE][@SPLIT]",
+                        help="rows (default: all, at the recipe's split on this machine)")
+    parser.add_argument("--recipe", choices=recipe_names("methods"), default="wmt14",
+                        help="the recipe whose pe-train command each row runs (default: wmt14)")
+    parser.add_argument("--pair", default="en-de", help="the recipe's language pair (default: en-de)")
+    parser.add_argument("--size", default="base", help="the rows' default size, one of the recipe's (default: base)")
+    parser.add_argument("--tokens-per-update", type=int_at_least(1),
+                        help="max_tokens x update_freq of every row (default: the recipe's)")
+    add_device_arg(parser)
+    parser.add_argument("--fp16", dest="fp16", action="store_true", default=None,
+                        help="fp16 off CUDA too (with --fp16-no-flatten-grads --fp16-init-scale 4); on CUDA pe-train's "
+                             "command has --fp16 already")
+    ints = [("--warmup", 0, 3, "updates before anything is measured"), ("--timed", 1, 8, "updates timed"),
+            ("--profiled", 1, 2, "updates under the profiler"), ("--rounds", 1, 3, "rounds")]
     for flag, low, default, text in ints:
         parser.add_argument(flag, type=int_at_least(low), default=default, help=f"{text} (default: {default})")
-    add_run_args(parser, "train_speed", "run", "each encoding's flags from this recipe's methods.toml (default: wmt14)")
+    parser.add_argument("--goals", help="a JSON of bounds (speedup, busy, step, peak) the report checks")
+    parser.add_argument("--extra", nargs="+", default=[],
+                        help="more fairseq-train arguments, after everything else (give it last)")
+    parser.add_argument("--out-dir", help="write train_speed.json, .csv and .md here (rewritten after every run)")
+    parser.add_argument("--json", help="also write the JSON here (what --resume reads when given)")
     add_progress_args(parser)
 
 
@@ -132,69 +449,79 @@ def run(args) -> int:
 
     from pe_plugin.encodings import PE_REGISTRY
 
-    from .models.build import STOCK
+    from ..recipes import load_table
 
     if not any(Path(args.data).glob("dict.*.txt")):
-        return fail(f"--data {args.data}: no fairseq dictionary (dict.*.txt) there; give a fairseq-preprocess'd folder")
+        return fail(f"--data {args.data}: no fairseq dictionary (dict.*.txt) there; pe-bench wmt-corpus --out DIR "
+                    f"writes one")
     try:
         device = resolve_device(args.device)
-    except ValueError as e:
+        sizes = list(load_table(args.recipe)["size"])
+        names = [*PE_REGISTRY, STOCK]
+        specs = [row for spec in args.rows for row in parse_row(spec, args.size, names, sizes)]
+        splits, rows = {}, []
+        for pe, impl, size, split in specs:
+            tokens, recipe_max = recipe_tokens(args, size)
+            tokens = args.tokens_per_update or tokens
+            if (size, split) not in splits:
+                splits[size, split] = resolve_split(split, size, tokens, recipe_max, device)
+            rows.append((pe, impl, size, splits[size, split]))
+        goals = json.loads(Path(args.goals).read_text()) if args.goals else {}
+    except (ValueError, OSError) as e:
         return fail(str(e))
-    fp16 = (device == "cuda") if args.fp16 is None else args.fp16
-    wanted = set(args.pe or [*PE_REGISTRY, STOCK]) | {BASELINE, STOCK}
-    names = [pe for pe in [*PE_REGISTRY, STOCK] if pe in wanted]
-    keys = [(size, pe) for size in dict.fromkeys(args.sizes) for pe in names]
-    started = time.time()
-    settings = dict(data=str(args.data), sizes=list(dict.fromkeys(args.sizes)), encodings=names, device=device,
-                    device_name=torch.cuda.get_device_name() if device == "cuda" else platform.processor() or "cpu",
-                    fp16=fp16, max_update=args.max_update, max_tokens=args.max_tokens, log_interval=args.log_interval,
-                    rounds=args.rounds, recipe=args.recipe, extra=args.extra, torch=torch.__version__,
-                    cuda=torch.version.cuda)
-    order = [(size, pe, k + 1) for k in range(args.rounds) for size, pe in keys]
-    out_json = output_json(args, "train_speed")
+    rows = list(dict.fromkeys(rows))
+    labels = [label(pe, impl, size, m, f) for pe, impl, size, (m, f, _) in rows]
+    by_label = dict(zip(labels, rows))
+    fp16 = device == "cuda" if args.fp16 is None else args.fp16
+    cuda = device == "cuda"
+    settings = dict(data=str(args.data), rows=args.rows, recipe=args.recipe, pair=args.pair, size=args.size,
+                    tokens_per_update=args.tokens_per_update or recipe_tokens(args, args.size)[0], device=device,
+                    device_name=torch.cuda.get_device_name() if cuda else platform.processor() or "cpu", fp16=fp16,
+                    warmup=args.warmup, timed=args.timed, profiled=args.profiled, rounds=args.rounds, goals=goals,
+                    extra=args.extra, torch=torch.__version__, cuda=torch.version.cuda)
+    order = rotated(labels, args.rounds)
     try:
-        progress = Progress.for_args("pe-bench train-speed", order, settings, out_json, args, what="runs")
+        progress = Progress.for_args("pe-bench train-speed", order, settings, args.json or (
+            Path(args.out_dir) / "train_speed.json" if args.out_dir else None), args, what="runs")
     except ResumeError as e:
         return fail(str(e))
-    first = progress.stored.get("settings", {}).get("started")
-    settings.update(python=platform.python_version(),
-                    started=first or time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)))
+    started = time.time()
+    settings.update(python=platform.python_version(), started=progress.stored.get("settings", {}).get("started")
+                    or time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)))
 
     def report():
-        runs = {}
-        for m in progress.measurements():
-            runs.setdefault(tuple(m["key"][:2]), []).append(m)
-        results = []
-        for (size, pe) in keys:
-            if (size, pe) not in runs:
-                continue
-            rs = runs[size, pe]
-            best = max(rs, key=lambda r: r["wps"])
-            results.append(dict(pe=pe, size=size, **{k: v for k, v in best.items() if k not in ("argv", "key")},
-                                wps_rounds=[r["wps"] for r in rs], command="fairseq-train " + " ".join(best["argv"])))
-        for r in results:
-            for ref in (STOCK, BASELINE):
-                base = next((x for x in results if x["size"] == r["size"] and x["pe"] == ref), None)
-                r[f"wps_to_{ref}"] = r["wps"] / base["wps"] if base else None  # None: a partial run
-        headers = ["pe", "size", "wps", "to stock", "to sape", "ups", "records", "last loss", "wall s"]
-        ratio = lambda v: "n/a" if v is None else f"{v:.3f}x"  # noqa: E731
-        rows = [[r["pe"], r["size"], f"{r['wps']:,.0f}", ratio(r["wps_to_stock"]), ratio(r["wps_to_sape"]),
-                 f"{r['ups']:.2f}", str(r["records"]), f"{r['last_loss']:.3f}", f"{r['wall_s']:.1f}"] for r in results]
-        note = progress.partial_note()
-        text = ((f"**{note}**\n\n" if note else "")
-                + f"fairseq-train, {args.max_update} updates, --max-tokens {args.max_tokens}, "
-                f"{'fp16' if fp16 else 'fp32'}, {device} ({settings['device_name']}), torch {torch.__version__}; "
-                f"wps = median of fairseq's train_inner wps (first record left out), fastest of {args.rounds} round(s)"
-                f"\n\n" + markdown_table(headers, rows) + "\n")
-        return results, text
+        runs = round_ratios(progress.measurements())
+        results = summarise(runs, goals)
+        return results, report_text(results, settings, progress.partial_note())
 
     progress.write = progress.writer(args, settings, started, report, "train_speed",
-                                     "Training speed: fairseq-train words per second", {"wps_rounds"})
-    for size, pe, k in progress.missing():
-        print(f"[train-speed round {k}/{args.rounds}] {size} {pe}", file=sys.stderr, flush=True)
-        progress.add((size, pe, k), run_one(pe, size, args, device, fp16))
+                                     "Training speed: fairseq-train as pe-train runs it", {"top_kernels"})
+    longest = 0.0
+    for key in progress.missing():
+        row_label, k = key
+        left = None if args.time_budget is None else args.time_budget - (time.monotonic() - progress.started)
+        if left is not None and longest and left < longest:
+            print(f"pe-bench train-speed: {left:.0f} s of the budget left, less than the longest run so far "
+                  f"({longest:.0f} s); stopping", file=sys.stderr, flush=True)
+            break
+        pe, impl, size, (m, f, how) = by_label[row_label]
+        print(f"[train-speed round {k}/{args.rounds}] {row_label}", file=sys.stderr, flush=True)
+        t0 = time.monotonic()
+        with tempfile.TemporaryDirectory(prefix="pe_bench_") as save:
+            ns = SimpleNamespace(data=args.data, recipe=args.recipe, pair=args.pair, extra=args.extra,
+                                 max_update=args.warmup + args.timed + args.profiled, save_dir=save)
+            argv = train_argv(pe, size, ns, device, fp16, impl, (m, f))
+            try:
+                record = run_in_process(argv, args.warmup, args.timed, args.profiled, cuda)
+            except RuntimeError as e:
+                return fail(str(e))
+        longest = max(longest, time.monotonic() - t0)
+        progress.add(key, dict(record, row=row_label, pe=pe, impl=impl, size=size, split=f"{m}x{f}", split_how=how,
+                               update_freq_n=f, order=labels.index(row_label), process_s=round(time.monotonic() - t0, 2),
+                               device_name=settings["device_name"], command="fairseq-train " + " ".join(argv)))
         if progress.stop_now():
             break
     print("\n" + report()[1])
     progress.finish()
     return 0
+

@@ -5,7 +5,7 @@ import time
 
 from ...machine import cpu_name
 from ...naming import BASELINE
-from .._timing import current_rss_bytes, peak_rss_bytes, run_isolated
+from .._common import current_rss_bytes, peak_rss_bytes, run_isolated
 from .build import PAD, build_model, build_optimizer, model_arch, padded_batch, pe_params, recipe_flags
 
 # the memory interpreter's environment on a CPU (docs/benchmarks.md §CPU memory): glibc only, ignored elsewhere
