@@ -796,3 +796,114 @@ def test_plot_styles_stay_distinct_beyond_the_colour_cycle():
 
     styles = [system_style(i) for i in range(40)]
     assert len({(colors.to_hex(s["color"]), s["marker"]) for s in styles}) == 40
+
+
+# ---------------------------------------------------------------------------------- comparable inputs only
+# one test set in three languages (Multi30k-like captions, translated by hand): the language check's references
+DE = ["Ein Mann fährt mit dem Fahrrad auf der Straße .", "Zwei Hunde spielen im Schnee .",
+      "Eine Frau liest ein Buch im Park .", "Kinder spielen Fußball auf einer Wiese .",
+      "Ein Junge springt in das Wasser und lacht ."] * 4
+FR = ["Un homme fait du vélo dans la rue .", "Deux chiens jouent dans la neige .",
+      "Une femme lit un livre dans le parc .", "Des enfants jouent au football sur une pelouse .",
+      "Un garçon saute dans l' eau et il rit ."] * 4
+EN = ["A man rides a bike on the street .", "Two dogs play in the snow .", "A woman reads a book in the park .",
+      "Children play football on the lawn .", "A boy jumps into the water and he laughs ."] * 4
+
+
+def write_lines(path, lines):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(x + "\n" for x in lines), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("hyp, ref, trg, refused", [
+    (FR, DE, "de", "reads as 'fr', not the target language --trg-lang de"),  # issue 56: French against German
+    (EN, DE, "de", "reads as 'en', not the target language --trg-lang de"),
+    (DE, DE, "de", None),
+    (FR, FR, "fr", None),
+    (DE, FR, "fr", "reads as 'de', not the target language --trg-lang fr"),
+    (FR, DE, "xx", "reads as 'fr', the reference ref.txt as 'de'"),  # a language without a list: the reference's
+    (DE, DE, "xx", None),
+    (FR[:4], DE, "de", None),  # too few words to tell: not refused
+])
+def test_a_hypothesis_in_another_language_than_the_reference_is_refused(hyp, ref, trg, refused, tmp_path, capsys):
+    """Seen failing with check_languages' call removed from load_inputs (the refused cases) and with
+    language.identify always answering 'fr' (the accepted ones)."""
+    write_lines(tmp_path / "ref.txt", ref[:len(hyp)])
+    write_lines(tmp_path / "base.txt", ref[:len(hyp)])
+    write_lines(tmp_path / "sys.txt", hyp)
+    argv = ["--trg-lang", trg, "--baseline", "base=base.txt", "--system", "sys=sys.txt", "--n-samples", "10"]
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        rc = scoring_cli.main(["--ref", "ref.txt", "--out-dir", "out", *argv])
+        err = capsys.readouterr().err
+        if refused:
+            assert rc == 2 and f"sys: sys.txt {refused}" in err and not (tmp_path / "out").exists(), err
+            assert scoring_cli.main(["--ref", "ref.txt", "--out-dir", "out", *argv, "--no-language-check"]) == 0
+        else:
+            assert rc == 0, err
+    finally:
+        os.chdir(cwd)
+
+
+def decode_folder(root, name, identity=None, command=None, checkpoints=("checkpoint_1_6.pt",), lines=DE):
+    """A hypothesis file as pe-generate (``identity``: its meta's run) or an older pe-record (``command``: a
+    command.json beside a meta file without run) leaves it."""
+    hyp = write_lines(root / name / "hyp.detok.de", lines)
+    meta = {"pe_signature": f"pe:{name}", "checkpoints": list(checkpoints)}
+    if identity is not None:
+        meta["run"] = identity
+    Path(f"{hyp}.meta.json").write_text(json.dumps(meta))
+    if command is not None:
+        (root / name / "command.json").write_text(json.dumps(command))
+    return hyp
+
+
+RUN = {"recipe": "multi30k", "pair": "en-de", "size": "small", "updates": 1500, "changes": "", "method": "sape",
+       "seed": 1}
+OTHER = {"recipe": "wmt14", "pair": "en-fr", "size": "annealed", "updates": 100, "changes": "--max-update 100"}
+
+
+@pytest.mark.parametrize("key", list(OTHER))
+def test_a_system_of_another_run_identity_is_refused_or_marked(key, tmp_path, capsys):
+    """pe-evaluate compares a system with the baseline only when their runs agree in every identity key but
+    method and seed (pe_tools.recipes.results.IDENTITY); with --allow-mismatch it scores it marked (‡, a note and
+    a CSV column naming the key). Seen failing with check_comparable's call removed (refusals) and with its
+    ``mismatch`` never filled (marks)."""
+    base = decode_folder(tmp_path, "sape", RUN)
+    same = decode_folder(tmp_path, "rope", dict(RUN, method="rope", seed=2), lines=DE[1:] + DE[:1])
+    other = decode_folder(tmp_path, "alibi", dict(RUN, method="alibi", **{key: OTHER[key]}), lines=DE[::-1])
+    ref = write_lines(tmp_path / "ref.de", DE)
+    argv = ["--ref", str(ref), "--trg-lang", "de", "--out-dir", str(tmp_path / "out"), "--baseline", f"sape={base}",
+            "--system", f"rope={same}", "--n-samples", "10"]
+    assert scoring_cli.main(argv) == 0 and "‡" not in (tmp_path / "out" / "results.md").read_text()
+    assert "mismatch" not in (tmp_path / "out" / "results.csv").read_text()
+    argv += ["--system", f"alibi={other}"]
+    assert scoring_cli.main(argv) == 2
+    differs = f"{key} {OTHER[key]} (baseline {RUN[key] if RUN[key] != '' else repr('')})"
+    assert f"alibi is not comparable with the baseline sape's run 1 ({base}): its {differs}" in capsys.readouterr().err
+    assert scoring_cli.main(argv + ["--allow-mismatch"]) == 0
+    md = (tmp_path / "out" / "results.md").read_text()
+    assert "| alibi ‡ |" in md and "| rope |" in md
+    assert f"‡ alibi is not a run like the baseline's, compared as asked (--allow-mismatch): run 1 ({other}): {differs}." in md
+    with open(tmp_path / "out" / "results.csv", newline="") as f:
+        rows = {r["system"]: r["mismatch"] for r in csv.DictReader(f)}
+    assert rows == {"sape": "", "rope": "", "alibi": f"run 1 ({other}): {differs}"}
+
+
+def test_the_identity_of_an_older_record_comes_from_its_command_json(tmp_path, capsys):
+    """A recorded run's meta file without ``run`` (pe-record before it wrote one): its folder's command.json and
+    the meta's checkpoints tell the identity; a command.json without ``extra`` names the flags after --save-dir."""
+    argv = ["x", "--max-update", "1500", "--save-dir", "r", "--fp16"]
+    command = {"recipe": "multi30k", "method": "sape", "pair": "en-de", "size": "small", "seed": 1, "argv": argv}
+    base = decode_folder(tmp_path, "sape", command=command, checkpoints=["checkpoint_9_1500.pt"])
+    full = decode_folder(tmp_path, "rope", command=dict(command, method="rope"), checkpoints=["checkpoint_9_1500.pt"])
+    short = decode_folder(tmp_path, "nope", command=dict(command, method="nope", argv=argv + ["--max-update", "100"]),
+                          checkpoints=["checkpoint_1_100.pt"])
+    ref = write_lines(tmp_path / "ref.de", DE)
+    common = ["--ref", str(ref), "--trg-lang", "de", "--out-dir", str(tmp_path / "out"), "--baseline", f"sape={base}",
+              "--n-samples", "10"]
+    assert scoring_cli.main(common + ["--system", f"rope={full}"]) == 0
+    assert scoring_cli.main(common + ["--system", f"nope={short}"]) == 2
+    assert "its updates 100 (baseline 1500); changes --max-update 100 (baseline '')" in capsys.readouterr().err
