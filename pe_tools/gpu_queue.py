@@ -407,7 +407,10 @@ def unpack(folder: Path, root: Path, replace: bool = False, say=print) -> List[P
                 continue
             tmp = dest.with_name(f".{run}.unpack{os.getpid()}")
             shutil.rmtree(tmp, ignore_errors=True)
-            tar.extractall(tmp, filter="data")
+            try:
+                tar.extractall(tmp, filter="data")  # Python >= 3.11.4: no links or devices out of the record
+            except TypeError:  # an older 3.11: the member names are checked above
+                tar.extractall(tmp)
         if dest.exists():
             shutil.rmtree(dest)
         (tmp / record).rename(dest)
