@@ -237,7 +237,6 @@ def generate_args(run, checkpoints, partial=False):
     ("finished", None),
     ("short", "has not finished training: checkpoint_last.pt holds update 2 of 4"),
     ("training", "is still training (checkpoint_last.pt holds update 4 of 4; trainer pid"),
-    ("not at the last update", "its newest update checkpoint, checkpoint_1_4.pt, is not its last update 5"),
 ])
 @pytest.mark.parametrize("partial", [False, True])
 def test_generate_refuses_an_unfinished_run_unless_partial(case, refusal, partial, tmp_path, capsys, monkeypatch):
@@ -246,8 +245,7 @@ def test_generate_refuses_an_unfinished_run_unless_partial(case, refusal, partia
     one-line warning). Seen failing with the guard (generate.py: ``if partial and not a.partial``) removed."""
     from pe_tools.recipes import generate, train
 
-    run = generate_run(tmp_path, 2, reached={"short": 2, "not at the last update": 5}.get(case),
-                       max_update=5 if case == "not at the last update" else None)
+    run = generate_run(tmp_path, 2, reached={"short": 2}.get(case))
     monkeypatch.setattr(generate, "average_into", lambda paths, avg: 0)
     monkeypatch.setattr(generate, "check_positions", lambda *args: {"pe": "rope", "decoder_limit": None})
     monkeypatch.setattr(generate, "fairseq_generate", lambda args: (0, FAIRSEQ_OUTPUT))
@@ -264,9 +262,23 @@ def test_generate_refuses_an_unfinished_run_unless_partial(case, refusal, partia
     assert meta["checkpoints"] == ["checkpoint_1_2.pt", "checkpoint_1_4.pt"]
     if refusal:  # --partial: decoded, with a warning, and the meta file says so (pe-record refuses it)
         assert f"warning: --partial: {run}" in err and refusal in meta["partial"]["why"]
-        assert meta["partial"]["updates"] == 4 and meta["partial"]["max_update"] == (5 if "last" in case else 4)
+        assert meta["partial"] == {"why": meta["partial"]["why"], "updates": 2 if case == "short" else 4,
+                                   "max_update": 4}
     else:
-        assert "partial" not in meta and "--partial" not in err
+        assert "partial" not in meta and "--partial" not in err and "pe-record will refuse" not in err
+
+
+def test_generate_warns_when_the_newest_checkpoint_is_not_the_last_update(tmp_path, capsys, monkeypatch):
+    """A finished run whose --max-update (5) is not a multiple of --save-interval-updates (2): its newest update
+    checkpoint is update 4. pe-generate decodes it with a warning (pe-demo's odd --updates), pe-record refuses it."""
+    from pe_tools.recipes import generate
+
+    run = generate_run(tmp_path, 2, reached=5, max_update=5)
+    monkeypatch.setattr(generate, "average_into", lambda paths, avg: 7)
+    assert generate.generate(generate_args(run, 2)) == 7
+    assert (f"warning: {run}: its newest update checkpoint, checkpoint_1_4.pt, is not its last update 5 "
+            "(checkpoint_last.pt): its --max-update is not a multiple of --save-interval-updates; pe-record will "
+            "refuse this decode") in capsys.readouterr().err
 
 
 def test_generate_warns_only_when_there_are_fewer_checkpoints_than_asked(tmp_path, capsys, monkeypatch):

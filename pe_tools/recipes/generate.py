@@ -3,8 +3,9 @@ checkpoints (pe_tools.average), decodes with beam 4, lenpen 0.6 and max length 1
 RUN/gen/hyp.detok.TGT and ref.detok.TGT in the corpus order, with hyp.detok.TGT.meta.json (the encoding signature,
 the training summary, the run's identity and the sentences beyond the model's positions) for pe-evaluate.
 It decodes a finished run only (``train.finished``: its trainer has exited and checkpoint_last.pt holds its
---max-update), whose newest update checkpoint is that last update; ``--partial`` decodes any other, and its meta
-file says so (``partial``), which pe-record refuses."""
+--max-update); ``--partial`` decodes any other, and its meta file says so (``partial``), which pe-record refuses.
+A finished run whose newest update checkpoint is not its last update (a --max-update that is not a multiple of
+--save-interval-updates) is decoded with a warning: pe-record refuses that decode too."""
 import contextlib
 import io
 import json
@@ -43,13 +44,15 @@ def generate(a) -> int:
         return fail(f"{run_dir} has no update checkpoints checkpoint_E_U.pt (train with --save-interval-updates)")
     if len(paths) < a.checkpoints:
         print(f"warning: averaging {len(paths)} checkpoints, fewer than the {a.checkpoints} asked for", file=sys.stderr)
-    partial = unfinished(run_dir, meta, paths)
+    partial = unfinished(run_dir, meta)
+    if not partial and (short := short_of_the_end(run_dir, meta, paths)):
+        print(f"warning: {short}; pe-record will refuse this decode", file=sys.stderr)
     if partial and not getattr(a, "partial", False):
         return fail(f"{partial['why']}. A decode now would not be the run's result; finish it (re-run its pe-train "
                     f"command, it resumes; or wait for its trainer), or pass --partial to decode it all the same "
                     f"(pe-record refuses such a decode)")
     if partial:
-        print(f"warning: --partial: {partial['why']}; decoding checkpoints up to update {partial['updates']}",
+        print(f"warning: --partial: {partial['why']}; decoding checkpoints up to {Path(paths[-1]).name}",
               file=sys.stderr)
     out = results.decode_dir(run_dir, getattr(a, "name", None))
     out.mkdir(parents=True, exist_ok=True)
@@ -80,20 +83,21 @@ def generate(a) -> int:
                          {**extra, **({"partial": partial} if partial else {})}, meta)
 
 
-def unfinished(run_dir: Path, command: dict, paths) -> dict:
-    """{} for a decode of a finished run (``train.finished``) whose newest averaged checkpoint is its last update;
-    else {"why": in words, "updates": the newest averaged checkpoint's update, "max_update": the run's}."""
+def unfinished(run_dir: Path, command: dict) -> dict:
+    """{} for a finished run (``train.finished``); else {"why": in words, "updates": checkpoint_last.pt's update,
+    "max_update": the run's}, what the meta file of a --partial decode records."""
     state = training_state(run_dir, command.get("argv", []))
+    return {} if state.done else {"why": state.why_not(), "updates": state.reached, "max_update": state.top}
+
+
+def short_of_the_end(run_dir: Path, command: dict, paths) -> str:
+    """Why the newest of the averaged checkpoints ``paths`` is not the run's last update, or ""."""
+    reached = training_state(run_dir, command.get("argv", [])).reached
     m = PATTERNS["update"].fullmatch(Path(paths[-1]).name)
-    newest = int(m[1]) if m else None
-    if not state.done:
-        why = state.why_not()
-    elif newest != state.reached:
-        why = (f"{run_dir}: its newest update checkpoint, {Path(paths[-1]).name}, is not its last update "
-               f"{state.reached} (checkpoint_last.pt): its --max-update is not a multiple of --save-interval-updates")
-    else:
-        return {}
-    return {"why": why, "updates": newest, "max_update": state.top}
+    if m and int(m[1]) == reached:
+        return ""
+    return (f"{run_dir}: its newest update checkpoint, {Path(paths[-1]).name}, is not its last update {reached} "
+            f"(checkpoint_last.pt): its --max-update is not a multiple of --save-interval-updates")
 
 
 def fairseq_generate(args) -> Tuple[int, str]:

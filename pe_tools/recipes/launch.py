@@ -92,8 +92,7 @@ def main(argv=None, progs=None) -> int:
     g.add_argument("--no-detok", action="store_true", help="skip Moses detokenisation")
     g.add_argument("--partial", action="store_true",
                    help="decode a run that has not finished (its trainer still running, or checkpoint_last.pt short "
-                        "of its --max-update), or whose newest checkpoint is not its last update; the meta file "
-                        "says so and pe-record refuses it")
+                        "of its --max-update); the meta file says so and pe-record refuses it")
     g.add_argument("--pe-beyond-max", choices=["clamp", "error"], default="clamp",
                    help="sentences longer than the model's positions (LAPE, PosNet's L_max): clamp (default) "
                         "translates them, positions beyond the limit reusing the last row, and names them in a "
