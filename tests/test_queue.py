@@ -449,3 +449,40 @@ def test_the_multi30k_queue_files_are_valid_and_every_run_recorded(capsys):
             command = json.loads((REPO / run.recorded / "command.json").read_text())
             assert (command["method"], command["pair"], command["size"]) == (run.method, run.pair, run.size)
             assert len(command["commit"]) == 40, (q.name, run.name)
+
+
+def test_status_shows_where_a_run_no_job_works_on_resumes(tmp_path):
+    """After a requeue the log has gone past the last checkpoint; for a run no job works on (``resuming``) status
+    shows the update it resumes from: checkpoint_last.pt's, or a newer numbered checkpoint's (as repair makes it);
+    a run being trained shows the log's. "done" only when train.finished says so. Seen failing with status_table
+    reading p["updates"] for every run."""
+    from test_annealed import save_checkpoint
+
+    run = queue.Run(1, "multi30k", "sape", "en-de", "annealed", 1, {"runs-dir": str(tmp_path)})
+    run.run_dir.mkdir(parents=True)
+    step = "2026-01-01 10:00:0{u} | INFO | train_inner | epoch 001: loss=5.0, num_updates={u}, wall=0\n"
+    (run.run_dir / "train.log").write_text("".join(step.format(u=u) for u in (1, 2, 3, 4, 5, 6, 7)))
+    save_checkpoint(run.run_dir / "checkpoint_last.pt", 4)
+    total = queue.max_update(run)
+
+    def shown(resuming=()):
+        return queue.status_table([run], resuming=resuming).splitlines()[1].split()[1]
+    assert (shown(), shown({run.name})) == (f"7/{total}", f"4/{total}")
+    save_checkpoint(run.run_dir / "checkpoint_1_6.pt", 6)
+    assert queue.saved_update(run.run_dir) == 6 and shown({run.name}) == f"6/{total}"
+    assert " done " not in queue.status_table([run])
+
+
+def test_each_step_of_a_run_ends_its_log_with_how_it_ended(tmp_path):
+    """The queue writes a last line per step into RUN/queue.log: which step, its exit status and the log to read
+    (RUN/train.log for pe-train, RUN/queue.log for the others); the failure is also said in the queue's own log."""
+    run = queue.Run(1, "multi30k", "sape", "en-de", "annealed", 1, {"runs-dir": str(tmp_path / "runs")})
+    said = []
+    q = queue.Queue(tmp_path / "q.txt", [run], REPO, 1, 1, log=said.append)
+    log = run.run_dir / "queue.log"
+    assert q.step(run, ["record", str(tmp_path / "nothing here")], log) != 0
+    rc = q.step(run, ["train", "no-such-method"], log)
+    lines = log.read_text().splitlines()
+    assert lines[-1] == f"[queue] train failed (exit {rc}): see {run.run_dir / 'train.log'}", lines
+    assert any(ln.startswith("[queue] record failed (exit ") and ln.endswith(f": see {log}") for ln in lines), lines
+    assert said[-1] == f"[queue] {run.name}: train failed (exit {rc}): see {run.run_dir / 'train.log'}", said

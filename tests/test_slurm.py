@@ -494,27 +494,13 @@ def test_sacct_states_read_accountings_parsable_lines(tmp_path, monkeypatch):
     assert slurm_recipes.sacct_states(["12_0"]) == {} and slurm_recipes.sacct_states([]) == {}
 
 
-def test_a_job_whose_chain_fails_exits_1_and_a_bad_line_2(data_bin, tmp_path, monkeypatch, capsys):
+def test_a_job_whose_chain_fails_exits_1_and_a_bad_line_2(job_env, capsys):
     """A job's exit status, which SLURM keeps as its exit code: 1 when its run's chain did not record (here the
     queue refuses a run directory begun by other code) with FAILED and the reason in RUN/slurm.json, 2 when its
     line of the queue copy is not a run."""
-    for name in ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_RESTART_COUNT"):
-        monkeypatch.delenv(name, raising=False)
-    snapshot, code = tmp_path / "queue.txt", tmp_path / "code"
-    snapshot.write_text(f"multi30k sape en-de annealed 1 data={data_bin} runs-dir={tmp_path / 'runs'}\n")
-    code.mkdir()
-    (code / "COMMIT").write_text("mine\n")
-    run_dir = tmp_path / "runs" / "sape.en-de.annealed.seed1"
-    run_dir.mkdir(parents=True)
-    (run_dir / "command.json").write_text(json.dumps({"commit": "theirs"}))
-    (run_dir / "checkpoint_last.pt").write_bytes(b"")
-    handlers = {s: signal.getsignal(s) for s in (signal.SIGUSR1, signal.SIGTERM)}
-    try:
-        assert slurm_recipes.job_main([str(snapshot), "--line", "1", "--code", str(code)]) == 1
-        assert slurm_recipes.job_main([str(snapshot), "--line", "2", "--code", str(code)]) == 2
-    finally:
-        for s, h in handlers.items():
-            signal.signal(s, h)
+    job, run_dir = job_env
+    assert job() == 1
+    assert job(2) == 2
     state = json.loads((run_dir / slurm_recipes.STATE_FILE).read_text())
     assert state["state"] == "FAILED" and "was begun by code theirs" in state["message"]
     assert "error: line 2 of" in capsys.readouterr().out
@@ -657,7 +643,7 @@ def job_env(data_bin, tmp_path, monkeypatch):
     (run_dir / "command.json").write_text(json.dumps({"commit": "theirs"}))
     (run_dir / "checkpoint_last.pt").write_bytes(b"")
     handlers = {s: signal.getsignal(s) for s in (signal.SIGUSR1, signal.SIGTERM)}
-    yield lambda: slurm_recipes.job_main([str(snapshot), "--line", "1", "--code", str(code)]), run_dir
+    yield lambda line=1: slurm_recipes.job_main([str(snapshot), "--line", str(line), "--code", str(code)]), run_dir
     for s, h in handlers.items():
         signal.signal(s, h)
 
@@ -758,3 +744,55 @@ def test_a_time_limit_must_leave_training_time_after_the_signal(data_bin, tmp_pa
     (warning,) = slurm_recipes.check_time(time_args("time", "5", "signal_seconds", 269), runs)
     assert warning.startswith("warning: sape.en-de.mini.seed1 (line 1): one checkpoint interval") and \
         "--save-interval-updates 2" in warning and "longer than the 1 s" in warning, warning
+
+
+# ------------------------------------------------------------------------------------------- the rehearsal
+@pytest.mark.slow
+def test_a_rehearsal_records_every_run_of_a_table_shaped_queue(slurm, tmp_path):
+    """`pe-queue run Q --slurm --rehearse DIR` on a queue file shaped as the paper's tables (wmt14 base lines with
+    gpus=1 nodes=1, both pairs), with no data prepared: a synthetic corpus per pair, every run at size tiny-cpu on
+    the test cluster's CPU node (no GPU asked for), each job requeued once after its first checkpoint (as a time
+    limit would) and resumed from it, every run recorded, and status says RECORDED and done for each."""
+    q = tmp_path / "table.txt"
+    q.write_text("# two lines of Table 1's shape\nwmt14 sape en-de base 1 gpus=1 nodes=1\n"
+                 "wmt14 nope en-fr base 1 gpus=1 nodes=1\n")
+    started, rehearsal = time.monotonic(), tmp_path / "rehearsal"
+    out = pe_queue(["run", q, "--slurm", "--rehearse", rehearsal, "--code", code_copy(tmp_path)], tmp_path,
+                   env_of(slurm))
+    assert out.returncode == 0 and "submitted job" in out.stdout, out.stdout + out.stderr
+    rq = rehearsal / "table.txt"
+    assert [ln.split()[:5] for ln in rq.read_text().splitlines()[1:]] == [
+        ["wmt14", "sape", "en-de", "tiny-cpu", "1"], ["wmt14", "nope", "en-fr", "tiny-cpu", "1"]]
+    script = Path(jobs_of(rq)[0]["script"]).read_text()
+    assert "--gres" not in script and "PE_QUEUE_REHEARSE=1" in script, script
+    wait_queue(slurm, rq)
+    names = ["nope.en-fr.tiny-cpu.seed1", "sape.en-de.tiny-cpu.seed1"]
+    logs = "".join(p.read_text() for p in (rq.parent / "table.txt.slurm" / "logs").glob("*.out"))
+    assert sorted(p.parent.name for p in (rehearsal / "results").glob("*/command.json")) == names, logs[-3000:]
+    for name in names:
+        state = json.loads((rehearsal / "runs" / name / "slurm.json").read_text())
+        assert (state["state"], state["restarts"]) == ("RECORDED", 1), state
+        assert 0 < resumed_from(rehearsal / "runs" / name / "train.log")[1], name
+    rows = pe_queue(["status", rq], tmp_path, env_of(slurm)).stdout.splitlines()[1:]
+    assert all(" done " in r and r.split()[-2:] == ["RECORDED", "1"] for r in rows) and len(rows) == 2, rows
+    print(f"a rehearsal of two runs: {time.monotonic() - started:.0f} s")
+
+
+def test_dry_run_prints_every_batch_script_of_table1_before_its_data_exists(tmp_path, capsys, monkeypatch):
+    """`pe-queue run examples/wmt14/queue_table1.txt --slurm --dry-run` where no WMT14 data is prepared: exit 0,
+    the batch script of all 14 lines (one GPU each), and a warning naming both data folders, their lines and the
+    command that prepares each; the real submission still refuses the missing data. Seen failing (exit 2, 14 "has
+    no dict.en.txt") with the dry run's data check back on."""
+    monkeypatch.chdir(tmp_path)  # data-bin/wmt14_* is relative: not here
+    q = REPO / "examples" / "wmt14" / "queue_table1.txt"
+    code = str(code_copy(tmp_path))
+    assert queue_cli.main(["run", str(q), "--slurm", "--dry-run", "--code", code]) == 0
+    out, err = capsys.readouterr()
+    assert out.count("#!/bin/bash\n") == 1 and "#SBATCH --gres=gpu:1\n" in out, out
+    (array,) = [ln for ln in out.splitlines() if ln.startswith("#SBATCH --array=")]
+    assert len(array.split("=")[1].split(",")) == 14, array
+    assert err.startswith("warning: 14 run(s) need data that is not prepared yet"), err
+    assert "data-bin/wmt14_en_de (no dict.en.txt and no dict.de.txt" in err and "pe-prepare en-fr --recipe wmt14" in err
+    assert not q.with_name(q.name + ".slurm").exists()
+    assert queue_cli.main(["run", str(q), "--slurm", "--code", code]) == 2
+    assert "has no dict.en.txt" in capsys.readouterr().err

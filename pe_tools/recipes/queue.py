@@ -148,8 +148,7 @@ def parse_queue(path: Path, data: bool = True) -> List[Run]:
         if not seed.isdigit() or int(seed) < 1:
             raise QueueError(f"{where}: seed {seed!r} is not a whole number >= 1")
         run = Run(n, recipe, method, pair, size, int(seed), opts)
-        # both sides' dictionaries: a folder prepared for another pair may share the source's
-        missing = [f"dict.{lang}.txt" for lang in pair.split("-") if not (run.data / f"dict.{lang}.txt").is_file()]
+        missing = missing_dicts(run)
         if missing and data:
             raise QueueError(f"{where}: data folder {run.data} has no {' and no '.join(missing)} (pair {pair}); "
                              f"prepare it with pe-prepare {pair} --recipe {recipe}, or give data=DIR on the line")
@@ -170,6 +169,80 @@ def parse_queue(path: Path, data: bool = True) -> List[Run]:
     if not runs:
         raise QueueError(f"queue file {path} holds no run; write one run a line: RECIPE METHOD PAIR SIZE SEED")
     return runs
+
+
+def missing_dicts(run: Run) -> List[str]:
+    """The dictionaries of the run's pair its data folder lacks: both sides', since a folder prepared for another
+    pair may share the source's."""
+    return [f"dict.{lang}.txt" for lang in run.pair.split("-") if not (run.data / f"dict.{lang}.txt").is_file()]
+
+
+def data_needed(runs: List[Run]) -> Optional[str]:
+    """A warning naming each data folder the runs need that is not prepared yet (its lines, its missing files and
+    the command that prepares it), or None."""
+    need: Dict[Path, List[Run]] = {}
+    for run in runs:
+        if missing_dicts(run):
+            need.setdefault(run.data, []).append(run)
+    if not need:
+        return None
+    return (f"warning: {sum(map(len, need.values()))} run(s) need data that is not prepared yet; submitting them "
+            f"is refused until it is (on storage every node mounts): "
+            + "; ".join(f"{data} (no {' and no '.join(missing_dicts(rs[0]))}; lines "
+                        f"{','.join(str(r.line) for r in rs)}): pe-prepare {rs[0].pair} --recipe {rs[0].recipe}"
+                        for data, rs in need.items()))
+
+
+# --------------------------------------------------------------------------------------------- rehearsal
+REHEARSAL_SIZE = "tiny-cpu"  # the size a rehearsal trains: a recipe's tiny model on CPU, a few dozen updates
+REHEARSAL_CORPUS = {"n_train": 2000, "n_valid": 60, "n_test": 40}  # pe_tools.synthetic.toy's sentences per split
+REHEARSE_ENV = "PE_QUEUE_REHEARSE"  # set in a rehearsal's SLURM jobs: each requeues itself after its first checkpoint
+
+
+def synthetic_data(pair: str, dest: Path, log=print) -> Path:
+    """A synthetic parallel corpus of ``pair`` (pe_tools.synthetic.toy: the target is the source reversed and
+    upper-cased), binarised by fairseq-preprocess into ``dest``, once."""
+    src, tgt = pair.split("-")
+    dest = Path(dest)
+    if all((dest / f"dict.{lang}.txt").is_file() for lang in (src, tgt)):
+        return dest
+    from ..data.pipeline import fairseq_preprocess
+    from ..synthetic.toy import write_corpus
+
+    text = dest / "text"
+    raw = write_corpus(dest / f"raw.tmp{os.getpid()}", **REHEARSAL_CORPUS)
+    text.mkdir(parents=True, exist_ok=True)
+    for split in ("train", "valid", "test"):
+        os.replace(raw / f"{split}.en", text / f"{split}.{src}")
+        os.replace(raw / f"{split}.de", text / f"{split}.{tgt}")
+    shutil.rmtree(raw)
+    log(f"[queue] rehearsal: a synthetic {pair} corpus ({REHEARSAL_CORPUS['n_train']} training sentences) in {dest}")
+    fairseq_preprocess(src, tgt, text, dest, 1)
+    return dest
+
+
+def rehearsal(queue_path: Path, folder: Path, log=print) -> Path:
+    """The rehearsal of a queue file in ``folder``: the queue file FOLDER/NAME, each run of ``queue_path`` (its
+    recipe, method, pair and seed; its cpus=) at REHEARSAL_SIZE, on a synthetic corpus of its pair (made once in
+    FOLDER/data), trained in FOLDER/runs and recorded in FOLDER/results. Raises QueueError naming the line and the
+    fix when a recipe has no REHEARSAL_SIZE."""
+    folder = Path(folder).resolve()
+    lines = []
+    for run in parse_queue(queue_path, data=False):
+        table = run.table
+        if REHEARSAL_SIZE not in table["size"] or run.pair not in size_entry(table, REHEARSAL_SIZE)["arch"]:
+            raise QueueError(f"{queue_path}:{run.line}: recipe {run.recipe} has no size {REHEARSAL_SIZE} for "
+                             f"{run.pair}, which a rehearsal trains; add one to its methods.toml, like "
+                             f"pe_tools/recipes/wmt14/methods.toml's")
+        data = synthetic_data(run.pair, folder / "data" / f"synthetic_{run.pair.replace('-', '_')}", log)
+        options = {"data": data, "runs-dir": folder / "runs", "into": folder / "results",
+                   **{k: run.options[k] for k in ("cpus",) if k in run.options}}
+        lines.append(shlex.join([run.recipe, run.method, run.pair, REHEARSAL_SIZE, str(run.seed),
+                                 *(f"{k}={v}" for k, v in options.items())]))
+    out = folder / Path(queue_path).name
+    write_atomic(out, f"# the rehearsal of {Path(queue_path).resolve()}: each run at size {REHEARSAL_SIZE} on a "
+                      f"synthetic corpus (pe-queue run --rehearse)\n" + "\n".join(lines) + "\n")
+    return out
 
 
 # ---------------------------------------------------------------------------------------- pinned code

@@ -26,6 +26,11 @@ def main(argv=None) -> int:
                                                                   f"runs from ({CHECKOUT}; default: HEAD)")
     code.add_argument("--code", type=Path, metavar="DIR", help="train from this copy of the code (its COMMIT file "
                                                                "names the commit)")
+    r.add_argument("--rehearse", type=Path, metavar="DIR",
+                   help=f"a dress rehearsal of the queue file: every run at size {local.REHEARSAL_SIZE} on a "
+                        f"synthetic corpus of its pair, made in DIR/data, trained in DIR/runs and recorded in "
+                        f"DIR/results, through the queue DIR/QUEUE_NAME; with --slurm each job also requeues itself "
+                        f"once after its first checkpoint, as a time limit would (docs/cluster.md)")
     slurm.add_run_arguments(r)
     slurm.add_commands(sub)
     for name in ("status", "check"):
@@ -41,10 +46,18 @@ def main(argv=None) -> int:
         return slurm.cancel(a.queue)
     if a.cmd == "run" and not a.slurm and (bad := slurm.slurm_only(a)):
         return fail(f"{bad} is an option of pe-queue run --slurm; add --slurm, or leave it out to run here")
+    dry = a.cmd == "run" and a.slurm and a.dry_run  # a look at the batch scripts, before the data exists
     try:
-        runs = parse_queue(a.queue, data=not getattr(a, "no_data", False))
+        if a.cmd == "run" and a.rehearse:
+            a.queue = local.rehearsal(a.queue, a.rehearse)
+            print(f"[queue] rehearsal: {a.queue}", flush=True)
+            if a.slurm:
+                a.sbatch = [*a.sbatch, f"--export=ALL,{local.REHEARSE_ENV}=1"]
+        runs = parse_queue(a.queue, data=not (getattr(a, "no_data", False) or dry))
     except QueueError as e:
         return fail(str(e))
+    if dry and (warning := local.data_needed(runs)):
+        print(warning, file=sys.stderr, flush=True)
     if a.cmd == "check":
         print(f"{a.queue}: {len(runs)} runs, all valid")
         return 0

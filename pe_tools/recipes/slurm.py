@@ -772,6 +772,19 @@ def claim(run, job: str):
     return lock
 
 
+def rehearse_requeue(run_dir: Path, saved: Optional[int], done: threading.Event, every: float = 1.0) -> None:
+    """A rehearsal's job (pe-queue run --rehearse --slurm) requeues itself once, as SLURM's signal before a time
+    limit makes it: USR1 to itself as soon as the run has a checkpoint newer than ``saved``."""
+    def watch():
+        while not done.wait(every):
+            if (local.saved_update(run_dir) or 0) > (saved or 0):
+                print(f"[queue] rehearsal: a first checkpoint in {run_dir}; requeueing as a time limit would",
+                      flush=True)
+                os.kill(os.getpid(), signal.SIGUSR1)
+                return
+    threading.Thread(target=watch, name="rehearsal", daemon=True).start()
+
+
 # -------------------------------------------------------------------------------------------- in the job
 def job_main(argv=None) -> int:
     """One array task: the run on line --line of the queue copy, through the local queue's chain."""
@@ -831,6 +844,8 @@ def job_main(argv=None) -> int:
     signal.signal(signal.SIGTERM, ended)
     state.write("RUNNING")
     state.beat()
+    if os.environ.get(local.REHEARSE_ENV) and restarts == 0:
+        rehearse_requeue(run.run_dir, saved, state.done)
     try:
         result = queue.process(run)
     except local.QueueError as e:
