@@ -233,18 +233,18 @@ def test_ratios_of_fixed_figures():
         (1.0, 1.0, None), (1.5, 0.5, None), (1.0, 1.0, 1.0), (0.25, 1.0, 0.25)]
 
 
-def test_top_kernels_group_by_name_longest_first():
-    """On CUDA each row keeps the device activities that took longest, summed by name (fake profiler events)."""
-    from types import SimpleNamespace
+def test_the_kernel_summary_groups_by_name_longest_first():
+    """The one kernel summary (pe_tools/bench/_common.py): busy time is the union of the intervals, the top
+    activities are summed by name, longest first (fake profiler events: name, start, duration)."""
+    from pe_tools.bench._common import kernel_summary
 
-    from pe_tools.bench.models.measure import top_kernels
-
-    def event(name, us):
-        return SimpleNamespace(name=name, time_range=SimpleNamespace(elapsed_us=lambda: us))
-
-    events = [event("gemm", 30), event("softmax", 25), event("gemm", 20), event("copy", 5), event("add", 5)]
-    assert top_kernels(events) == [["gemm", 2, 50e-6], ["softmax", 1, 25e-6], ["add", 1, 5e-6], ["copy", 1, 5e-6]]
-    assert top_kernels(events, n=1) == [["gemm", 2, 50e-6]]
+    events = [("gemm", 0.0, 30e-6), ("softmax", 10e-6, 25e-6), ("gemm", 50e-6, 20e-6), ("copy", 80e-6, 5e-6),
+              ("add", 82e-6, 5e-6)]
+    k = kernel_summary(events)
+    assert k["top_kernels"] == [["gemm", 2, 50e-6], ["softmax", 1, 25e-6], ["add", 1, 5e-6], ["copy", 1, 5e-6]]
+    assert kernel_summary(events, top=1)["top_kernels"] == [["gemm", 2, 50e-6]]
+    assert (k["kernels"], k["kernel_s"]) == (5, pytest.approx(85e-6))
+    assert k["busy_s"] == pytest.approx(35e-6 + 20e-6 + 7e-6)  # [0, 35], [50, 70], [80, 87]
 
 
 def test_unknown_encoding_lists_the_valid_names():

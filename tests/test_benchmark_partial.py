@@ -2,7 +2,7 @@
 (SIGKILL) after some measurements leaves a JSON that loads, says complete: false and holds them; --resume completes
 it to the same (size, length, pe, round) keys as an uninterrupted run, keeping the killed run's measurements as they
 were; --resume with another setting is refused naming it; --time-budget 0 writes one measurement and the command
-that completes the run. The same for posnet_kernel, flex and train-speed at tiny sizes on the CPU."""
+that completes the run. The same for train-speed at tiny sizes on the CPU."""
 import json
 import os
 import signal
@@ -137,43 +137,6 @@ def test_time_budget_zero_writes_one_measurement_and_the_resume_command(tmp_path
 def test_resume_needs_an_output(tmp_path):
     proc = bench_here(*MODELS, "--resume")
     assert proc.returncode == 2 and "--resume needs the output" in proc.stderr
-
-
-@pytest.mark.slow
-@pytest.mark.mutation
-def test_posnet_kernel_time_budget_then_resume(tmp_path):
-    out = tmp_path / "pk.json"
-    args = ["posnet_kernel", "--device", "cpu", "--batch", 3, "--length", 5, "--dim", 16, "--posnet-dim", 4,
-            "--lmax", 8, "--repeats", 2, "--warmup", 1, "--rounds", 2, "--threads", 1, "--json", out]
-    proc = bench(*args, "--time-budget", 0)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    data = json.loads(out.read_text())
-    assert data["complete"] is False and keys(data) == {("time", "released", 1)}
-    assert list(data["median_wall_s"]) == ["released"] and "PARTIAL RESULT" in proc.stdout
-    proc = bench_here(*args, "--resume")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    data = json.loads(out.read_text())
-    assert data["complete"] is True and len(data["measurements"]) == 3 * 2 + 3
-    assert set(data["median_wall_s"]) == set(data["peak_bytes"]) == {"released", "bmm", "bmm-leftpad"}
-    proc = bench_here(*[("7" if a == 5 else a) for a in args], "--resume")  # another --length
-    assert proc.returncode == 2 and "measured with length = 5" in proc.stderr
-
-
-@pytest.mark.slow
-@pytest.mark.mutation
-def test_flex_time_budget_then_resume(tmp_path):
-    out = tmp_path / "flex.json"
-    args = ["flex", "--device", "cpu", "--lengths", 9, 12, "--max-tokens", 27, "--json", out]
-    proc = bench(*args, "--time-budget", 0)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    data = json.loads(out.read_text())
-    assert data["complete"] is False and [(r["bias"], r["T"]) for r in data["results"]] == [("t5", 9)]
-    assert "pe-bench flex --resume --device cpu" in proc.stdout
-    proc = bench_here(*args, "--resume")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    data = json.loads(out.read_text())
-    assert data["complete"] is True and [(r["bias"], r["T"]) for r in data["results"]] == [
-        ("t5", 9), ("alibi", 9), ("t5", 12), ("alibi", 12)]
 
 
 def test_train_speed_writes_each_run_and_resumes(tmp_path, monkeypatch):

@@ -1,14 +1,20 @@
-"""pe-bench gpu-window (pe_tools/bench/gpu_window.py; scripts/gpu_benchmarks.sh): the order of issue 40's steps,
-their budgets, what is dropped when time runs short, resuming and killing, with a fake pe-bench that only sleeps
-and writes each step's JSON. The whole window on the CPU is `scripts/gpu_benchmarks.sh OUT --rehearse` (minutes;
-docs/benchmarks.md §GPU run)."""
+"""The GPU window (scripts/gpu_window.py; scripts/gpu_benchmarks.sh): the order of its steps, their budgets, what is
+dropped when time runs short, resuming and killing, with a fake pe-bench that only sleeps and writes each step's
+JSON; and the CPU rehearsal of its first step, for real (the whole rehearsal: scripts/gpu_benchmarks.sh OUT
+--rehearse, minutes)."""
+import importlib.util
 import json
+import subprocess
 import sys
 from types import SimpleNamespace
 
 import pytest
 
-from pe_tools.bench import gpu_window
+from pe_testing import REPO
+
+spec = importlib.util.spec_from_file_location("gpu_window", REPO / "scripts" / "gpu_window.py")
+gpu_window = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(gpu_window)
 
 FAKE = r'''
 import json, os, sys, time
@@ -28,7 +34,7 @@ sys.exit(step.get("rc", 0))
 '''
 
 
-def window(tmp_path, monkeypatch, plan, budget=540, grace=45):
+def window(tmp_path, monkeypatch, plan, budget=470, grace=30, steps=None):
     fake = tmp_path / "fake_bench.py"
     fake.write_text(FAKE)
     calls = tmp_path / "calls.jsonl"
@@ -38,7 +44,8 @@ def window(tmp_path, monkeypatch, plan, budget=540, grace=45):
     monkeypatch.setenv("FAKE_PLAN", json.dumps(plan))
     monkeypatch.setenv("FAKE_CALLS", str(calls))
     out = tmp_path / "out"
-    args = SimpleNamespace(out=str(out), budget=budget, started_at=None, data=str(tmp_path / "data"), rehearse=True)
+    args = SimpleNamespace(out=str(out), budget=budget, started_at=None, data=str(tmp_path / "data"), rehearse=True,
+                           steps=steps)
     rc = gpu_window.run(args)
     made = [json.loads(line) for line in calls.read_text().splitlines()] if calls.exists() else []
     return rc, made, (out / "log.txt").read_text()
@@ -52,58 +59,62 @@ def flag(call, name):
     return call[call.index(name) + 1] if name in call else None
 
 
-def test_the_steps_run_in_the_issues_order_each_with_its_budget(tmp_path, monkeypatch):
+def rows(call):
+    k = call.index("--rows") + 1
+    return call[k:k + next(i for i, w in enumerate(call[k:]) if w.startswith("--"))]
+
+
+def test_the_steps_run_in_order_each_with_its_budget(tmp_path, monkeypatch):
     rc, calls, log = window(tmp_path, monkeypatch, {})
     assert rc == 0 and calls[0][0] == "wmt-corpus"
-    assert steps_of(calls) == ["fill_splits", "fill_recipe", "fp16_triton", "fill_more", "models"]
+    assert steps_of(calls) == ["speed_splits", "speed_all", "fp16_triton", "speed_triton"]
     budgets = {s: float(flag(c, "--time-budget")) for s, c in zip(steps_of(calls), calls[1:])}
-    assert budgets["fill_splits"] == 180 and budgets["fill_recipe"] == 170 and budgets["fp16_triton"] == 30
-    assert 540 - 15 - 30 < budgets["models"] <= 540 - 15  # what is left: here the fake steps took no time
-    fill_splits, fill_recipe, _, fill_more, _ = calls[1:]
-    rows = fill_splits[fill_splits.index("--rows") + 1:fill_splits.index("--warmup")]
-    assert rows == ["sape@128x8", "sape@256x4", "sape@512x2", "sape@1024x1", "stock@1024x1"]  # a: SAPE's splits, stock
-    assert fill_recipe[fill_recipe.index("--rows") + 1] == "all"  # b: every encoding at the recipe's choice
-    assert fill_more[fill_more.index("--rows") + 1:fill_more.index("--rows") + 3] == ["rpe:triton", "sape/tiny"]
-    assert all(flag(c, "--time-budget") and c.index("--time-budget") < (c.index("--extra") if "--extra" in c else 99)
-               for c in calls[1:])  # before --extra, which takes the rest
-    assert "dropped first: c (models) first, then fill_more" in log
+    assert budgets["speed_splits"] == 110 and budgets["speed_all"] == 230 and budgets["fp16_triton"] == 30
+    assert 470 - 10 - 30 < budgets["speed_triton"] <= 470 - 10  # what is left: here the fake steps took no time
+    splits, every, _, triton = calls[1:]
+    assert rows(splits) == ["sape@128x8", "sape"] and rows(every) == ["all"] and rows(triton) == ["rpe", "rpe:triton"]
+    for call in (splits, every, triton):  # three interleaved rounds, train-speed, the recipe's own command
+        assert call[0] == "train-speed" and flag(call, "--rounds") == "3" and "--num-workers" not in call
+    assert flag(every, "--goals").endswith("examples/benchmarks/gpu/goals.json")
+    assert all(c.index("--time-budget") < (c.index("--extra") if "--extra" in c else 99) for c in calls[1:])
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
-        "fill_more.json", "fill_recipe.json", "fill_splits.json", "fp16_triton.json", "log.txt", "models.json",
-        "other.tar.gz"]  # at most 8 files come back from a device call
+        "fp16_triton.json", "log.txt", "other.tar.gz", "speed_all.json", "speed_splits.json", "speed_triton.json"]
 
 
-def test_no_triton_row_unless_fp16_agrees(tmp_path, monkeypatch):
-    rc, calls, _ = window(tmp_path, monkeypatch, {"fp16_triton": {"ok": False}})
-    more = calls[4]
-    assert "rpe:triton" not in more and "sape/tiny" in more
+def test_no_triton_speed_unless_fp16_agrees(tmp_path, monkeypatch):
+    rc, calls, log = window(tmp_path, monkeypatch, {"fp16_triton": {"ok": False}})
+    assert steps_of(calls)[-1] == "fp16_triton" and "speed_triton (c): skipped" in log
 
 
 @pytest.mark.slow
-def test_short_of_time_c_is_dropped_first_and_a_rerun_resumes(tmp_path, monkeypatch):
-    # the budget runs out during b: fill_more and models are dropped, fill_recipe stays partial
-    plan = {"fill_splits": {"sleep": 1}, "fill_recipe": {"sleep": 9, "complete": False}}
-    rc, calls, log = window(tmp_path, monkeypatch, plan, budget=33)  # 18 s after the reserve: 7 left after b1
-    assert steps_of(calls)[:2] == ["fill_splits", "fill_recipe"]
-    assert "=== models (c): DROPPED" in log
-    assert "incomplete: " in log and "run the same command again" in log
-    # the same command again: the complete step is skipped, the partial one resumed, the rest run
+def test_short_of_time_the_last_steps_are_dropped_and_a_rerun_resumes(tmp_path, monkeypatch):
+    plan = {"speed_splits": {"sleep": 1}, "speed_all": {"sleep": 9, "complete": False}}
+    rc, calls, log = window(tmp_path, monkeypatch, plan, budget=28)  # 18 s after the reserve: 8 left after b
+    assert steps_of(calls) == ["speed_splits", "speed_all"]
+    assert "=== fp16_triton (c): DROPPED" in log and "=== speed_triton (c): DROPPED" not in log  # no fp16 verdict
+    assert "incomplete: speed_all, fp16_triton" in log and "run the same command again" in log
     (tmp_path / "calls.jsonl").unlink()
-    rc, calls, log = window(tmp_path, monkeypatch, {}, budget=540)
-    assert steps_of(calls)[0] == "fill_recipe" and "--resume" in calls[1]
-    assert "fill_splits.json is complete; skipped" in log and "models" in steps_of(calls)
+    rc, calls, log = window(tmp_path, monkeypatch, {}, budget=470)
+    assert steps_of(calls)[0] == "speed_all" and "--resume" in calls[1]
+    assert "speed_splits.json is complete; skipped" in log and steps_of(calls)[-1] == "speed_triton"
 
 
 @pytest.mark.slow
 def test_a_step_that_overruns_is_killed_and_the_next_runs(tmp_path, monkeypatch):
-    monkeypatch.setitem(gpu_window.BUDGETS, "fill_splits", 10)
-    rc, calls, log = window(tmp_path, monkeypatch, {"fill_splits": {"sleep": 60}}, grace=1)
-    assert "killed after 11 s" in log and steps_of(calls)[1] == "fill_recipe"
-    assert "incomplete: fill_splits" in log
+    monkeypatch.setitem(gpu_window.BUDGETS, "speed_splits", 10)
+    rc, calls, log = window(tmp_path, monkeypatch, {"speed_splits": {"sleep": 60}}, grace=1)
+    assert "killed after 11 s" in log and steps_of(calls)[1] == "speed_all"
+    assert "incomplete: speed_splits" in log
 
 
 def test_a_failing_step_is_reported_and_the_others_still_run(tmp_path, monkeypatch):
-    rc, calls, log = window(tmp_path, monkeypatch, {"fill_recipe": {"rc": 1}})
-    assert rc == 1 and "failed: fill_recipe" in log and steps_of(calls)[-1] == "models"
+    rc, calls, log = window(tmp_path, monkeypatch, {"speed_all": {"rc": 1}})
+    assert rc == 1 and "failed: speed_all" in log and steps_of(calls)[-1] == "speed_triton"
+
+
+def test_steps_picks_some(tmp_path, monkeypatch):
+    rc, calls, log = window(tmp_path, monkeypatch, {}, steps=["speed_all"])
+    assert steps_of(calls) == ["speed_all"]
 
 
 @pytest.mark.parametrize("text, expected", [('{"complete": false}', "partial"), ('{"complete": true}', "complete"),
@@ -112,3 +123,22 @@ def test_state(tmp_path, text, expected):
     (tmp_path / "x.json").write_text(text)
     assert gpu_window.state(tmp_path / "x.json") == expected
     assert gpu_window.state(tmp_path / "missing.json") == "absent"
+
+
+@pytest.mark.slow
+def test_the_rehearsal_of_step_a_on_the_cpu(tmp_path):
+    """The window's first step for real, on the CPU at tiny size: the wrapper, the corpus, three interleaved rounds
+    of SAPE at 128 x 8 and at the recipe's choice, every run's per-update records, the log and the packed tables."""
+    out = tmp_path / "out"
+    proc = subprocess.run(["bash", str(REPO / "scripts" / "gpu_benchmarks.sh"), str(out), "--rehearse", "--steps",
+                           "speed_splits", "--data", str(tmp_path / "data")], capture_output=True, text=True,
+                          env={"PATH": "/usr/bin:/bin", "PYTHON": sys.executable, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    data = json.loads((out / "speed_splits.json").read_text())
+    assert data["complete"] and [m["key"] for m in data["measurements"]] == [
+        ["sape/tiny@128x8", 1], ["sape/tiny@1024x1", 1], ["sape/tiny@1024x1", 2], ["sape/tiny@128x8", 2],
+        ["sape/tiny@128x8", 3], ["sape/tiny@1024x1", 3]]
+    fast = next(r for r in data["results"] if r["split"] == "1024x1")
+    assert fast["rounds"] == 3 and fast["wps_to_first_split"]["n"] == 3 and fast["num_workers"] == 1
+    assert "incomplete: none" in (out / "log.txt").read_text()
+    assert sorted(p.name for p in out.iterdir()) == ["log.txt", "other.tar.gz", "speed_splits.json"]

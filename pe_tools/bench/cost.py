@@ -39,6 +39,7 @@ from ..file_io import csv_text, write_all_atomic
 from ..naming import BASELINE, SUFFIX_OF_CLASS as SIZES
 from ..recipes import recipe_names
 from ..tables import markdown_table
+from ._common import add_ratios as ratios
 
 NAME = "cost"
 HELP = "bytes saved for backward, ATen ops, FLOPs and (B,H,T,T) bytes of one training step, as ratios to SAPE/stock"
@@ -178,12 +179,9 @@ def add_ratios(results) -> None:
     (None where the reference is 0 or absent)."""
     from .models.build import STOCK
 
-    for r in results:
-        group = [x for x in results if x["size"] == r["size"] and x["length"] == r["length"]]
-        for ref_name in (BASELINE, STOCK):
-            ref = next((x for x in group if x["pe"] == ref_name), None)
-            for key in FIGURES:
-                r[f"{key}_to_{ref_name}"] = r[key] / ref[key] if ref and ref[key] else None
+    for ref in (BASELINE, STOCK):
+        ratios(results, {k: f"{k}_to_{ref}" for k in FIGURES}, lambda r: (r["size"], r["length"]),
+               lambda r, ref=ref: r["pe"] == ref)
 
 
 def over_recorded(results, recorded) -> list:

@@ -19,7 +19,8 @@ import sys
 from ..command_line import fail
 from ..file_io import dump_json
 from ..naming import SUFFIX_OF_CLASS as SIZES
-from ._partial_runs import Progress, ResumeError, add_args as add_progress_args
+from ._common import add_device_arg
+from ._partial_runs import Progress, ResumeError, add_args as add_progress_args, resolve_device
 
 NAME = "fp16"
 HELP = "fp16 against the fp32 reference: every encoding's fast attention path in half precision"
@@ -57,12 +58,10 @@ def compare(pe: str, size: str, batch: int, length: int, vocab: int, device: str
 
 
 def add_args(parser):
-    import torch
-
     from pe_plugin.encodings import PE_REGISTRY
     from pe_plugin.models.pe_transformer import ATTENTION_IMPLS
 
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    add_device_arg(parser)
     parser.add_argument("--size", default="base", choices=sorted(SIZES), help="size class of the models")
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--length", type=int, default=50)
@@ -84,6 +83,10 @@ def run(args) -> int:
 
     from .models.build import shortest_length
 
+    try:
+        args.device = resolve_device(args.device)
+    except ValueError as e:
+        return fail(str(e))
     logging.getLogger("fairseq").setLevel(logging.WARNING)  # one model summary per build is noise here
     logging.getLogger("pe_plugin").setLevel(logging.WARNING)
     settings = {k: v for k, v in vars(args).items() if k in SETTINGS}

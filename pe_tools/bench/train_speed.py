@@ -32,6 +32,7 @@ first split (words/s); the report gives each ratio's median and spread over the 
 of ``speedup``, ``busy``, ``step``, ``peak``) says "meets", "misses" or "within noise" (the spread covers the
 bound). Outputs are rewritten after every run; ``--resume`` and ``--time-budget``: docs/benchmarks.md §Partial runs.
 """
+import argparse
 import gc
 import json
 import platform
@@ -437,7 +438,7 @@ def add_args(parser):
     for flag, low, default, text in ints:
         parser.add_argument(flag, type=int_at_least(low), default=default, help=f"{text} (default: {default})")
     parser.add_argument("--goals", help="a JSON of bounds (speedup, busy, step, peak) the report checks")
-    parser.add_argument("--extra", nargs="+", default=[],
+    parser.add_argument("--extra", nargs=argparse.REMAINDER, default=[],
                         help="more fairseq-train arguments, after everything else (give it last)")
     parser.add_argument("--out-dir", help="write train_speed.json, .csv and .md here (rewritten after every run)")
     parser.add_argument("--json", help="also write the JSON here (what --resume reads when given)")

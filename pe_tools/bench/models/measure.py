@@ -1,16 +1,15 @@
 """Measuring one (size, length, encoding) in a fresh interpreter: training-step times, the training peak memory,
 forward times; and the summary of its rounds, as ratios to SAPE (docs/benchmarks.md §Model benchmark)."""
 import statistics
-import time
 
 from ...machine import cpu_name
 from ...naming import BASELINE
-from .._common import current_rss_bytes, peak_rss_bytes, run_isolated
+from .._common import add_ratios as ratios, current_rss_bytes, kernel_summary, peak_rss_bytes, profiler_events, \
+    run_isolated, sync as _sync, timed
 from .build import PAD, build_model, build_optimizer, model_arch, padded_batch, pe_params, recipe_flags
 
 # the memory interpreter's environment on a CPU (docs/benchmarks.md §CPU memory): glibc only, ignored elsewhere
 CPU_MEMORY_ENV = {"MALLOC_MMAP_THRESHOLD_": str(128 * 1024)}
-TOP_KERNELS = 12  # device activities kept per row by name (pe-bench models on CUDA, ``top_kernels``)
 # raw figure -> its ratio to SAPE within the same size and length
 RATIOS = {"forward_s": "forward_ratio", "forward_median_s": "forward_median_ratio",
           "step_s": "step_ratio", "step_median_s": "step_median_ratio", "step_cpu_s": "cpu_ratio",
@@ -41,8 +40,7 @@ def measure(pe: str, size: str, batch: int, length: int, vocab: int, steps: int,
     overflows = 0
 
     def sync():
-        if cuda:
-            torch.cuda.synchronize()
+        _sync(cuda)
 
     # 1. training steps; memory baseline taken first, after the model, its optimizer and the batch exist
     def step():
@@ -75,14 +73,7 @@ def measure(pe: str, size: str, batch: int, length: int, vocab: int, steps: int,
         before = current_rss_bytes()
     for _ in range(warmup):
         step()
-    wall, cpu = [], []
-    for _ in range(1 if memory_only else steps):
-        sync()
-        t0, c0 = time.perf_counter(), time.process_time()
-        step()
-        sync()
-        wall.append(time.perf_counter() - t0)
-        cpu.append(time.process_time() - c0)
+    wall, cpu, _ = zip(*[timed(step, cuda) for _ in range(1 if memory_only else steps)])
 
     # 2. the training peak, read before any forward pass could raise it
     peak = torch.cuda.max_memory_allocated() if cuda else peak_rss_bytes()
@@ -95,12 +86,11 @@ def measure(pe: str, size: str, batch: int, length: int, vocab: int, steps: int,
     with torch.no_grad():
         for _ in range(warmup):
             model(src, lengths, prev)
-        sync()
-        t0, c0 = time.perf_counter(), time.process_time()
-        for _ in range(forward_passes):
-            model(src, lengths, prev)  # (B, T, V) logits, discarded
-        sync()
-        forward, forward_cpu = time.perf_counter() - t0, time.process_time() - c0
+        def forwards():
+            for _ in range(forward_passes):
+                model(src, lengths, prev)  # (B, T, V) logits, discarded
+
+        forward, forward_cpu, _ = timed(forwards, cuda)
 
     master = getattr(opt, "fp32_params", [])  # fp16: a list, or on CUDA {device: one flat tensor}
     master = list(master.values()) if isinstance(master, dict) else list(master)
@@ -111,7 +101,7 @@ def measure(pe: str, size: str, batch: int, length: int, vocab: int, steps: int,
         "params": sum(p.numel() for p in model.parameters()), "pe_params": pe_params(model, pe),
         "param_dtypes": sorted({str(p.dtype) for p in model.parameters()}),
         "master_dtypes": sorted({str(p.dtype) for p in master}), "fp16_overflows": overflows,
-        "step_wall_s": wall, "step_cpu_s": cpu, "forward_s": forward, "forward_cpu_s": forward_cpu,
+        "step_wall_s": list(wall), "step_cpu_s": list(cpu), "forward_s": forward, "forward_cpu_s": forward_cpu,
         "peak_bytes": peak, "step_bytes": peak - before, **busy,
         "memory_kind": "cuda-allocated" if cuda else "cpu-rss", "device": device,
         "device_name": torch.cuda.get_device_name() if cuda else cpu_name(),
@@ -126,31 +116,19 @@ def device_activity(step) -> dict:
     is host-bound (its wall time is several times its kernel time), so the wall time measures the host and these
     two measure the device. {} with ``kernel_error`` when the profiler cannot record the device."""
     import torch
-    from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
     try:
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             step()
             torch.cuda.synchronize()
-        events = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
+        events = profiler_events(prof, device=True)
     except Exception as e:  # no CUPTI, or a profiler already running
         return {"kernel_error": f"{type(e).__name__}: {e}"}
     if not events:
         return {"kernel_error": "the profiler recorded no device activity"}
-    return {"kernel_s": sum(e.time_range.elapsed_us() for e in events) / 1e6, "kernels": len(events),
-            "top_kernels": top_kernels(events)}
-
-
-def top_kernels(events, n: int = TOP_KERNELS) -> list:
-    """The ``n`` device activities that took longest in all, by name: [name, count, seconds], longest first (ties
-    by name), so a row that costs the GPU more shows where: which kernels, how many launches."""
-    total, count = {}, {}
-    for e in events:
-        total[e.name] = total.get(e.name, 0.0) + e.time_range.elapsed_us() / 1e6
-        count[e.name] = count.get(e.name, 0) + 1
-    ranked = sorted(total, key=lambda name: (-total[name], name))[:n]
-    return [[name, count[name], total[name]] for name in ranked]
+    k = kernel_summary(events)
+    return {"kernel_s": k["kernel_s"], "kernels": k["kernels"], "top_kernels": k["top_kernels"]}
 
 
 def measure_isolated(pe: str, size: str, kwargs: dict) -> dict:
@@ -232,13 +210,4 @@ def summarise(runs):
 def add_ratios(results):
     """ratio = figure / sape's figure, within each size and length (None where sape's figure is 0, or where sape is
     not measured yet in a partial run); a result without ``length`` (older JSON) counts as one length."""
-    def group(r):
-        return r["size"], r.get("length")
-
-    for g in {group(r) for r in results}:
-        ref = next((r for r in results if group(r) == g and r["pe"] == BASELINE), None)  # None: partial run
-        for r in results:
-            if group(r) == g:
-                for key, ratio in RATIOS.items():
-                    if key in r:  # kernel_s and kernels: CUDA only
-                        r[ratio] = r[key] / ref[key] if ref and ref.get(key) else None
+    ratios(results, RATIOS, lambda r: (r["size"], r.get("length")), lambda r: r["pe"] == BASELINE)
