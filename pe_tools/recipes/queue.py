@@ -5,6 +5,7 @@ reached its last update; up to ``-j`` runs at a time.
     pe-queue run QUEUE [-j N] [--threads 1] [--pin REV | --code DIR]
     pe-queue run QUEUE --slurm [--partition P] [--account A] [--time LIMIT] [--gpus N] [--cpus N] [--nodes N]
                                [--sbatch ARG] [--signal-seconds S] [--dry-run]     (docs/cluster.md)
+    pe-queue run QUEUE --rehearse DIR [--slurm ...]   (each run at size tiny-cpu on a synthetic corpus: a rehearsal)
     pe-queue status QUEUE
     pe-queue check QUEUE [--no-data]
     pe-queue cancel QUEUE
