@@ -41,6 +41,7 @@ from ..file_io import write_atomic
 from ..machine import cpu_name
 from ..naming import BASELINE
 from . import training_log
+from .run_state import max_update_of, training_state
 
 SEGMENT_START = "| fairseq_cli.train | {'_name'"  # fairseq-train's first log line: its whole configuration
 # pe_plugin's model summary line (pe_plugin/models/validation.py): architecture, parameters, encoding signature
@@ -134,12 +135,6 @@ def training_summary(log_text: str, command: Optional[dict] = None) -> Dict:
     if m := _last(CUDA_DEVICE, log_text):  # command.json names the processor; fairseq names the GPU it used
         s["device"] = m[1]
     return s
-
-
-def max_update_of(argv) -> Optional[int]:
-    """The --max-update of a fairseq-train argv (the last one wins), or None."""
-    flags = [i for i, x in enumerate(argv) if x == "--max-update"]
-    return int(argv[flags[-1] + 1]) if flags else None
 
 
 def segment_seconds(log_text: str) -> List[int]:
@@ -265,8 +260,6 @@ def default_into(run_dir: Path, command: dict, results_dir: str) -> Path:
 
 def record(run_dir: Path, into: Path, allow_changed: bool = False) -> Path:
     """Copy the small files of a finished, decoded run into ``into/RUN_NAME`` (module docstring)."""
-    from .train import training_state
-
     run_dir, command = Path(run_dir), run_command(Path(run_dir))
     if (changed := changes(command)) and committed(into) and not allow_changed:
         raise RecordError(f"{run_dir} was trained with fairseq flags after -- ({' '.join(changed)}): not the "
