@@ -42,18 +42,26 @@ def mains_argv(calls: Sequence) -> list:
     return [sys.executable, "-m", __name__, json.dumps([[module, *map(str, argv)] for module, argv in calls])]
 
 
+def exit_status(main: Callable[[list], Optional[int]], argv: list) -> int:
+    """``main(argv)`` called as its console script calls it: the exit status the process would end with (what it
+    returned, or SystemExit's code, as after an argument error; ``sys.exit("message")`` prints the message on
+    stderr and gives 1, as the interpreter does)."""
+    try:
+        rc = main(argv)
+    except SystemExit as e:
+        rc = e.code
+        if rc is not None and not isinstance(rc, int):
+            print(rc, file=sys.stderr)
+            rc = 1
+    return rc or 0
+
+
 def run_mains(spec: str) -> int:
     """``mains_argv``'s child: ``spec`` its JSON list of [module, *argv]."""
     for module, *argv in json.loads(spec):
         print(f"== python -m {module} {shlex.join(argv)}", flush=True)
         sys.argv = [module, *argv]
-        try:
-            rc = importlib.import_module(module).main(argv)
-        except SystemExit as e:  # an argument error, or a tool that exits instead of returning
-            rc = e.code
-            if rc is not None and not isinstance(rc, int):  # sys.exit("message"): printed, status 1
-                print(rc, file=sys.stderr)
-                rc = 1
+        rc = exit_status(importlib.import_module(module).main, argv)
         if rc:
             return rc
     return 0

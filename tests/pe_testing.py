@@ -87,11 +87,13 @@ def run(module: str, args, cwd=None, check=True, env=None) -> subprocess.Complet
 
 def call_main(main, args, prog: str = "python", cwd=None) -> subprocess.CompletedProcess:
     """A command line's ``main(argv)`` called in this interpreter, as its console script calls it (sys.argv[0]
-    ``prog``, the program name argparse prints): its exit status (SystemExit's code, or what it returned), stdout
-    and stderr captured, as ``subprocess.run`` returns them. For argument errors and --help, where a new
+    ``prog``, the program name argparse prints; the exit status as ``pe_tools.process.exit_status`` gives it),
+    stdout and stderr captured, as ``subprocess.run`` returns them. For argument errors and --help, where a new
     interpreter would spend seconds importing torch and fairseq to print one line, and for runs that need no
     process of their own (a resumed run whose state is on disk); test_install runs each console script itself."""
     import io
+
+    from pe_tools.process import exit_status
 
     out, err, argv, here = io.StringIO(), io.StringIO(), sys.argv, os.getcwd()
     args = [str(a) for a in args]
@@ -100,16 +102,65 @@ def call_main(main, args, prog: str = "python", cwd=None) -> subprocess.Complete
         if cwd is not None:
             os.chdir(cwd)
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = main(args)
-    except SystemExit as e:
-        code = e.code
+            code = exit_status(main, args)
     finally:
         sys.argv = argv
         os.chdir(here)
-    if code is not None and not isinstance(code, int):  # sys.exit("text"): the interpreter prints it, exit status 1
-        err.write(f"{code}\n")
-        code = 1
-    return subprocess.CompletedProcess([prog, *args], code or 0, out.getvalue(), err.getvalue())
+    return subprocess.CompletedProcess([prog, *args], code, out.getvalue(), err.getvalue())
+
+
+# a checkpoint every two updates, the last five kept, none per epoch (the runs that resume and average)
+EVERY_TWO_UPDATES = ["--save-interval-updates", 2, "--keep-interval-updates", 5, "--no-epoch-checkpoints"]
+
+
+def train_args(data_bin, save_dir, *extra, user_dir=PLUGIN) -> list:
+    """fairseq-train's arguments for a tiny run with the plugin: TRAIN_FLAGS, then ``extra`` (later flags win)."""
+    return [data_bin, "--user-dir", user_dir, *TRAIN_FLAGS, "--save-dir", save_dir, *extra]
+
+
+def fairseq_train(data_bin, save_dir, *extra, own_process=False, fails=False) -> subprocess.CompletedProcess:
+    """fairseq-train with ``train_args``: its cli_main called in this interpreter (``call_main``: no new
+    interpreter spending seconds on imports; argparse's and the plugin's errors on stderr), or with
+    ``own_process`` in a new one (``run``: its logs in stdout, torch's safe checkpoint loading on). A run that
+    fails raises with its output; with ``fails``, a run that does not fail raises."""
+    args = train_args(data_bin, save_dir, *extra)
+    if own_process:
+        proc = run("fairseq_cli.train", args, check=False)
+    else:
+        from fairseq_cli import train
+
+        script = Path(sys.executable).parent / "fairseq-train"  # the console script's name in argparse's messages
+        proc = call_main(lambda argv: train.cli_main(), args, prog=script.name if script.exists() else "train.py")
+    if (proc.returncode != 0) != fails:
+        raise AssertionError(f"fairseq-train {' '.join(map(str, args))} exited with {proc.returncode}:\n"
+                             f"{(proc.stdout + (proc.stderr or ''))[-4000:]}")
+    return proc
+
+
+# ---- one encoding, or one attention layer with it, built alone at toy size --------------------------------------
+def make_pe(name: str, side: str = "encoder", dim: int = 16, heads: int = 2, layers: int = 2, max_positions: int = 64,
+            init=None, **overrides):
+    """Encoding ``name`` of PE_REGISTRY built alone for one stack side, in eval mode: its config the dataclass's
+    defaults with ``overrides`` (the flags' field names), Dims(dim, heads, layers, max_positions, padding 1, side);
+    then ``init(pe)``, if given, sets its parameters (large random ones, so that a misplaced term shows)."""
+    from pe_plugin.encoding_parts.base import Dims
+    from pe_plugin.encodings import PE_REGISTRY
+
+    cls = PE_REGISTRY[name]
+    cfg = None if cls.config_cls is None else cls.config_cls(**overrides)
+    pe = cls.build(cfg, Dims(dim, heads, layers, max_positions, 1, side), {})
+    if init is not None:
+        init(pe)
+    return pe.eval()
+
+
+def make_attention(pe, layer: int = 1):
+    """A self-attention layer of ``pe``'s dimensions that applies it as layer ``layer``, its projections drawn
+    with seed 1, in eval mode."""
+    from pe_plugin.modules.pe_attention import PEAttention
+
+    torch.manual_seed(1)
+    return PEAttention(pe.dims.embed_dim, pe.dims.num_heads, pe, layer).eval()
 
 
 TINY_POSNET_LMAX = 8  # tiny_posnet's L_max: shorter than some of write_corpus's test sentences
@@ -119,10 +170,9 @@ def train_tiny_posnet(folder: Path, data_bin: Path) -> Path:
     """PosNet-Embed at tiny size with L_max TINY_POSNET_LMAX (--max-source/target-positions), two updates of
     fairseq-train into ``folder`` (checkpoint_last.pt, checkpoint_best.pt); conftest.py's session fixture
     ``tiny_posnet`` builds it once for every test that needs a trained checkpoint and nothing more."""
-    run("fairseq_cli.train", [data_bin, "--user-dir", PLUGIN, "--arch", "transformer_posnet_embed_tiny", *TRAIN_FLAGS,
-                              "--max-source-positions", TINY_POSNET_LMAX, "--max-target-positions", TINY_POSNET_LMAX,
-                              "--skip-invalid-size-inputs-valid-test", "--max-update", 2, "--no-epoch-checkpoints",
-                              "--save-dir", folder])
+    fairseq_train(data_bin, folder, "--arch", "transformer_posnet_embed_tiny", "--max-source-positions",
+                  TINY_POSNET_LMAX, "--max-target-positions", TINY_POSNET_LMAX, "--skip-invalid-size-inputs-valid-test",
+                  "--max-update", 2, "--no-epoch-checkpoints", own_process=True)
     return folder / "checkpoint_last.pt"
 
 

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from pe_testing import PLUGIN, REPO, TRAIN_FLAGS, call_main
+from pe_testing import PLUGIN, REPO, fairseq_train, train_args
 
 NOTICE = "Please install tensorboardX"
 BIN = Path(sys.executable).parent
@@ -46,14 +46,10 @@ def assert_usage_error(proc: subprocess.CompletedProcess, tool: str, *needles: s
     return errors[0]
 
 
-def train_args(data_bin, save_dir, *extra):
-    return [data_bin, "--user-dir", PLUGIN, *TRAIN_FLAGS, "--max-update", 1, "--save-dir", save_dir, *extra]
-
-
 @pytest.mark.slow
 def test_reference_format_is_fairseqs_own(data_bin, tmp_path):
     """The format asserted below is the one argparse gives fairseq-train for a bad --arch."""
-    proc = fairseq("train", train_args(data_bin, tmp_path, "--arch", "transformer_fancy_tiny"))
+    proc = fairseq("train", train_args(data_bin, tmp_path, "--max-update", 1, "--arch", "transformer_fancy_tiny"))
     assert_usage_error(proc, "train", "invalid choice: 'transformer_fancy_tiny'")
 
 
@@ -70,9 +66,7 @@ def test_reference_format_is_fairseqs_own(data_bin, tmp_path):
 def test_train_flag_errors_end_like_argparse(data_bin, tmp_path, extra, flag, fix):
     """fairseq-train's cli_main called in this interpreter, as the console script calls it (a new interpreter per
     case would spend its seconds importing fairseq; the console script itself is the next test's)."""
-    from fairseq_cli import train
-
-    proc = call_main(lambda argv: train.cli_main(), train_args(data_bin, tmp_path, *extra), prog=prog("train"))
+    proc = fairseq_train(data_bin, tmp_path, "--max-update", 1, *extra, fails=True)
     assert_usage_error(proc, "train", flag, fix)
     assert not any(tmp_path.iterdir())  # nothing trained or saved
 
@@ -80,7 +74,7 @@ def test_train_flag_errors_end_like_argparse(data_bin, tmp_path, extra, flag, fi
 @pytest.mark.slow
 def test_the_console_script_ends_a_plugin_error_like_argparse(data_bin, tmp_path):
     """The same through fairseq-train's console script, in a process of its own: the error at model build."""
-    proc = fairseq("train", train_args(data_bin, tmp_path, "--arch", "transformer_sape_tiny",
+    proc = fairseq("train", train_args(data_bin, tmp_path, "--max-update", 1, "--arch", "transformer_sape_tiny",
                                        "--no-token-positional-embeddings"))
     assert_usage_error(proc, "train", "--no-token-positional-embeddings", "transformer_nope_<size>")
     assert not any(tmp_path.iterdir())

@@ -10,21 +10,12 @@ removed from the environment), so these runs also show that pe_plugin's checkpoi
 import re
 
 import pytest
-from pe_testing import PLUGIN, SAFE_ENV, TRAIN_FLAGS, run
+from pe_testing import EVERY_TWO_UPDATES, PLUGIN, SAFE_ENV, fairseq_train, run
 
 
 pytestmark = pytest.mark.slow
-
-
-def train_flags(data_bin, save_dir, arch, max_update, user_dir=PLUGIN, extra=()):
-    """fairseq-train's arguments: a checkpoint every two updates, the last five kept."""
-    return [data_bin, "--user-dir", user_dir, "--arch", arch, *TRAIN_FLAGS, "--save-dir", save_dir,
-            "--max-update", max_update, "--save-interval-updates", 2, "--keep-interval-updates", 5,
-            "--no-epoch-checkpoints", *extra]
-
-
-def train(data_bin, save_dir, arch, max_update, extra=()):
-    return run("fairseq_cli.train", train_flags(data_bin, save_dir, arch, max_update, extra=extra)).stdout
+EVAL_BLEU = ["--arch", "transformer_sape_tiny", "--eval-bleu", "--eval-bleu-args", '{"beam": 1}', "--eval-bleu-detok",
+             "space", "--best-checkpoint-metric", "bleu", "--maximize-best-checkpoint-metric", *EVERY_TWO_UPDATES]
 
 
 def generate_flags(data_bin, checkpoint, user_dir=PLUGIN):
@@ -51,9 +42,7 @@ def test_eval_bleu_checkpoint_loads_safely_everywhere(data_bin, tmp_path):
     """A checkpoint trained with --eval-bleu stores numpy BLEU counts; it loads in fairseq-generate,
     fairseq-interactive and training resume with weights_only=True, and pe_plugin's allow-list is needed."""
     save = tmp_path / "ck"
-    train(data_bin, save, "transformer_sape_tiny", max_update=2, extra=[
-        "--eval-bleu", "--eval-bleu-args", '{"beam": 1}', "--eval-bleu-detok", "space",
-        "--best-checkpoint-metric", "bleu", "--maximize-best-checkpoint-metric"])
+    fairseq_train(data_bin, save, *EVAL_BLEU, "--max-update", 2, own_process=True)  # (a new interpreter: safe loading)
     ckpt = save / "checkpoint_last.pt"
     probe = (
         "import sys, torch, pickle\n"
@@ -75,7 +64,5 @@ def test_eval_bleu_checkpoint_loads_safely_everywhere(data_bin, tmp_path):
         input="w1 w2 w3\nw4 w5\n", capture_output=True, text=True, env=SAFE_ENV)
     assert inter.returncode == 0, inter.stderr[-3000:]
     assert sum(1 for line in inter.stdout.splitlines() if line.startswith("H-")) == 2
-    log = train(data_bin, save, "transformer_sape_tiny", max_update=3, extra=[
-        "--eval-bleu", "--eval-bleu-args", '{"beam": 1}', "--eval-bleu-detok", "space",
-        "--best-checkpoint-metric", "bleu", "--maximize-best-checkpoint-metric"])
+    log = fairseq_train(data_bin, save, *EVAL_BLEU, "--max-update", 3, own_process=True).stdout  # (its logs)
     assert re.search(r"Loaded checkpoint .*checkpoint_last\.pt \(epoch \d+ @ 2 updates\)", log)

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 import torch
-from pe_testing import PLUGIN, REPO, SAFE_ENV, TRAIN_FLAGS, run
+from pe_testing import PLUGIN, REPO, SAFE_ENV, fairseq_train, run
 
 from pe_plugin import hub as pe_hub
 from pe_plugin.safe_load import load_checkpoint
@@ -34,13 +34,9 @@ def write_text_corpus(out):
     return out
 
 
-def train(data, save, arch, updates, extra=()):
-    run("fairseq_cli.train", [
-        data, "--user-dir", PLUGIN, "--arch", arch, *TRAIN_FLAGS, "--max-tokens", 2000, "--lr", "3e-3",
-        "--dropout", "0.1",  # on in training, so that a hub left in training mode would differ
-        "--max-source-positions", L_MAX, "--max-target-positions", L_MAX, "--save-dir", save,
-        "--max-update", updates, "--no-epoch-checkpoints", *extra])
-    return save
+# fairseq-train's flags here (after pe_testing's): dropout on, so that a hub left in training mode would differ
+HUB_TRAINING = ["--max-tokens", 2000, "--lr", "3e-3", "--dropout", "0.1", "--max-source-positions", L_MAX,
+                "--max-target-positions", L_MAX, "--no-epoch-checkpoints"]
 
 
 @pytest.fixture(scope="module")
@@ -50,8 +46,10 @@ def trained(tmp_path_factory):
     data = root / "data"
     run("pe_tools.data.cli", ["raw", "--src", "en", "--tgt", "de", "--train", raw / "train", "--valid", raw / "valid",
                               "--test", raw / "test", "--out", data, "--bpe-merges", 200, "--workers", 1], cwd=REPO)
-    posnet = train(data, root / "posnet", "transformer_posnet_embed_tiny", 150)
-    stock = train(data, root / "stock", "transformer_tiny", 10, ["--source-lang", "en", "--target-lang", "de"])
+    posnet, stock = root / "posnet", root / "stock"
+    fairseq_train(data, posnet, "--arch", "transformer_posnet_embed_tiny", "--max-update", 150, *HUB_TRAINING)
+    fairseq_train(data, stock, "--arch", "transformer_tiny", "--max-update", 10, *HUB_TRAINING, "--source-lang", "en",
+                  "--target-lang", "de")
     gen = run("fairseq_cli.generate", [
         data, "--user-dir", PLUGIN, "--path", posnet / "checkpoint_best.pt", "--cpu", "--beam", DECODING["beam"],
         "--lenpen", DECODING["lenpen"], "--max-len-a", DECODING["max_len_a"], "--max-len-b", DECODING["max_len_b"],

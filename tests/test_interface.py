@@ -6,7 +6,7 @@ import pytest
 import torch
 from fairseq.modules import MultiheadAttention, SinusoidalPositionalEmbedding
 from fairseq.modules.positional_embedding import PositionalEmbedding
-from pe_testing import PLUGIN, TRAIN_FLAGS, build_model, call_main, run
+from pe_testing import build_model, call_main, fairseq_train, run
 
 from pe_plugin.encodings import PE_REGISTRY, config_fields
 from pe_plugin.encoding_parts.base import Dims, PositionalEncoding, Positions
@@ -71,31 +71,23 @@ def test_signature_names_the_sides_that_have_the_encoding(data_bin, arch, extra,
         assert sig.endswith(" ; pe:nope|side:decoder"), sig
 
 
-# ---- bad input ---------------------------------------------------------------------------------------
-def _train_error(data_bin, tmp_path, *extra):
-    """fairseq-train's error for these flags, its cli_main called in this interpreter (the console script's own
-    errors, in processes of their own: test_cli_output)."""
-    from fairseq_cli import train
-
-    proc = call_main(lambda argv: train.cli_main(), [data_bin, "--user-dir", PLUGIN, *TRAIN_FLAGS, "--max-update", 1,
-                                                     "--save-dir", tmp_path, *extra], prog="fairseq-train")
-    assert proc.returncode != 0
-    return proc.stdout + proc.stderr
-
-
+# ---- bad input: fairseq-train's errors, its cli_main called in this interpreter (the console script's own
+# errors, in processes of their own: test_cli_output) ----------------------------------------------------
 def test_unknown_architecture_lists_the_valid_ones(data_bin, tmp_path):
-    out = _train_error(data_bin, tmp_path, "--arch", "transformer_fancy_tiny")
+    out = fairseq_train(data_bin, tmp_path, "--max-update", 1, "--arch", "transformer_fancy_tiny", fails=True).stderr
     assert "invalid choice: 'transformer_fancy_tiny'" in out
     assert "transformer_sape_tiny" in out and "transformer_nope_wmt_en_de" in out
 
 
 def test_unknown_encoding_lists_the_valid_ones(data_bin, tmp_path):
-    out = _train_error(data_bin, tmp_path, "--arch", "pe_transformer", "--pe", "fancy")
+    out = fairseq_train(data_bin, tmp_path, "--max-update", 1, "--arch", "pe_transformer", "--pe", "fancy",
+                        fails=True).stderr
     assert "invalid choice: 'fancy'" in out and "sape" in out and "lape" in out
 
 
 def test_encoding_and_architecture_must_agree(data_bin, tmp_path):
-    out = _train_error(data_bin, tmp_path, "--arch", "transformer_sape_tiny", "--pe", "lape")
+    out = fairseq_train(data_bin, tmp_path, "--max-update", 1, "--arch", "transformer_sape_tiny", "--pe", "lape",
+                        fails=True).stderr
     assert "fixes the encoding to 'sape'" in out and "transformer_lape_tiny" in out
 
 
@@ -104,7 +96,8 @@ def test_encoding_and_architecture_must_agree(data_bin, tmp_path):
     ("--encoder-learned-pos", "transformer_lape_<size>"),
 ])
 def test_stock_position_flags_are_rejected(data_bin, tmp_path, flag, hint):
-    out = _train_error(data_bin, tmp_path, "--arch", "transformer_sape_tiny", flag)
+    out = fairseq_train(data_bin, tmp_path, "--max-update", 1, "--arch", "transformer_sape_tiny", flag,
+                        fails=True).stderr
     assert flag in out and hint in out
 
 
@@ -113,7 +106,8 @@ def test_flag_of_another_encoding_is_rejected(data_bin, tmp_path):
     other = next(n for n in PE_REGISTRY if flag not in config_fields(PE_REGISTRY[n]))
     field = next(f for f in PE_REGISTRY[owner].config_cls.__dataclass_fields__.values() if f.name == flag)
     value = str(field.default).lower() if isinstance(field.default, bool) else str(field.default)
-    out = _train_error(data_bin, tmp_path, "--arch", f"transformer_{other}_tiny", "--" + flag.replace("_", "-"), value)
+    out = fairseq_train(data_bin, tmp_path, "--max-update", 1, "--arch", f"transformer_{other}_tiny",
+                        "--" + flag.replace("_", "-"), value, fails=True).stderr
     assert f"--{flag.replace('_', '-')} is a flag of pe '{owner}'" in out
 
 
@@ -124,7 +118,7 @@ def test_share_all_embeddings_needs_a_joined_dictionary(data_bin, tmp_path):
     shutil.copytree(data_bin, split)
     with open(split / "dict.de.txt", "a") as f:
         f.write("onlyintarget 1\n")
-    out = _train_error(split, tmp_path / "ck", "--arch", "transformer_sape_tiny")
+    out = fairseq_train(split, tmp_path / "ck", "--max-update", 1, "--arch", "transformer_sape_tiny", fails=True).stderr
     assert "--share-all-embeddings" in out and "--joined-dictionary" in out
 
 

@@ -6,27 +6,24 @@ import math
 import pytest
 import torch
 
-from pe_plugin.encodings import PE_REGISTRY
-from pe_plugin.encoding_parts.base import Dims, Positions
+from pe_plugin.encoding_parts.base import Positions
+from pe_testing import make_attention, make_pe
 from test_relative import future_mask, padded_input
-from test_rope_alibi import make_attention
 
 C, H = 16, 2
 
 
-def make_pe(name, side):
-    """KERPLE (no flags) with r1, r2 drawn away from the clamp."""
-    pe = PE_REGISTRY[name].build(None, Dims(C, H, 2, 64, 1, side), {})
+def away_from_the_clamp(pe):
+    """r1, r2 drawn away from the positivity clamp."""
     torch.manual_seed(0)
     with torch.no_grad():
         pe.r1.uniform_(0.5, 2.0)
         pe.r2.uniform_(0.2, 1.5)
-    return pe.eval()
 
 
 @pytest.mark.parametrize("side", ["encoder", "decoder"])
 def test_kerple_bias_is_the_closed_form(side):
-    pe = make_pe("kerple", side)
+    pe = make_pe("kerple", side, init=away_from_the_clamp)
     with torch.no_grad():
         pe.r1.copy_(torch.tensor([0.5, 1.5]).view(H, 1, 1))
         pe.r2.copy_(torch.tensor([0.25, 2.0]).view(H, 1, 1))
@@ -42,7 +39,7 @@ def test_kerple_bias_is_the_closed_form(side):
 
 
 def test_kerple_parameters_stay_positive():
-    pe = make_pe("kerple", "encoder")
+    pe = make_pe("kerple", "encoder", init=away_from_the_clamp)
     with torch.no_grad():
         pe.r1.fill_(-3.0)
         pe.r2.fill_(-1.0)
@@ -53,7 +50,7 @@ def test_kerple_parameters_stay_positive():
 @pytest.mark.parametrize("side", ["encoder", "decoder"])
 def test_kerple_attention_equals_naive_attention(side):
     """Per head and sentence, softmax(q k^T - r1 log(1 + r2 |i - j|) + masks) v over the real tokens."""
-    attn = make_attention(make_pe("kerple", side))
+    attn = make_attention(make_pe("kerple", side, init=away_from_the_clamp))
     x, pad = padded_input(side)
     causal = side == "decoder"
     out, _ = attn(x, x, x, key_padding_mask=pad, attn_mask=future_mask(x.size(0)) if causal else None,
@@ -81,7 +78,7 @@ def test_kerple_attention_equals_naive_attention(side):
 def test_kerple_bias_on_distances_equals_the_pairwise_equation(tq, tk):
     """The bias built on the call's W distinct distances and laid out by a strided view (positions from a mask)
     equals the equation on the (Tq,Tk) distances (positions given as values), values and gradients of r1, r2."""
-    pe = make_pe("kerple", "encoder").double()
+    pe = make_pe("kerple", "encoder", init=away_from_the_clamp).double()
     by_columns = Positions.from_mask(None, tq, tk, "cpu")
     by_values = Positions(torch.arange(tk - tq, tk).unsqueeze(0), torch.arange(tk).unsqueeze(0))
     w = torch.randn(H, tq, tk, dtype=torch.double)

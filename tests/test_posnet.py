@@ -14,10 +14,10 @@ import torch
 import torch.nn.functional as F
 
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]  # also as a script
-from pe_testing import (PLUGIN, TRAIN_FLAGS, assert_micro_batches_add_up, batch, build_model,  # noqa: E402
+from pe_testing import (PLUGIN, TRAIN_FLAGS, assert_micro_batches_add_up, batch, build_model, make_pe,  # noqa: E402
                         parse_train_args, rescore_max_diff, run)
 
-from pe_plugin.encoding_parts.base import Dims, Positions  # noqa: E402
+from pe_plugin.encoding_parts.base import Positions  # noqa: E402
 from pe_plugin.encodings.posnet_attention import PosNetAttention, PosNetAttnConfig  # noqa: E402
 from pe_plugin.encodings.posnet_embedding import PosNetEmbedConfig, PosNetEmbedding  # noqa: E402
 from pe_plugin.encoding_parts.posnet_kernels import positional_matmul, rotation_index  # noqa: E402
@@ -96,15 +96,14 @@ def test_positional_matmul_decoding_step_uses_its_own_position():
         torch.testing.assert_close(positional_matmul(u, phi, pos), loop_matmul(u, phi, pos, torch.ones(3, 1)))
 
 
-def _module(cls, cfg_cls, lmax=12, **cfg):
-    cfg = cfg_cls(**{"posnet_init": "per-matrix", "posnet_max_positions": lmax, **cfg})
-    dims = Dims(embed_dim=16, num_heads=2, num_layers=2, max_positions=lmax, padding_idx=1, side="encoder")
-    return cls.build(cfg, dims, {}).eval()
+def _module(name, lmax=12, **cfg):
+    """Encoding ``name`` at L_max ``lmax``, the per-matrix initialisation unless ``cfg`` says."""
+    return make_pe(name, max_positions=lmax, **{"posnet_init": "per-matrix", "posnet_max_positions": lmax, **cfg})
 
 
 def test_embed_equals_released_broadcast_and_per_token_loop():
     torch.manual_seed(0)
-    pe = _module(PosNetEmbedding, PosNetEmbedConfig, posnet_dim=8)
+    pe = _module("posnet_embed", posnet_dim=8)
     w1, w2, phi = (pe.kernels[k] for k in ("w1", "w2", "phi"))
     x = torch.randn(3, 6, 16)
     # released (posnet/modules.py): (X W1).unsqueeze(2).matmul(phi[:T]), ReLU, W2, dropout, residual
@@ -121,7 +120,7 @@ def test_embed_equals_released_broadcast_and_per_token_loop():
 
 def test_attn_transform_values_equals_per_token_loop():
     torch.manual_seed(0)
-    pe = _module(PosNetAttention, PosNetAttnConfig, posnet_attn_per_layer=True)
+    pe = _module("posnet_attn", posnet_attn_per_layer=True)
     v = torch.randn(3, 2, 6, 8)  # (B,H,T,d)
     pos, nonpad = padded_positions([6, 4, 1], 6, left=True)
     for layer in (0, 1):
@@ -138,7 +137,7 @@ def test_attn_transform_values_equals_per_token_loop():
 def test_attn_training_applies_its_dropout_to_the_branch_only(from_mask):
     """v' = v + Dropout(ReLU(v phi_p)) in training (--posnet-dropout 0.3): the reference draws the same mask from
     the same seed (a dropout of ones of v's shape) and applies it to the per-token loop's branch, not to v."""
-    pe = _module(PosNetAttention, PosNetAttnConfig, posnet_dropout=0.3)
+    pe = _module("posnet_attn", posnet_dropout=0.3)
     pe.train()
     torch.manual_seed(0)
     v = torch.randn(3, 2, 6, 8)  # (B,H,T,d)
@@ -162,7 +161,7 @@ def test_attn_branch_equals_relu_and_saves_only_its_product_input(from_mask):
     gradients. A full pass (positions from the padding mask: the rotated product) keeps for backward one float
     tensor of v's size (the rotated values, bmm's input), a bool mask and indices; F.relu kept its output too."""
     torch.manual_seed(0)
-    pe = _module(PosNetAttention, PosNetAttnConfig).double()
+    pe = _module("posnet_attn").double()
     phis = pe.kernels["phi"]  # (1, L_max, d, d)
     v = torch.randn(3, 2, 6, 8, dtype=torch.double, requires_grad=True)  # (B,H,T,d)
     pos, nonpad = padded_positions([6, 4, 1], 6, left=True)
@@ -370,9 +369,9 @@ def test_sides_and_flag_validation(data_bin):
 def test_init_and_dropout_flags():
     torch.manual_seed(0)
     for init, std in (("released", (2 / (32 ** 2 + 500 * 32)) ** 0.5), ("per-matrix", 32 ** -0.5)):
-        phi = _module(PosNetEmbedding, PosNetEmbedConfig, lmax=500, posnet_dim=32, posnet_init=init).kernels["phi"]
+        phi = _module("posnet_embed", lmax=500, posnet_dim=32, posnet_init=init).kernels["phi"]
         assert abs(phi.std().item() / std - 1) < 0.01, (init, phi.std().item(), std)  # 512k samples
-    pe = _module(PosNetEmbedding, PosNetEmbedConfig, posnet_dim=8, posnet_dropout=0.5)
+    pe = _module("posnet_embed", posnet_dim=8, posnet_dropout=0.5)
     x, pos = torch.randn(2, 5, 16), Positions.for_tokens(torch.zeros(2, 5).long(), 1)
     evaluated = pe.embed(x, pos)
     branch = pe.train().embed(x, pos) - x  # the dropped-out branch: zeros or 2x the eval branch
@@ -388,7 +387,7 @@ def test_half_precision_matches_float32(cls, cfg_cls, left):
     """CPU float16 (bmm, matmul, relu, index ops all run in half on CPU, no bfloat16 stand-in needed) is within
     2e-3 of the output's scale of float32 (measured ~5e-4, one half-precision rounding of the output)."""
     torch.manual_seed(0)
-    pe = _module(cls, cfg_cls, lmax=64)
+    pe = _module(cls.name, lmax=64)
     pos, nonpad = padded_positions([40, 25, 3], 40, left=True) if left else (torch.arange(40).unsqueeze(0), None)
     x = torch.randn(3, 40, 16) if cls is PosNetEmbedding else torch.randn(3, 2, 40, 8)
 

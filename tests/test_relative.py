@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 import pe_testing
-from pe_testing import logit_bias
+from pe_testing import logit_bias, make_attention, make_pe
 from pe_plugin.encodings import PE_REGISTRY
 from pe_plugin.encoding_parts.base import Dims, Positions
 from pe_plugin.encoding_parts.relative import (buckets_to_pairs, call_offsets, clip_to_offsets, clipped_index,
@@ -40,13 +40,6 @@ CASES = [
 ]
 
 
-def make_pe(name, side, max_positions=64, **overrides):
-    cls = PE_REGISTRY[name]
-    pe = cls.build(cls.config_cls(**overrides), Dims(C, H, LAYERS, max_positions, 1, side), {})
-    excite(pe)
-    return pe.eval()
-
-
 def excite(pe):
     """Large random encoding parameters, so that a missing or misplaced term shows in every comparison."""
     torch.manual_seed(0)
@@ -56,11 +49,6 @@ def excite(pe):
                 p.uniform_(0.02 * pe.max_length, 0.3 * pe.max_length)
             else:
                 p.normal_(0, 1.0)
-
-
-def make_attention(pe, layer=1):
-    torch.manual_seed(1)
-    return PEAttention(C, H, pe, layer).eval()
 
 
 # ---- independent references -------------------------------------------------------------------------
@@ -250,7 +238,7 @@ def test_strided_position_bias_equals_the_indexed_equation(name, overrides, side
     """T5 and AT5 on positions made from a mask (strided views, a one-hot product: no index, so no index_put in
     backward) against the same positions given as values (``E[bucket(rel)]``, the MLP gathered per pair), in
     float64: the bias and the gradients of every parameter. Lengths beyond T5's max distance reach its tails."""
-    pe = make_pe(name, side, **overrides).double()
+    pe = make_pe(name, side, init=excite, **overrides).double()
     columns = Positions.from_mask(None, tq, tk, "cpu")
     values = Positions(torch.arange(tk - tq, tk)[None], torch.arange(tk)[None])
     assert columns.columns and not values.columns and torch.equal(columns.rel, values.rel)
@@ -270,7 +258,7 @@ def test_strided_position_bias_equals_the_indexed_equation(name, overrides, side
 @pytest.mark.parametrize("side", ["encoder", "decoder"])
 @pytest.mark.parametrize("case,name,overrides", CASES, ids=[c[0] for c in CASES])
 def test_attention_matches_naive_reference(case, name, overrides, side):
-    attn = make_attention(make_pe(name, side, **overrides))
+    attn = make_attention(make_pe(name, side, init=excite, **overrides))
     x, pad = padded_input(side)
     mask = future_mask(x.size(0)) if side == "decoder" else None
     expected = naive_attention(attn, x, pad, causal=side == "decoder")
@@ -285,7 +273,7 @@ def test_gradients_match_naive_reference(case, name, overrides):
     """Gradients reach the encoding's parameters through the fused kernel's float mask, and are right."""
     grads = []
     for fn in ("module", "naive"):
-        attn = make_attention(make_pe(name, "encoder", **overrides))
+        attn = make_attention(make_pe(name, "encoder", init=excite, **overrides))
         x, pad = padded_input("encoder")
         if fn == "module":
             out, _ = attn(x, x, x, key_padding_mask=pad, need_weights=False)
@@ -299,7 +287,7 @@ def test_gradients_match_naive_reference(case, name, overrides):
 
 @pytest.mark.parametrize("case,name,overrides", CASES, ids=[c[0] for c in CASES])
 def test_incremental_steps_equal_full_pass(case, name, overrides):
-    attn = make_attention(make_pe(name, "decoder", **overrides))
+    attn = make_attention(make_pe(name, "decoder", init=excite, **overrides))
     torch.manual_seed(3)
     x = torch.randn(9, 2, C)
     full, _ = attn(x, x, x, attn_mask=future_mask(9), need_weights=False)
@@ -334,7 +322,7 @@ def assert_value_term_depends_only_on_distance(pe):
 def test_bias_depends_only_on_distance(case, name, overrides, side):
     """Same q at every position: the bias is Toeplitz (a function of j - i), whatever the offset of the
     positions; a decoding step's row equals the full pass's last row."""
-    pe = make_pe(name, side, **overrides)
+    pe = make_pe(name, side, init=excite, **overrides)
     q = torch.randn(1, H, 1, D).expand(2, H, 12, D)
     full = logit_bias(pe, q, Positions(torch.arange(12)[None], torch.arange(12)[None]), 1)
     if full is None:  # values-only Shaw: no logit term; its value term is the property's subject
@@ -361,7 +349,7 @@ def test_bias_depends_only_on_distance(case, name, overrides, side):
 
 
 def test_rpe_clips_beyond_k():
-    pe = make_pe("rpe", "encoder", rpe_max_relative_position=3)
+    pe = make_pe("rpe", "encoder", rpe_max_relative_position=3, init=excite)
     q = torch.randn(1, H, 1, D).expand(1, H, 20, D)
     pos = Positions(torch.arange(20)[None], torch.arange(20)[None])
     bias = logit_bias(pe, q, pos, 0)[0, :, 10]  # (H, Tk): query 10
@@ -375,7 +363,7 @@ def test_rpe_clips_beyond_k():
 
 
 def test_t5_bias_is_query_independent_and_keeps_the_fused_kernel(monkeypatch):
-    attn = make_attention(make_pe("t5", "encoder", t5_num_buckets=8, t5_max_distance=6))
+    attn = make_attention(make_pe("t5", "encoder", t5_num_buckets=8, t5_max_distance=6, init=excite))
     x, pad = padded_input("encoder")
     bias = logit_bias(attn.pe, torch.randn(3, H, 11, D), Positions(torch.arange(11)[None], torch.arange(11)[None]), 0)
     assert bias.shape == (1, H, 11, 11)
@@ -388,7 +376,7 @@ def test_t5_bias_is_query_independent_and_keeps_the_fused_kernel(monkeypatch):
 
 
 def test_at5_saturates_and_uses_the_right_branch():
-    pe = make_pe("at5", "encoder")
+    pe = make_pe("at5", "encoder", init=excite)
     r = torch.tensor([-10 ** 6, -1, 0, 1, 10 ** 6])
     g = pe.offset_bias(r)  # (H, 5)
     ones = torch.ones(1)
@@ -398,14 +386,14 @@ def test_at5_saturates_and_uses_the_right_branch():
             x = torch.sigmoid(x @ pe.w2[side, h] + pe.c2[side, h, 0])
             assert torch.allclose(g[h, col], (x @ pe.w3[side, h])[0, 0] + pe.c3[side, h, 0, 0], atol=1e-5)
     assert not torch.allclose(g[:, 0], g[:, 4])  # separate MLPs per direction
-    causal = make_pe("at5", "decoder")
+    causal = make_pe("at5", "decoder", init=excite)
     assert causal.slope.size(0) == 1 and (causal.offset_bias(torch.arange(1, 5)) == 0).all()
 
 
 def test_at5_decoding_step_bias_is_the_full_row_not_the_official_constant():
     """The official code slices its bias grid to [:1, :1] at each decoding step and broadcasts the
     distance-0 value over all keys (docs/encodings.md §D8); ours is the full pass's row for the last query."""
-    pe = make_pe("at5", "decoder")
+    pe = make_pe("at5", "decoder", init=excite)
     t = 10
     q = torch.zeros(1, H, t, D)
     full = logit_bias(pe, q, Positions(torch.arange(t)[None], torch.arange(t)[None]), 0)  # (1,H,T,T)
@@ -419,7 +407,7 @@ def test_at5_decoding_step_bias_is_the_full_row_not_the_official_constant():
 def test_fp16_matches_fp32(case, name, overrides):
     """CPU half: biases cast to half without overflow (masks are -inf, never a large finite constant) and
     the output matches fp32 within 2e-2 (outputs are O(1); fp16 has 11 significant bits)."""
-    attn = make_attention(make_pe(name, "decoder", **overrides))
+    attn = make_attention(make_pe(name, "decoder", init=excite, **overrides))
     x, pad = padded_input("decoder")
     mask = future_mask(x.size(0))
     ref, _ = attn(x, x, x, key_padding_mask=pad, attn_mask=mask, need_weights=False)
@@ -675,7 +663,7 @@ def test_at5_training_bias_applies_the_mlp_dropout_after_the_first_sigmoid(side,
     """In training, g(f) = W3 sigmoid(W2 drop(sigmoid(W1 f + c1)) + c2) + c3 with the default dropout 0.5, one mask
     per (side, head, offset, unit): the reference draws the same mask from the same seed (a dropout of ones of the
     (S,H,R,l1) shape) and evaluates the MLP per offset and head in float64."""
-    pe = make_pe("at5", side)  # default --at5-mlp-dropout 0.5
+    pe = make_pe("at5", side, init=excite)  # default --at5-mlp-dropout 0.5
     pe.train()
     t = 7
     pos = Positions.from_mask(None, t, t, "cpu") if from_mask else Positions(torch.arange(t)[None], torch.arange(t)[None])
@@ -724,6 +712,6 @@ def test_t5_settings_without_room_for_log_buckets_are_refused(side, buckets, dis
     A maximum distance at or below the exact ones, or under 2 buckets per direction, is refused with the counts
     as whole numbers: exact = N // 2 // 2 (encoder) or N // 2 (decoder), computed here from the definition."""
     with pytest.raises(ValueError) as err:
-        make_pe("t5", side, t5_num_buckets=buckets, t5_max_distance=distance)
+        make_pe("t5", side, t5_num_buckets=buckets, t5_max_distance=distance, init=excite)
     assert f"--t5-num-buckets {buckets} / --t5-max-distance {distance}" in str(err.value)
     assert f"above the {exact} exact buckets" in str(err.value)

@@ -18,25 +18,14 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import pe_testing
-from pe_testing import logit_bias
-from pe_plugin.encodings import PE_REGISTRY
-from pe_plugin.encoding_parts.base import Dims, Positions, as_positions
+from pe_testing import logit_bias, make_attention, make_pe
+from pe_plugin.encoding_parts.base import Positions, as_positions
 from pe_plugin.modules import pe_attention
 from pe_plugin.modules.pe_attention import PEAttention
 from pe_tools.fairseq_plugin import CPU_FP16_FLAGS
 
 C, H, LAYERS = 16, 2, 2
 D = C // H
-
-
-def make_pe(name, side, heads=H, dim=C, max_positions=64, **overrides):
-    cls = PE_REGISTRY[name]
-    return cls.build(cls.config_cls(**overrides), Dims(dim, heads, LAYERS, max_positions, 1, side), {}).eval()
-
-
-def make_attention(pe, layer=1, dim=C, heads=H):
-    torch.manual_seed(1)
-    return PEAttention(dim, heads, pe, layer).eval()
 
 
 def future_mask(t):

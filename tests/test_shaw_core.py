@@ -8,12 +8,9 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from pe_plugin.encodings import PE_REGISTRY
-from pe_plugin.encoding_parts.base import Dims
 from pe_plugin.encoding_parts.relative import clipped_onehot
 from pe_plugin.encodings.shaw import shaw_attention
-from pe_plugin.modules.pe_attention import PEAttention
-from pe_testing import OpLog
+from pe_testing import OpLog, make_attention, make_pe
 
 C, H, LAYERS = 16, 2, 2
 D = C // H
@@ -26,17 +23,19 @@ CONFIGS = {
 }
 
 
-def make(config, side, impl, c=C):
-    """A float64 attention layer (model dimension ``c``, H heads) with Shaw's RPE of ``config``, large random tables."""
-    cls = PE_REGISTRY["rpe"]
-    pe = cls.build(cls.config_cls(**CONFIGS[config]), Dims(c, H, LAYERS, 64, 1, side), {})
+def large_tables(pe):
     torch.manual_seed(0)
     with torch.no_grad():
         for p in pe.parameters():
             p.normal_(0, 1.0)
+
+
+def make(config, side, impl, c=C):
+    """A float64 attention layer (model dimension ``c``, H heads), in training mode, with Shaw's RPE of ``config``,
+    large random tables."""
+    pe = make_pe("rpe", side, dim=c, heads=H, layers=LAYERS, init=large_tables, **CONFIGS[config])
     pe.attention_impl = impl
-    torch.manual_seed(1)
-    return PEAttention(c, H, pe, 1).double()
+    return make_attention(pe).train().double()
 
 
 def padded(side, t=9, lengths=(9, 6, 3)):

@@ -20,8 +20,8 @@ import sys
 from types import SimpleNamespace
 
 import pytest
-from pe_testing import REPO, SAFE_ENV, call_main, run
-from test_end_to_end import n_hypotheses, n_test, train_flags
+from pe_testing import EVERY_TWO_UPDATES, REPO, SAFE_ENV, call_main, run, train_args
+from test_end_to_end import n_hypotheses, n_test
 
 from pe_plugin import log_noise as plugin_log_noise
 from pe_plugin import naming as plugin_naming
@@ -206,12 +206,13 @@ def _assert_standalone_run(out: str, standalone):
 
 
 def _train_all(standalone, data_bin, runs: dict, max_update: int) -> dict:
-    """fairseq-train --user-dir COPY (test_end_to_end's flags) for each {pe: save dir}, all in one process (the
+    """fairseq-train --user-dir COPY (pe_testing.train_args) for each {pe: save dir}, all in one process (the
     probe's, through standalone_drive): {pe: its run, with the exit status and output of that run, the probe's
     report of the process appended}. A process that died leaves its status and whole output to every run it did
     not finish."""
-    jobs = {pe: [str(a) for a in train_flags(data_bin, save, plugin_naming.arch_name(
-        pe, plugin_naming.SUFFIX_OF_CLASS["tiny"]), max_update, standalone.copy)] for pe, save in runs.items()}
+    jobs = {pe: [str(a) for a in train_args(data_bin, save, "--arch", plugin_naming.arch_name(
+        pe, plugin_naming.SUFFIX_OF_CLASS["tiny"]), "--max-update", max_update, *EVERY_TWO_UPDATES,
+        user_dir=standalone.copy)] for pe, save in runs.items()}
     path = runs[next(iter(runs))].parent / f"jobs{max_update}.json"
     path.write_text(json.dumps(jobs))
     proc = run("standalone_probe", ["standalone_drive", path], cwd=standalone.cwd, env=standalone.env, check=False)
