@@ -2,8 +2,8 @@
 """The GPU measurements in one call of at most 8 minutes: every step a `pe-bench` command with its own time budget,
 every output written as it goes, and the same command resuming what a cut window left.
 
-    scripts/gpu_benchmarks.sh OUTDIR [--wheels DIR] [--budget 470]     # on a GPU node (installs DIR first)
-    python scripts/gpu_window.py OUTDIR --budget 470                    # the same, fairseq already installed
+    scripts/gpu_benchmarks.sh OUTDIR [--wheels DIR] [--budget 450]     # on a GPU node (installs DIR first)
+    python scripts/gpu_window.py OUTDIR --budget 450                    # the same, fairseq already installed
     python scripts/gpu_window.py OUTDIR --rehearse                      # the CPU rehearsal at tiny size
 
 Steps, in this order (budgets in seconds; ``--budget`` counts from ``--started-at``, the wrapper's start, so the
@@ -11,7 +11,7 @@ wheels' install is inside it):
 
   a  speed_splits  110  SAPE base at 4,096 x 8 and at the recipe's choice on this GPU (pe-train's auto), three
                         interleaved rounds in one run: the words/s of 32,768-token updates against 4,096 x 8
-  b  speed_all     230  every encoding and stock fairseq at the recipe's choice, three rounds, against the goals of
+  b  speed_all     220  every encoding and stock fairseq at the recipe's choice, three rounds, against the goals of
                         examples/benchmarks/gpu/goals.json
   c  fp16_triton    30  Shaw RPE with --pe-attention-impl triton against the fp32 reference in fp16
   c  speed_triton  rest Shaw RPE triton against auto, three rounds (only when fp16_triton agrees)
@@ -48,7 +48,7 @@ BENCH = [sys.executable, "-m", "pe_tools.bench.cli"]  # how a step runs pe-bench
 PROBE = [sys.executable, "-c", "import torch, fairseq, platform, json; print(json.dumps(dict(python=platform."
          "python_version(), torch=torch.__version__, cuda=torch.version.cuda, fairseq=fairseq.__version__, device="
          "torch.cuda.get_device_name() if torch.cuda.is_available() else 'cpu')))"]  # the environment, logged first
-BUDGETS = {"speed_splits": 110, "speed_all": 230, "fp16_triton": 30, "speed_triton": None}
+BUDGETS = {"speed_splits": 110, "speed_all": 220, "fp16_triton": 30, "speed_triton": None}
 WINDOW = ["--warmup", "2", "--timed", "5", "--profiled", "1", "--rounds", "3"]
 GPU = {"size": ["--size", "base"], "split": "4096x8", "window": WINDOW, "device": "cuda",
        "corpus": ["--sentences", "100000", "--vocab", "40000"], "fp16": ["--size", "base"], "triton": []}
@@ -71,7 +71,8 @@ def steps(out: Path, work: Path, data: Path, p: dict) -> list:
         return ["--out-dir", str(work / name), "--json", str(out / f"{name}.json")]
 
     return [
-        ("speed_splits", "a", [*speed, "--rows", f"sape@{p['split']}", "sape", *outputs("speed_splits")]),
+        ("speed_splits", "a", [*speed, "--rows", f"sape@{p['split']}", "sape", "--goals", str(GOALS),
+                               *outputs("speed_splits")]),
         ("speed_all", "b", [*speed, "--rows", "all", "--goals", str(GOALS), *outputs("speed_all")]),
         ("fp16_triton", "c", ["fp16", "--device", p["device"], *p["fp16"], "--methods", "rpe", "--impl", "triton",
                               "--json", str(out / "fp16_triton.json")]),
@@ -100,7 +101,7 @@ def triton_agrees(path: Path) -> bool:
 def parse(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out", help="the folder of the outputs (resumed when it holds partial ones)")
-    parser.add_argument("--budget", type=float, default=470, help="seconds for everything (default: 470)")
+    parser.add_argument("--budget", type=float, default=450, help="seconds for everything (default: 450)")
     parser.add_argument("--started-at", type=float, help="the wrapper's start (time.time()); default: now")
     parser.add_argument("--data", help="the corpus folder (default: $TMPDIR/pe_wmt_shaped[_tiny])")
     parser.add_argument("--rehearse", action="store_true", help="the CPU rehearsal at tiny size")
@@ -116,7 +117,7 @@ def run(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     log = out / "log.txt"
     data = Path(args.data or Path(tempfile.gettempdir()) / ("pe_wmt_shaped_tiny" if args.rehearse else "pe_wmt_shaped"))
-    env = dict(os.environ, PYTHONWARNINGS="ignore", PYTHONUNBUFFERED="1")
+    env = dict(os.environ, PYTHONWARNINGS="ignore", PYTHONUNBUFFERED="1", LOGLEVEL="WARNING")  # fairseq: no config dumps
     env["PYTHONPATH"] = os.pathsep.join(x for x in (str(REPO), env.get("PYTHONPATH")) if x)  # this checkout's code
     if args.rehearse:
         env["TRITON_INTERPRET"] = "1"  # Shaw's Triton kernels in Triton's interpreter on the CPU

@@ -256,3 +256,32 @@ def test_a_real_run_on_the_cpu(corpus, tmp_path):
     t5 = next(r for r in data["results"] if r["pe"] == "t5")
     assert t5["rounds"] == 2 and t5["step_to_sape"]["n"] == 2 and t5["peak_to_sape"]["min"] > 0
     assert "| t5/tiny@256x4 |" in (tmp_path / "train_speed.md").read_text()
+
+
+@pytest.mark.slow
+def test_host_syncs_of_a_whole_update_are_counted_exactly(corpus):
+    """Every op that reads a value back from the device (a host sync on CUDA) in one whole update, fairseq's trainer
+    included, counted on the CPU: SAPE (tiny, recipe wmt14) has 5 a update (the trainer's: gradient norm, loss
+    scale, logging) and 4 a micro-batch (the criterion's logged figures); stock fairseq 6 more a micro-batch (its
+    padding checks, which the plugin's layers do not make). A sync added to the plugin's forward shows here."""
+    from types import SimpleNamespace
+
+    from pe_plugin.encodings import PE_REGISTRY
+
+    out, _ = corpus
+
+    def syncs(pe, split):
+        ns = SimpleNamespace(data=str(out), recipe="wmt14", pair="en-de", extra=[], max_update=3)
+        argv = train_speed.train_argv(pe, "tiny", ns, "cpu", False, "auto", split)
+        rec = train_speed.run_in_process(argv, 1, 1, 1, False, count_syncs=True)
+        return [u["syncs"] for u in rec["updates"]]
+
+    assert syncs("sape", (256, 4)) == [{"_local_scalar_dense": 5 + 4 * 4}] * 3
+    assert syncs("stock", (1024, 1)) == [{"_local_scalar_dense": 5 + 10}] * 3
+    cls = PE_REGISTRY["sape"]
+    embed = cls.embed
+    try:  # the negative control: a device read in the encoding, once per call (encoder and decoder)
+        cls.embed = lambda self, x, *a, **k: (bool(x.abs().sum() >= 0), embed(self, x, *a, **k))[1]
+        assert syncs("sape", (1024, 1)) == [{"_local_scalar_dense": 5 + 4 + 2}] * 3
+    finally:
+        cls.embed = embed

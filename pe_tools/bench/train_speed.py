@@ -94,12 +94,36 @@ class PeakMeter:
         return max(self.banked, self.read_now())
 
 
+SYNC_OPS = ("_local_scalar_dense", "nonzero", "is_nonzero", "item", "equal")  # ops that wait for the device
+
+
+def sync_counter():
+    """A dispatch mode counting, by op, the ATen ops that read a value back from the device (.item(), int(),
+    bool(), nonzero, equal): each is a host sync on CUDA. Enter it around an update; ``.counts`` is a Counter."""
+    from collections import Counter
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class SyncCounter(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.counts = Counter()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func.overloadpacket.__name__ in SYNC_OPS:
+                self.counts[func.overloadpacket.__name__] += 1
+            return func(*args, **(kwargs or {}))
+
+    return SyncCounter()
+
+
 class Window:
     """Measures the updates of one run (see the module): ``begin(trainer)`` and ``end(samples, out)`` around each
     ``Trainer.train_step``; ``wait``, ``fwd_bwd`` and ``optimizer`` accumulate the host's time of the update."""
 
-    def __init__(self, warmup: int, timed: int, profiled: int, cuda: bool):
+    def __init__(self, warmup: int, timed: int, profiled: int, cuda: bool, count_syncs: bool = False):
         self.warmup, self.timed, self.profiled, self.cuda = warmup, timed, profiled, cuda
+        self.syncs = sync_counter() if count_syncs else None
         self.meter = PeakMeter.for_device(cuda)
         self.updates, self.shape, self.top = [], {}, {}
         self.last_end = self.t0 = None
@@ -131,6 +155,9 @@ class Window:
             self.prof = profile(activities=[ProfilerActivity.CUDA if self.cuda else ProfilerActivity.CPU])
             self.prof.start()
         self.meter.start()
+        if self.syncs is not None:
+            self.syncs.counts.clear()
+            self.syncs.__enter__()
         self.t0 = time.perf_counter()
 
     def timer(self, fn, slot: str):
@@ -144,6 +171,8 @@ class Window:
         return wrapped
 
     def end(self, samples, out) -> None:
+        if self.syncs is not None:
+            self.syncs.__exit__(None, None, None)
         _common.sync(self.cuda)
         end = time.perf_counter()
         peak = self.meter.read()
@@ -152,6 +181,8 @@ class Window:
         u = {"phase": self.phase(len(self.updates)), "words": sum(int(s.get("ntokens", 0)) for s in samples if s),
              "wall_s": wall, "wait_s": self.wait, "fwd_bwd_s": self.fwd_bwd, "optimizer_s": self.optimizer,
              "bookkeeping_s": rest, "peak_bytes": peak, "skipped": out is None}
+        if self.syncs is not None:
+            u["syncs"] = dict(self.syncs.counts)
         if self.prof is not None:
             self.prof.stop()
             summary = kernel_summary(profiler_events(self.prof, self.cuda))
@@ -179,6 +210,8 @@ class Window:
                 "words_per_update": words / len(timed) if timed else None, "step_s": step,
                 **{k: med(timed, k) for k in HOST}, "peak_bytes": max((u["peak_bytes"] for u in timed), default=None),
                 "busy_s": busy, "kernels": med(prof, "kernels"),
+                "syncs": statistics.median(sum(u["syncs"].values()) for u in timed) if timed and "syncs" in timed[0]
+                else None,
                 "busy_unprofiled": busy / step if busy is not None and step else None,
                 "busy_profiled": busy / med(prof, "wall_s") if busy is not None else None,
                 "top_kernels": [[n, c, s] for n, (c, s) in top], "updates": self.updates}
@@ -220,7 +253,7 @@ def install(window: Window) -> None:
     iterators.GroupedIterator.__next__ = next_group
 
 
-def run_in_process(argv, warmup: int, timed: int, profiled: int, cuda: bool) -> dict:
+def run_in_process(argv, warmup: int, timed: int, profiled: int, cuda: bool, count_syncs: bool = False) -> dict:
     """One fairseq-train run (``argv``: its arguments) in this process under a Window; returns its record. Raises
     RuntimeError when training ends before the window closes."""
     import torch
@@ -228,7 +261,7 @@ def run_in_process(argv, warmup: int, timed: int, profiled: int, cuda: bool) -> 
     gc.collect()
     if cuda:
         torch.cuda.empty_cache()
-    window = Window(warmup, timed, profiled, cuda)
+    window = Window(warmup, timed, profiled, cuda, count_syncs)
     install(window)
     from fairseq_cli import train
 
@@ -348,7 +381,7 @@ def round_ratios(ms: list) -> list:
 
 GOAL_FIGURES = {"speedup": ("wps_to_first_split", True), "busy": ("busy_unprofiled", True),
                 "step": ("step_to_sape", False), "peak": ("peak_to_sape", False)}
-FIGURES = ("wps", "step_s", *HOST, "peak_bytes", "busy_unprofiled", "kernels", "step_to_sape", "peak_to_sape",
+FIGURES = ("wps", "step_s", *HOST, "peak_bytes", "busy_unprofiled", "kernels", "syncs", "step_to_sape", "peak_to_sape",
            "wps_to_sape", "wps_to_first_split")
 
 
@@ -438,6 +471,8 @@ def add_args(parser):
     for flag, low, default, text in ints:
         parser.add_argument(flag, type=int_at_least(low), default=default, help=f"{text} (default: {default})")
     parser.add_argument("--goals", help="a JSON of bounds (speedup, busy, step, peak) the report checks")
+    parser.add_argument("--count-syncs", action="store_true",
+                        help="count each update's host syncs by op (a dispatch mode: slows the step; not for timing)")
     parser.add_argument("--extra", nargs=argparse.REMAINDER, default=[],
                         help="more fairseq-train arguments, after everything else (give it last)")
     parser.add_argument("--out-dir", help="write train_speed.json, .csv and .md here (rewritten after every run)")
@@ -513,7 +548,7 @@ def run(args) -> int:
                                  max_update=args.warmup + args.timed + args.profiled, save_dir=save)
             argv = train_argv(pe, size, ns, device, fp16, impl, (m, f))
             try:
-                record = run_in_process(argv, args.warmup, args.timed, args.profiled, cuda)
+                record = run_in_process(argv, args.warmup, args.timed, args.profiled, cuda, args.count_syncs)
             except RuntimeError as e:
                 return fail(str(e))
         longest = max(longest, time.monotonic() - t0)
