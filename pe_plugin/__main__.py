@@ -84,7 +84,8 @@ def unknown_architecture(name: str) -> str:
 
 def main(argv: Optional[List[str]] = None) -> int:
     from .encodings import PE_REGISTRY
-    from .models.architectures import SIZES, arch_name, architecture_names
+    from .models.architectures import architecture_names
+    from .naming import CLASS_OF_SUFFIX, arch_name
 
     parser = argparse.ArgumentParser(prog="python -m pe_plugin", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -96,7 +97,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if a.arch is None:
         for name, cls in PE_REGISTRY.items():
             print(f"{name:13s} {cls.level:9s} {describe(cls)}")
-            print(f"{'':23s} " + ", ".join(arch_name(name, suffix) for suffix, _, _ in SIZES))
+            print(f"{'':23s} " + ", ".join(arch_name(name, suffix) for suffix in CLASS_OF_SUFFIX))
         return 0
     encoding, model = architecture_flags(a.arch)
     pe = dict((flag, value) for flag, value, _ in encoding)["--pe"]

@@ -8,9 +8,8 @@ record, of that logger too, passes. fairseq's command-line tools log the notice 
 ``--user-dir``, so ``pe_tools.process`` drops the same line from their output. See docs/fairseq.md
 §Log noise.
 
-The literals live here; ``pe_tools/log_noise.py`` keeps a copy (pe_plugin imports nothing from pe_tools, and the
-tools' text-only modules must not import pe_plugin, whose ``__init__`` imports fairseq); tests/test_standalone.py
-checks that the copies are equal. This module imports neither torch nor fairseq.
+The literals live here; ``pe_tools/log_noise.py`` hands them on, this file executed by its path
+(``pe_tools/plugin_modules.py``): it imports only the standard library.
 """
 import logging
 import re

@@ -1,16 +1,15 @@
 """The names pe_plugin registers, as plain data: the baseline encoding, the architecture sizes and
 ``transformer_<pe>_<size>`` names. pe_plugin/models/architectures.py registers one architecture per encoding and
-row of SIZES.
+architecture suffix.
 
-Plain Python, no torch or fairseq. The tools keep a copy in ``pe_tools/naming.py`` (importing anything under
-pe_plugin runs ``pe_plugin/__init__``, which imports fairseq, and the tools' text-only modules must not);
-tests/test_standalone.py checks that the copy equals this module. Change both together.
+Plain Python that imports nothing: the tools execute this file by its path (``pe_tools/plugin_modules.py``), as
+importing anything under pe_plugin runs ``pe_plugin/__init__``, which imports fairseq.
 """
 
 BASELINE = "sape"  # the encoding every report compares with (sinusoidal absolute positions)
 
 # architecture suffix -> size class (whose encoding defaults apply, ``PositionalEncoding.size_defaults``)
-SIZES = {
+CLASS_OF_SUFFIX = {
     "tiny": "tiny",
     "wmt_en_de": "base",
     "wmt_en_de_big": "big",
@@ -27,10 +26,10 @@ def is_pe_arch(arch: str) -> bool:
     """Whether ``arch`` has the form of ``arch_name`` (a pe_plugin architecture), not a stock fairseq one such as
     ``transformer`` or ``transformer_wmt_en_de``."""
     return any(arch.startswith("transformer_") and arch.endswith(f"_{suffix}") and
-               len(arch) > len("transformer_") + len(suffix) + 1 for suffix in SIZES)
+               len(arch) > len("transformer_") + len(suffix) + 1 for suffix in CLASS_OF_SUFFIX)
 
 
 # size class -> the first architecture suffix of that class ("base" -> "wmt_en_de", "big" -> "wmt_en_de_big")
 SUFFIX_OF_CLASS = {}
-for _suffix, _size in SIZES.items():
+for _suffix, _size in CLASS_OF_SUFFIX.items():
     SUFFIX_OF_CLASS.setdefault(_size, _suffix)

@@ -72,7 +72,7 @@ def test_shared_names_are_what_pe_plugin_registers():
     assert list(PE_REGISTRY) == ["nope", "sape", "lape", "rpe", "t5", "at5", "posnet_embed", "posnet_attn", "rope",
                                  "alibi", "kerple"]
     assert naming.BASELINE == "sape"
-    assert naming.SIZES == {"tiny": "tiny", "wmt_en_de": "base", "wmt_en_de_big": "big", "wmt_en_fr_big": "big"}
+    assert naming.CLASS_OF_SUFFIX == {"tiny": "tiny", "wmt_en_de": "base", "wmt_en_de_big": "big", "wmt_en_fr_big": "big"}
     assert naming.SUFFIX_OF_CLASS == {"tiny": "tiny", "base": "wmt_en_de", "big": "wmt_en_de_big"}
     assert naming.arch_name("posnet_embed", "wmt_en_de_big") == "transformer_posnet_embed_wmt_en_de_big"
     names = architectures.architecture_names()

@@ -12,7 +12,8 @@ from pe_plugin.encodings import PE_REGISTRY, config_fields
 from pe_plugin.encoding_parts.base import Dims, PositionalEncoding, Positions
 from pe_plugin.encodings.learned import LearnedPositionalEncoding
 from pe_plugin.encodings.sinusoidal import SinusoidalPositionalEncoding
-from pe_plugin.models.architectures import SIZES, architecture_names
+from pe_plugin.models.architectures import architecture_names
+from pe_plugin.naming import CLASS_OF_SUFFIX
 from pe_plugin.modules.pe_attention import PEAttention
 
 
@@ -21,7 +22,7 @@ def test_registry_is_the_list_of_architectures_and_choices():
     from fairseq.models import ARCH_MODEL_REGISTRY
 
     names = architecture_names()
-    assert len(names) == len(PE_REGISTRY) * len(SIZES)
+    assert len(names) == len(PE_REGISTRY) * len(CLASS_OF_SUFFIX)
     for pe in PE_REGISTRY:
         for suffix in ("tiny", "wmt_en_de", "wmt_en_de_big", "wmt_en_fr_big"):
             assert ARCH_MODEL_REGISTRY[f"transformer_{pe}_{suffix}"].__name__ == "PETransformerModel"

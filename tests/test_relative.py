@@ -625,16 +625,16 @@ def test_rpe_help_states_the_defaults_each_size_builds_with(data_bin, suffix):
     import re
 
     from pe_plugin.encodings.shaw import ShawConfig
-    from pe_plugin.naming import SIZES
+    from pe_plugin.naming import CLASS_OF_SUFFIX
 
     helps = {f.name: f.metadata.get("help", "") for f in dataclasses.fields(ShawConfig)}
     sizes = lambda state, text: set(re.search(rf"{state} at ((?:\w+(?: and )?)+) size", text).group(1).split(" and "))
     on, off = sizes("on", helps["rpe_per_head"]), sizes("off", helps["rpe_per_head"])
-    assert on | off == set(SIZES.values()) and not on & off
+    assert on | off == set(CLASS_OF_SUFFIX.values()) and not on & off
     assert "off at every size" in helps["rpe_shared_heads"]
     _, model, args = pe_testing.build_model(data_bin, f"transformer_rpe_{suffix}")
     cfg = model.encoder.pe.cfg  # the values the flags took (the printed ones)
-    assert cfg.rpe_per_head == (SIZES[suffix] in on) and cfg.rpe_shared_heads is False
+    assert cfg.rpe_per_head == (CLASS_OF_SUFFIX[suffix] in on) and cfg.rpe_shared_heads is False
     assert model.encoder.pe.key_table.size(1) == (args.encoder_attention_heads if cfg.rpe_per_head else 1)
 
 

@@ -6,9 +6,8 @@ also the end-to-end check of every registered encoding (moved here from test_end
 trains once): train a few updates, resume from checkpoint_last.pt, average two checkpoints, and every encoding's
 last checkpoint and average beam-searched (beam 4) together as one ensemble, checkpoints read with torch's default
 ``weights_only=True``. The tools
-get the plugin's names without importing pe_plugin (``pe_tools/naming.py`` executes ``pe_plugin/naming.py`` by
-its path) and keep a copy of its three log-noise literals (``pe_tools/log_noise.py``); both must equal the
-plugin's, without torch or fairseq imported.
+get the plugin's names and log-noise literals without importing pe_plugin: ``pe_tools/plugin_modules.py`` executes
+``pe_plugin/naming.py`` and ``pe_plugin/log_noise.py`` by their paths, which import neither torch nor fairseq.
 """
 import ast
 import json
@@ -68,13 +67,13 @@ def test_the_plugin_imports_nothing_from_pe_tools():
 
 
 def test_the_plugins_names_and_literals_import_neither_torch_nor_fairseq():
-    """So that the tools can load pe_plugin/naming.py by its path and copy the literals: naming.py imports nothing,
+    """So that the tools can execute them by their paths (pe_tools.plugin_modules): naming.py imports nothing,
     log_noise.py only the standard library."""
     assert _imports(PLUGIN_DIR / "naming.py") == []
     assert sorted(m for _, m in _imports(PLUGIN_DIR / "log_noise.py")) == ["logging", "re"]
 
 
-# ---- the tools' copies equal the plugin's ------------------------------------------------------------------
+# ---- the tools' names and literals are the plugin's ---------------------------------------------------------
 # stock fairseq architectures, ours, and near misses; is_pe_arch must answer the same on each
 ARCH_NAMES = [
     "transformer", "transformer_tiny", "transformer_wmt_en_de", "transformer_wmt_en_de_big",
@@ -84,10 +83,11 @@ ARCH_NAMES = [
 ]
 
 
-def test_the_tools_copy_of_the_names_equals_the_plugins():
-    assert tools_naming.__file__ != plugin_naming.__file__
+def test_the_tools_names_are_the_plugins():
+    """pe_tools.naming hands on pe_plugin/naming.py itself, executed apart from the pe_plugin package."""
+    assert tools_naming._names.__file__ == plugin_naming.__file__ and tools_naming._names is not plugin_naming
     assert tools_naming.BASELINE == plugin_naming.BASELINE
-    assert list(tools_naming.SIZES.items()) == list(plugin_naming.SIZES.items())  # the order too
+    assert list(tools_naming.CLASS_OF_SUFFIX.items()) == list(plugin_naming.CLASS_OF_SUFFIX.items())  # the order too
     assert tools_naming.SUFFIX_OF_CLASS == plugin_naming.SUFFIX_OF_CLASS
     for pe, suffix in [("sape", "tiny"), ("posnet_embed", "wmt_en_de_big"), ("x", "y"), ("", "")]:
         assert tools_naming.arch_name(pe, suffix) == plugin_naming.arch_name(pe, suffix)
@@ -97,10 +97,11 @@ def test_the_tools_copy_of_the_names_equals_the_plugins():
     # what the plugin registers is what the names say
     assert plugin_naming.BASELINE in PE_REGISTRY
     assert all(plugin_naming.is_pe_arch(plugin_naming.arch_name(pe, suffix))
-               for pe in PE_REGISTRY for suffix in plugin_naming.SIZES)
+               for pe in PE_REGISTRY for suffix in plugin_naming.CLASS_OF_SUFFIX)
 
 
-def test_the_tools_copy_of_the_log_noise_literals_equals_the_plugins():
+def test_the_tools_log_noise_literals_are_the_plugins():
+    assert tools_log_noise._noise.__file__ == plugin_log_noise.__file__
     assert tools_log_noise.LOGGER == plugin_log_noise.LOGGER
     assert tools_log_noise.NOTICE == plugin_log_noise.NOTICE
     assert tools_log_noise.PRINTED_NOTICE.pattern == plugin_log_noise.PRINTED_NOTICE.pattern

@@ -314,10 +314,10 @@ def test_computed_architecture_sizes():
     """The README's size table: what fairseq's parser makes of transformer_sape_<suffix>."""
     from fairseq import options
 
-    from pe_plugin.naming import SIZES
+    from pe_plugin.naming import CLASS_OF_SUFFIX
 
     doc, line, header, rows = marked("architecture_sizes")
-    assert [r[0].split()[0] for r in rows] == list(SIZES)
+    assert [r[0].split()[0] for r in rows] == list(CLASS_OF_SUFFIX)
     for row in rows:
         suffix = row[0].split()[0]
         args = options.parse_args_and_arch(options.get_training_parser(), [

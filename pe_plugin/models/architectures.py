@@ -1,11 +1,11 @@
 """Named architectures ``transformer_<pe>_<size>``, registered in a loop from one table.
 
-Every registered encoding gets one architecture per size row below; the names appear literally in the
-README's method table and are listed by ``architecture_names()``. For example:
+Every registered encoding gets one architecture per architecture suffix (``naming.CLASS_OF_SUFFIX``); the names
+appear literally in the README's method table and are listed by ``architecture_names()``. For example:
 transformer_sape_tiny, transformer_sape_wmt_en_de, transformer_sape_wmt_en_de_big, transformer_sape_wmt_en_fr_big,
 transformer_nope_*, transformer_lape_*, and likewise for every other name in PE_REGISTRY.
 
-A size row names fairseq's parent architecture and the size class whose encoding defaults apply
+A suffix has fairseq's parent architecture (``PARENTS``) and the size class whose encoding defaults apply
 (``PositionalEncoding.size_defaults``). As in fairseq, defaults are applied with ``getattr`` so that
 flags given on the command line win.
 """
@@ -14,22 +14,20 @@ from fairseq.models.transformer import transformer_legacy as stock
 
 from .. import cli_errors
 from ..encodings import PE_REGISTRY
-from ..naming import SIZES as SIZE_CLASSES, arch_name  # noqa: F401  (arch_name: re-exported)
+from ..naming import CLASS_OF_SUFFIX, arch_name  # noqa: F401  (arch_name: re-exported)
 from .validation import PEConfigError
 
-PARENTS = {  # fairseq's parent architecture of each size (pe_plugin.naming.SIZES: suffix -> size class)
+PARENTS = {  # architecture suffix -> fairseq's parent architecture (its size class: naming.CLASS_OF_SUFFIX)
     "tiny": stock.tiny_architecture,
     "wmt_en_de": stock.transformer_wmt_en_de,
     "wmt_en_de_big": stock.transformer_wmt_en_de_big,
     "wmt_en_fr_big": stock.transformer_vaswani_wmt_en_fr_big,
 }
-assert set(PARENTS) == set(SIZE_CLASSES), "pe_plugin.naming.SIZES and PARENTS must name the same sizes"
-# (suffix, fairseq parent architecture, size class)
-SIZES = [(suffix, PARENTS[suffix], size) for suffix, size in SIZE_CLASSES.items()]
+assert set(PARENTS) == set(CLASS_OF_SUFFIX), "pe_plugin.naming.CLASS_OF_SUFFIX and PARENTS must name the same sizes"
 
 
 def architecture_names():
-    return [arch_name(pe, suffix) for pe in PE_REGISTRY for suffix, _, _ in SIZES]
+    return [arch_name(pe, suffix) for pe in PE_REGISTRY for suffix in CLASS_OF_SUFFIX]
 
 
 def _make_architecture(pe: str, parent, size: str):
@@ -57,7 +55,7 @@ def pe_transformer_base(args):
 
 
 for _pe in PE_REGISTRY:
-    for _suffix, _parent, _size in SIZES:
+    for _suffix, _size in CLASS_OF_SUFFIX.items():
         register_model_architecture("pe_transformer", arch_name(_pe, _suffix))(
-            _make_architecture(_pe, _parent, _size)
+            _make_architecture(_pe, PARENTS[_suffix], _size)
         )
