@@ -384,8 +384,8 @@ def run_chain(run_dir: Path, tgt: str, train: List[str], step: Callable[[str, Li
         if rc := step("training", train):
             return f"failed: pe-train exited {rc} (see {run_dir / 'train.log'})"
         command = json.loads((run_dir / "command.json").read_text()) if (run_dir / "command.json").is_file() else {}
-        top, reached = results.max_update_of(command.get("argv", [])), updates_of(run_dir / "checkpoint_last.pt")
-        if top is None or reached != top:
+        if not finished(run_dir, command.get("argv", [])):  # the one decider (pe_tools/recipes/train.py)
+            top, reached = results.max_update_of(command.get("argv", [])), updates_of(run_dir / "checkpoint_last.pt")
             return f"failed: training stopped at update {reached or 0} of {top} (see {run_dir / 'train.log'})"
         for name, n in decodes:
             if decoded(run_dir, tgt, name):

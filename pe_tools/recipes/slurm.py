@@ -53,7 +53,8 @@ from .train import merge_flags, size_entry
 STATE_FILE = "slurm.json"  # in each run directory: the job's id, state and restart count
 JOB_LOCK = "slurm.lock"  # in each run directory: held (flock) by the job that works in it, for its whole life
 SUBMIT_LOCK = "slurm-submit.lock"  # in each run directory and QUEUE.slurm/: held while a submitter submits
-QUERY_SECONDS = 10  # status and submission wait this long for squeue or sacct before saying the controller is down
+QUERY_SECONDS = 5  # pe-queue status waits this long for squeue or sacct, then answers from the run directories
+WAIT_SECONDS = 120  # what submits or cancels waits this long for SLURM's commands (sbatch, squeue, scancel)
 HEARTBEAT_SECONDS = 60  # a running job rewrites RUN/slurm.json this often (its "heartbeat")
 STALE_SECONDS = 300  # a job whose heartbeat is older, and which SLURM does not list as queued or running, is dead
 SIGNAL_SLACK = 30  # SLURM checks time limits every 30 s: its signal may come this much before --signal-seconds
@@ -154,9 +155,9 @@ def shape_of(run, a) -> Shape:
 # -------------------------------------------------------------------------------------- the cluster's size
 def _slurm(*cmd: str, what: str) -> str:
     try:
-        out = subprocess.run(list(cmd), capture_output=True, text=True, timeout=120)
+        out = subprocess.run(list(cmd), capture_output=True, text=True, timeout=WAIT_SECONDS)
     except subprocess.TimeoutExpired:
-        raise SlurmError(f"{what}: `{shlex.join(cmd)}` got no answer in 120 s; is the controller up? "
+        raise SlurmError(f"{what}: `{shlex.join(cmd)}` got no answer in {WAIT_SECONDS} s; is the controller up? "
                          f"(`scontrol ping`)") from None
     if out.returncode:
         raise SlurmError(f"{what}: `{shlex.join(cmd)}` failed: {(out.stderr or out.stdout).strip()}")
@@ -168,7 +169,7 @@ def check_cluster(partition: Optional[str]) -> dict:
     missing, the controller does not answer or the partition does not exist."""
     if lacking := [t for t in SLURM_TOOLS if not shutil.which(t)]:
         raise SlurmError(f"--slurm: {', '.join(lacking)} not found on PATH; {INSTALL_HINT}")
-    ping = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=120)
+    ping = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=WAIT_SECONDS)
     if ping.returncode or "DOWN" in ping.stdout:
         raise SlurmError(f"--slurm: the SLURM controller does not answer (`scontrol ping`: "
                          f"{(ping.stdout + ping.stderr).strip()}); wait until it is up, or ask the cluster's admins")
@@ -269,6 +270,7 @@ def job_states(job_ids: Sequence[str], timeout: float = QUERY_SECONDS) -> Dict[s
     """{array task id "JOB_TASK" or job id: SLURM state} of the jobs SLURM knows: queued, running, or ended less
     than MinJobAge ago (one ``squeue -t all``); {} without squeue or when SLURM knows none of them. Raises NoAnswer
     when the controller does not answer within ``timeout`` seconds: nobody can then tell whether a job lives."""
+    job_ids = sorted({j for j in job_ids if j.isdigit()})  # a state file written outside SLURM names job "-"
     if not job_ids or not shutil.which("squeue"):
         return {}
     cmd = ["squeue", "-h", "-r", "-t", "all", "-j", ",".join(job_ids), "-o", "%i|%T"]
@@ -289,8 +291,9 @@ def active(states: Dict[str, str]) -> Dict[str, str]:
 
 
 def live_states(job_ids: Sequence[str]) -> Dict[str, str]:
-    """``job_states`` of the jobs still queued or running."""
-    return active(job_states(job_ids))
+    """``job_states`` of the jobs still queued or running, for a command that submits or cancels (it waits
+    WAIT_SECONDS for the controller)."""
+    return active(job_states(job_ids, WAIT_SECONDS))
 
 
 def limit_seconds(limit: str) -> Optional[int]:
@@ -489,7 +492,8 @@ def _submit(a, runs, queue_path: Path, shapes, part, code: Path, subdir: Path) -
     records = list(earlier)  # every id ever submitted for a line stays: pe-queue cancel reaches them all
     for path, script, shape, lines in scripts:
         write_atomic(path, script)
-        out = subprocess.run(["sbatch", "--parsable", str(path)], capture_output=True, text=True, timeout=120)
+        out = subprocess.run(["sbatch", "--parsable", str(path)], capture_output=True, text=True,
+                             timeout=WAIT_SECONDS)
         if out.returncode:
             _save_jobs(subdir, records)
             return fail(f"sbatch {path} failed: {(out.stderr or out.stdout).strip()}; nothing more submitted")
@@ -531,7 +535,7 @@ def cancel(queue_path: Path) -> int:
     if not ids:
         print(f"[queue] no job of {queue_path} is queued or running")
         return 0
-    out = subprocess.run(["scancel", *ids], capture_output=True, text=True, timeout=120)
+    out = subprocess.run(["scancel", *ids], capture_output=True, text=True, timeout=WAIT_SECONDS)
     if out.returncode:
         return fail(f"scancel {' '.join(ids)} failed: {(out.stderr or out.stdout).strip()}")
     print(f"[queue] cancelled job(s) {', '.join(ids)} ({len(live)} array task(s))")
