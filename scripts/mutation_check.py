@@ -1,8 +1,11 @@
 #!/usr/bin/env python
-"""The mutation check (not part of `make test`): see pe_tools/mutation.py and docs/testing.md."""
+"""The mutation check (not part of `make test`, not installed): see devtools/mutation.py and docs/testing.md."""
 import sys
+from pathlib import Path
 
-from pe_tools.mutation import main
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's devtools/
+
+from devtools.mutation import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

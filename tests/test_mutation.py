@@ -1,11 +1,18 @@
-"""The mutation check's own logic (pe_tools/mutation.py) on a toy package: the mutants it plants, and its verdicts
-against a toy test that checks one function and not the other, run in a temporary copy, resumable."""
+"""The mutation check's own logic (devtools/mutation.py) on a toy package: the mutants it plants (the mechanical
+classes and the hand-written ones), and its verdicts against a toy test that checks one function and not the
+other, run in a temporary copy, resumable; the map of which tests execute which module; and that the check is a
+tool of the checkout, not of the installed wheel."""
 import ast
 import json
+import runpy
+import sys
 
 import pytest
 
-from pe_tools import mutation
+from pe_testing import REPO
+
+sys.path.insert(0, str(REPO))  # devtools/ is the checkout's, not installed
+from devtools import mutation  # noqa: E402
 
 TOY = '''"""A docstring with 1 + 2 < 3 in it."""
 
@@ -39,7 +46,8 @@ def test_mutants_of_a_toy_module(tmp_path):
     changes = {(m.line, m.change) for m in mutants}
     # the arithmetic of add, its dropped term, the comparison x < 0 and its constant; nothing in the docstring,
     # the raise's message or the line marked no-mutate
-    assert changes == {(5, "a + b -> (a - b)"), (5, "a + b -> (a)"), (9, "x < 0 -> (x <= 0)"), (9, "0 -> 1")}
+    assert changes == {(5, "a + b -> (a - b)"), (5, "a + b -> (a)"), (9, "x < 0 -> (x <= 0)"), (9, "0 -> 1"),
+                       (9, "x < 0 -> True")}  # the last: the if's condition removed (guard)
     for m in mutants:
         mutated = m.apply(TOY)
         ast.parse(mutated)
@@ -59,28 +67,30 @@ def test_verdicts_resume_and_record(tmp_path):
     verdicts = {r["change"]: r["status"] for r in results.values()}
     # add is checked: both of its mutants fail test_add; is_small(3) is True under x <= 0 and x < 1 alike
     assert verdicts == {"a + b -> (a - b)": "killed", "a + b -> (a)": "killed",
-                        "x < 0 -> (x <= 0)": "survived", "0 -> 1": "survived"}
+                        "x < 0 -> (x <= 0)": "survived", "0 -> 1": "survived", "x < 0 -> True": "killed"}
     assert all(r["path"] == "toy/calc.py" and r["line"] in (5, 9) for r in results.values())
     # resumable: nothing runs again, and the record is one line per mutant
     again = []
     mutation.run_check(["toy/calc.py"], tmp_path, test_map=test_map, files=FILES, root=tmp_path, log=again.append)
     assert any("already recorded" in line for line in again)
-    assert len((tmp_path / "results.jsonl").read_text().splitlines()) == 4
+    assert len((tmp_path / "results.jsonl").read_text().splitlines()) == 5
     equivalent = {f"toy/calc.py|if x < 0:|x < 0 -> (x <= 0)": "x = 0 behaves as x > 0 here"}
     # a rerun of the survivors skips the one judged equivalent (equivalent.json beside the record)
     (tmp_path / "equivalent.json").write_text(json.dumps(equivalent))
     rerun = []
     mutation.run_check(["toy/calc.py"], tmp_path, test_map=test_map, files=FILES, root=tmp_path,
                        rerun_survivors=True, log=rerun.append)
-    assert any("1 of 4 mutants to run" in line for line in rerun), rerun
+    assert any("1 of 5 mutants to run" in line for line in rerun), rerun
     ran = [line for line in rerun if line.lstrip().startswith(("survived", "killed"))]
     assert len(ran) == 1 and "toy/calc.py:9 constant: 0 -> 1" in ran[0], ran
     rows, text = mutation.summarize(mutation.load_results(tmp_path / "results.jsonl"), equivalent)
-    row = {"module": "toy/calc.py", "mutants": 4, "killed": 2, "survived": 2, "equivalent": 1,
-           "kill_rate": 0.5, "kill_rate_non_equivalent": 2 / 3}
+    row = {"module": "toy/calc.py", "mutants": 5, "killed": 3, "survived": 2, "equivalent": 1,
+           "kill_rate": 0.6, "kill_rate_non_equivalent": 3 / 4}
     assert rows == [row, dict(row, module="toy/ (all)")]  # the module, then its package's total
-    assert "| toy/ (all) | 4 | 2 | 2 | 1 | 50% | 67% |" in text
-    assert "`toy/calc.py:9` (comparison) `x < 0` -> `(x <= 0)`: equivalent: x = 0" in text
+    assert "| toy/ (all) | 5 | 3 | 2 | 1 | 60% | 75% |" in text
+    # per package and class: boundary 0/1, guard 1/1, then the mechanical classes
+    assert "| toy/ | 0/1 | 1/1 | 1/1 | 0/1 | 1/1 | 3/5 (60%) |" in text, text
+    assert "`toy/calc.py:9` (boundary) `x < 0` -> `(x <= 0)`: equivalent: x = 0" in text
     assert "`toy/calc.py:9` (constant) `0` -> `1`: NOT KILLED" in text
 
 
@@ -92,14 +102,14 @@ def test_only_mutants_of_each_files_present_version_count(tmp_path):
     calc.write_text(TOY)
     records = {m.key: {"path": m.path, "file_sha": m.file_sha, "status": "killed"}
                for m in mutation.generate(calc, tmp_path)}
-    assert len(records) == 4
+    assert len(records) == 5
     kept, superseded = mutation.current(records, tmp_path)
     assert kept == records and superseded == {}
     calc.write_text(TOY.replace("a + b", "b + a"))  # an edit: every record of the file is of the old version
     kept, superseded = mutation.current(records, tmp_path)
-    assert kept == {} and superseded == {"toy/calc.py": 4}
+    assert kept == {} and superseded == {"toy/calc.py": 5}
     calc.unlink()  # a file that is gone supersedes its records too
-    assert mutation.current(records, tmp_path) == ({}, {"toy/calc.py": 4})
+    assert mutation.current(records, tmp_path) == ({}, {"toy/calc.py": 5})
 
 
 @pytest.mark.slow
@@ -113,10 +123,120 @@ def test_the_copy_is_what_the_tests_import(tmp_path):
     assert json.loads((tmp_path / "results.jsonl").read_text().splitlines()[0])["source"] == "files"
 
 
+HAND = '''import shlex
+import torch
+
+IDENTITY = ("pair", "size", "seed")
+
+
+def same_run(a, b):
+    return (a.pair, a.size) == (b.pair, b.size)
+
+
+def script(cwd, code):
+    return f"cd {q(cwd)}\\nexec {shlex.join(code)}\\n"
+
+
+def fits(n, limit, strict):
+    if n > limit and strict:
+        raise ValueError(f"{n} > {q(limit)}")
+    return sorted([n], key=lambda r: (r, limit))
+
+
+def heads(x, t, b, h, d):
+    y = x.view(t, b, h, d).transpose(0, 1)
+    return y.float().softmax(dim=-1).to(torch.float64)
+'''
+# every hand-written mutant of HAND, by (line, class, change): independent of the generator, written out by hand
+HAND_MUTANTS = {
+    (4, "key", 'IDENTITY = ("pair", "size", "seed") -> IDENTITY = (\'size\', \'seed\')'),
+    (4, "key", 'IDENTITY = ("pair", "size", "seed") -> IDENTITY = (\'pair\', \'seed\')'),
+    (4, "key", 'IDENTITY = ("pair", "size", "seed") -> IDENTITY = (\'pair\', \'size\')'),
+    (8, "key", "(a.pair, a.size) == (b.pair, b.size) -> ((a.size,) == (b.size,))"),
+    (8, "key", "(a.pair, a.size) == (b.pair, b.size) -> ((a.pair,) == (b.pair,))"),
+    (12, "quoting", "q(cwd) -> (cwd)"),  # inside an f-string
+    (12, "quoting", "shlex.join(code) -> ' '.join(code)"),
+    (16, "boundary", "n > limit -> (n >= limit)"),
+    (16, "guard", "n > limit and strict -> (n > limit)"),
+    (16, "guard", "n > limit and strict -> (strict)"),
+    (16, "guard", "n > limit and strict -> True"),
+    (18, "key", "lambda r: (r, limit) -> (lambda r: (limit,))"),
+    (18, "key", "lambda r: (r, limit) -> (lambda r: (r,))"),
+    (22, "axis", "x.view(t, b, h, d) -> x.view(b, t, h, d)"),
+    (22, "axis", "x.view(t, b, h, d) -> x.view(t, b, d, h)"),
+    (22, "axis", "x.view(t, b, h, d) -> x.view(t, h, b, d)"),
+    (22, "axis", "x.view(t, b, h, d).transpose(0, 1) -> x.view(t, b, h, d).transpose(0, 2)"),  # never (0, 0)
+    (23, "axis", "y.float().softmax(dim=-1) -> y.float().softmax(dim=-2)"),
+    (23, "dtype", "y.float() -> (y)"),
+    (23, "dtype", "y.float().softmax(dim=-1).to(torch.float64) -> (y.float().softmax(dim=-1))"),
+}
+
+
+def test_the_hand_written_classes(tmp_path):
+    """Each hand-written class at each of its sites in a toy module, nothing in the raise's f-string message (its
+    q() is a message, not a shell word), and every mutant's source one node away from the original."""
+    (tmp_path / "hand.py").write_text(HAND)
+    mutants = mutation.generate(tmp_path / "hand.py", tmp_path)
+    hand = {(m.line, m.kind, m.change) for m in mutants if m.kind in mutation.HAND_WRITTEN}
+    assert hand == HAND_MUTANTS, sorted(hand ^ HAND_MUTANTS)
+    for m in mutants:
+        ast.parse(m.apply(HAND))
+    picked = mutation.sample_per_class(mutants, 1, kinds=mutation.HAND_WRITTEN)
+    assert sorted(m.kind for m in picked) == sorted(mutation.HAND_WRITTEN)  # one of each class that has a site
+    assert picked == mutation.sample_per_class(mutants, 1, kinds=mutation.HAND_WRITTEN)  # the same draw
+
+
+def test_the_map_runs_the_tests_that_execute_a_module(tmp_path):
+    """derived_test_map: the traced tests of a module, fastest first by durations.log; a module no test executes
+    in-process gets the test files that name it (a tool run as a subprocess); NOT_RUN's modules get None."""
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_a.py").write_text("")
+    (tmp_path / "tests" / "test_tool.py").write_text("subprocess.run(['python', '-m', 'pe_tools.recipes.x'])")
+    (tmp_path / "tests" / "durations.log").write_text("3.00s call     tests/test_a.py::test_slow\n"
+                                                      "0.10s call     tests/test_a.py::test_quick\n")
+    for module in ("pe_tools/recipes/x.py", "pe_tools/recipes/y.py", "pe_plugin/kernels/shaw_rpe.py"):
+        (tmp_path / module).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / module).write_text("A = 1\n")
+    trace = {"tests": {"pe_tools/recipes/y.py": ["tests/test_a.py::test_slow", "tests/test_a.py::test_quick",
+                                                 "tests/test_gone.py::test_x"]}, "imports": {}}
+    got = mutation.derived_test_map(trace, tmp_path)
+    assert got["pe_tools/recipes/y.py"] == ["tests/test_a.py::test_quick", "tests/test_a.py::test_slow"]
+    assert got["pe_tools/recipes/x.py"] == ["tests/test_tool.py"]
+    assert got["pe_plugin/kernels/shaw_rpe.py"] is None
+    five = [f"tests/a.py::t{i}" for i in range(5)]
+    assert mutation.per_file(five + ["tests/b.py::t1", "tests/c.py"], 3) == [  # spread: first, middle, last
+        "tests/a.py::t0", "tests/a.py::t2", "tests/a.py::t4", "tests/b.py::t1", "tests/c.py"]
+    assert mutation.per_file(five, 1) == ["tests/a.py::t0"] and mutation.per_file(five, None) == five
+
+
 def test_every_module_is_mapped_to_tests_or_a_reason():
+    """The recorded map (examples/mutation/test_map.json): every module it saw with something to mutate has tests
+    that execute it, or a reason in NOT_RUN; pass_context.py's include test_rope_alibi.py's (a padding-mask mutant there
+    is killed only by them) and Shaw's core's include the gradcheck that replays the dropout mask."""
+    derived = mutation.derived_test_map()
+    recorded = json.loads(mutation.MAP_FILE.read_text())
+    traced = set(recorded["tests"]) | set(recorded["imports"])  # a module added since is mapped by the next --trace
     for module in mutation.all_modules():
-        if not mutation.generate(mutation.REPO / module, limit=1):  # nothing to mutate
+        if module not in traced or not mutation.generate(mutation.REPO / module, limit=1):  # nothing to mutate
             continue
-        assert module in mutation.TEST_MAP or module in mutation.NOT_RUN, module
-        for arg in mutation.TEST_MAP.get(module) or []:
-            assert not arg.startswith("tests/") or (mutation.REPO / arg).is_file() or arg.endswith("kills.py"), arg
+        assert derived[module] or module in mutation.NOT_RUN, module
+    assert len(traced & set(mutation.all_modules())) > 50
+    assert any(n.startswith("tests/test_rope_alibi.py::") for n in derived["pe_plugin/modules/pass_context.py"])
+    shaw = derived["pe_plugin/encodings/shaw.py"]
+    assert any("test_gradcheck_with_dropout_replays_its_mask" in n for n in shaw), shaw
+
+
+def test_the_check_is_not_in_the_wheel(monkeypatch):
+    """setup.py's packages (what `pip install .` puts in the wheel) hold no development tool: neither devtools nor
+    a module named mutation; the tools still run from the checkout (scripts/mutation_check.py imports them)."""
+    import setuptools
+
+    seen = {}
+    monkeypatch.setattr(setuptools, "setup", lambda **kw: seen.update(kw))
+    monkeypatch.chdir(REPO)
+    runpy.run_path(str(REPO / "setup.py"))
+    packages = seen["packages"]
+    assert "pe_tools" in packages and "pe_plugin" in packages  # the reader sees the real list
+    assert not any(p == "devtools" or p.startswith("devtools.") for p in packages)
+    assert not [p for p in packages if (REPO / p.replace(".", "/") / "mutation.py").exists()]
+    assert "from devtools.mutation import main" in (REPO / "scripts" / "mutation_check.py").read_text()
