@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""Average fairseq checkpoints (pe-average): see pe_tools/average.py."""
+"""Average fairseq checkpoints (pe-average): see pe_tools/average.py.
+Kept beside pe-average: docs/fairseq.md, docs/tools.md and examples/wmt14/README.md run it from a checkout."""
 import sys
 
 from pe_tools.average import main
