@@ -1,9 +1,9 @@
 """PosNet's shared pieces (Zhang et al., ACL 2023): the positional kernel product, kernel initialisation, the
 flags common to posnet_embed and posnet_attn, and their side selection / encoder-decoder sharing / L_max.
 
-The kernel product (Eq. 16) [U (x) phi]_j = u_j phi_{p_j} is one batched matmul over positions
-(``positional_matmul``), memory O(T B d); the released ``U.unsqueeze(2).matmul(phi[:T])`` broadcasts phi to a
-(B,T,d,d) copy, and its backward builds a phi gradient of that size (docs/encodings.md §PosNet-Embed, §D6).
+The kernel product (Eq. 16, above ``positional_matmul``) is one batched matmul over positions, memory O(T B d); the
+released ``U.unsqueeze(2).matmul(phi[:T])`` broadcasts phi to a (B,T,d,d) copy, and its backward builds a phi
+gradient of that size (docs/encodings.md §PosNet-Embed, §D6).
 
 Flags (docs/encodings.md §PosNet-Embed, §Defects, §Choices):
   --posnet-sides {both,encoder,decoder}  default both (the paper's text); the other side gets no encoding
@@ -42,6 +42,7 @@ def kernel_rows(phi: Tensor, start: int, count: int) -> Tensor:
     return torch.cat([inside, last]) if inside.size(0) else last
 
 
+# [U (x) phi]_j = u_j phi_{p_j}  (Eq. 16): each token's row times its position's kernel
 def positional_matmul(u: Tensor, phi: Tensor, pos, rotation: Optional[Tuple[Tensor, Tensor]] = None) -> Tensor:
     """y[t,b,n] = u[t,b,n] phi[min(p[b,t], L-1)] for u (T,B,N,d), phi (L,d,e) and the positions p = ``pos.q``
     (B|1,T) of a ``Positions`` (or a bare tensor); returns (T,B,N,e). Positions >= L reuse the last kernel

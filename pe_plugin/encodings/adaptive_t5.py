@@ -1,22 +1,20 @@
 """AT5: T5's bias with learnable soft bucketing (Wu et al., AAAI 2021), in self-attention only.
 
-Per stack and per head h: slopes a_h = ReLU(a~_h) / L_max, b_h = ReLU(b~_h) / L_max with a~, b~ ~ U(1, 15)
-and L_max = 256 unless --at5-max-length is given. 256 is the official trainer's max_length, the divisor of its
-slopes; it is a scale, not a length limit (the bias is computed for any distance), so it does not follow
---max-source/target-positions: with 1024 positions the starting slopes would be 4x smaller than the official
-ones, and distance would reach f's saturation 4x later. The divisor is saved with the model (buffer
-``slope_scale``); a checkpoint saved before it was, when the divisor was max(256, the side's max positions),
-loads with that old divisor, so that it computes what it was trained to. With r = j - i:
-    r > 0 (key to the right):   f = 1 - exp(-a_h r),   bias = g+_h(f)
-    r <= 0 (left, or self):     f = 1 - exp(b_h r),    bias = g-_h(f)
-    g(f) = W3 sigmoid(W2 drop(sigmoid(W1 f + c1)) + c2) + c3,  1 -> l1 (32) -> l2 (4) -> 1, dropout 0.5
-f runs from 0 (r = 0) to 1 (far keys), so the bias saturates at g(1). The MLPs run once on the distinct
-offsets of the call (2T-1 of them in a full pass, t+1 at decoding step t) and are laid out as (1,H,Tq,Tk) by a
-strided view (``relative.offsets_to_pairs``; its backward sums the diagonals: no index_put, no atomic adds), and
-each offset takes its side's MLP by ``where`` (no gather), so the bias is also right at every beam-search step
-(the official code broadcasts the distance-0 value there, docs/encodings.md §D8). Dropout masks are per offset
-rather than per (i, j). The decoder is causal and builds only g- (its g+ would never be used). Init as the
-official code: kernels truncated N(0, 0.1), biases 0.1. Layer 0 only as the official code, or every layer with --at5-all-layers (recomputed per layer).
+Per stack and per head h: slopes a_h = ReLU(a~_h) / L_max, b_h = ReLU(b~_h) / L_max with a~, b~ ~ U(1, 15) and L_max
+= 256 unless --at5-max-length is given. 256 is the official trainer's max_length, the divisor of its slopes; it is a
+scale, not a length limit (the bias is computed for any distance), so it does not follow
+--max-source/target-positions: with 1024 positions the starting slopes would be 4x smaller than the official ones,
+and distance would reach f's saturation 4x later. The divisor is saved with the model (buffer ``slope_scale``); a
+checkpoint saved before it was, when the divisor was max(256, the side's max positions), loads with that old
+divisor, so that it computes what it was trained to. Each side's distance goes through a saturating map f and a
+small MLP g (the equations: docs/encodings.md §AT5, and above ``offset_bias``); f runs from 0 (r = 0) to 1 (far
+keys), so the bias saturates at g(1). The MLPs run once on the distinct offsets of the call (2T-1 of them in a full
+pass, t+1 at decoding step t) and are laid out as (1,H,Tq,Tk) by a strided view (``relative.offsets_to_pairs``; its
+backward sums the diagonals: no index_put, no atomic adds), and each offset takes its side's MLP by ``where`` (no
+gather), so the bias is also right at every beam-search step (the official code broadcasts the distance-0 value
+there, docs/encodings.md §D8). Dropout masks are per offset rather than per (i, j). The decoder is causal and builds
+only g- (its g+ would never be used). Init as the official code: kernels truncated N(0, 0.1), biases 0.1. Layer 0
+only as the official code, or every layer with --at5-all-layers (recomputed per layer).
 """
 import logging
 from dataclasses import dataclass, field
@@ -100,6 +98,9 @@ class AdaptiveT5Bias(PositionalEncoding):
     def applies_to_layer(self, layer):
         return self.cfg.at5_all_layers or layer == 0
 
+    # With r = j - i:  r > 0 (key to the right):  f = 1 - exp(-a_h r),  bias = g+_h(f)
+    #                  r <= 0 (left, or self):   f = 1 - exp(b_h r),   bias = g-_h(f)
+    #   g(f) = W3 sigmoid(W2 drop(sigmoid(W1 f + c1)) + c2) + c3,  1 -> l1 (32) -> l2 (4) -> 1, dropout 0.5
     def offset_bias(self, r: torch.Tensor) -> torch.Tensor:
         """The bias of each distance r: (R,) long -> (H, R)."""
         s, h = self.slope.shape[:2]

@@ -1,17 +1,9 @@
 """ALiBi: attention with linear biases (Press et al., ICLR 2022), in self-attention only; no parameters.
 
-Head h = 1..H adds a penalty linear in the distance between query i and key j to the (scaled) logits:
-    decoder (causal):            e_ij = q_i . k_j - m_h (i - j)                 j <= i
-    encoder, symmetric (default): e_ij = q_i . k_j - m_h |i - j|
-    encoder, directional:         e_ij = q_i . k_j - m_h (i - j)              for j <= i (key on the left)
-                                  e_ij = q_i . k_j - m_{H+1-h} (j - i)        for j >  i (key on the right)
-Slopes, the paper's geometric sequence (its official ``get_slopes``):
-    H a power of 2:  m_h = 2^(-8h/H)                           H = 8: 1/2, 1/4, ..., 1/256
-    otherwise, with P the largest power of 2 below H: the P slopes of P heads, then the odd-numbered slopes
-    m_1, m_3, m_5, ... of the 2P-head sequence for the remaining H - P heads
-                                                               H = 6: 1/4, 1/16, 1/64, 1/256, 1/2, 1/8
-The paper covers causal language models only. For the encoder its authors suggest the symmetric bias, which
-cannot tell a key k places to the left from one k places to the right (only content can).
+Head h = 1..H adds a penalty linear in the distance between query i and key j to the (scaled) logits, its slope m_h
+from the paper's geometric sequence (the equations: docs/encodings.md §ALiBi, and above ``alibi_slopes`` and
+``distance_bias``). The paper covers causal language models only. For the encoder its authors suggest the symmetric
+bias, which cannot tell a key k places to the left from one k places to the right (only content can).
 ``--alibi-encoder directional`` keeps the same slopes but gives head h the slope m_h to the left and the
 reversed sequence's m_{H+1-h} to the right: head 1 is steep to the left (1/2) and nearly flat to the right,
 head H the opposite, so every head but the middle one of an odd H sees direction, and each direction still
@@ -43,8 +35,13 @@ class ALiBiConfig(FairseqDataclass):
     )
 
 
+# Slopes, the paper's geometric sequence (its official ``get_slopes``):
+#   H a power of 2:  m_h = 2^(-8h/H)                                   H = 8: 1/2, 1/4, ..., 1/256
+#   otherwise, with P the largest power of 2 below H: the P slopes of P heads, then the odd-numbered slopes
+#   m_1, m_3, m_5, ... of the 2P-head sequence for the remaining H - P heads
+#                                                                      H = 6: 1/4, 1/16, 1/64, 1/256, 1/2, 1/8
 def alibi_slopes(num_heads: int) -> List[float]:
-    """The paper's slopes m_1..m_H (official ``get_slopes``); see the module docstring."""
+    """The paper's slopes m_1..m_H."""
     if num_heads < 1:
         raise ValueError(f"ALiBi needs at least one attention head, got {num_heads}")
     p = 2 ** math.floor(math.log2(num_heads))
@@ -80,6 +77,10 @@ class ALiBi(PositionalEncoding):
                 for s in (self.left_slopes, self.right_slopes))
         return hit
 
+    #   decoder (causal):             e_ij = q_i . k_j - m_h (i - j)           j <= i
+    #   encoder, symmetric (default): e_ij = q_i . k_j - m_h |i - j|
+    #   encoder, directional:         e_ij = q_i . k_j - m_h (i - j)           for j <= i (key on the left)
+    #                                 e_ij = q_i . k_j - m_{H+1-h} (j - i)     for j >  i (key on the right)
     def distance_bias(self, rel: torch.Tensor) -> torch.Tensor:
         """-slope x distance for relative positions rel = j - i: (Tq,Tk) -> (H,Tq,Tk) float32."""
         dist = rel.abs().float().unsqueeze(0)  # (1,Tq,Tk)

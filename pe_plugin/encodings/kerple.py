@@ -1,9 +1,9 @@
 """KERPLE: kernelized relative positional embedding, logarithmic variant (Chi et al., NeurIPS 2022), in
 self-attention only. The worked example of docs/extending.md.
 
-Head h adds a learned conditionally positive definite kernel of the distance to the (scaled) logits:
-    e_ij = q_i . k_j - r1_h log(1 + r2_h |i - j|),        r1_h, r2_h > 0
-The decoder is causal, so it meets only j <= i; the encoder sees both sides with the same (symmetric) kernel.
+Head h adds a learned conditionally positive definite kernel of the distance to the (scaled) logits (the equation:
+docs/encodings.md §KERPLE, and above ``position_bias``). The decoder is causal, so it meets only j <= i; the encoder
+sees both sides with the same (symmetric) kernel.
 Positivity as the official code: each r is clamped at 1e-2 from below when used (the gradient is zero while
 it sits on the clamp). Init as the official code: r1 ~ U(0, 2), r2 ~ U(0, 1), one pair per head and stack,
 shared by the stack's self-attention layers. The bias depends on j - i only, not on q, so it is a
@@ -34,6 +34,7 @@ class KerpleLog(PositionalEncoding):
         self.r1 = nn.Parameter(torch.rand(dims.num_heads, 1, 1) * 2)  # (H,1,1), U(0, 2)
         self.r2 = nn.Parameter(torch.rand(dims.num_heads, 1, 1))  # (H,1,1), U(0, 1)
 
+    # e_ij = q_i . k_j - r1_h log(1 + r2_h |i - j|),   r1_h, r2_h > 0
     def position_bias(self, pos):
         r1, r2 = self.r1.clamp_min(EPS), self.r2.clamp_min(EPS)  # (H,1,1)
         if not pos.columns:  # positions given as values: the equation on their (Tq,Tk) distances

@@ -1,8 +1,7 @@
 """LAPE: learned absolute positions (Gehring et al. 2017; fairseq ``--encoder/decoder-learned-pos``).
 
-    x_i = x_i + E_pos[p_i + padding_idx + 1],   E_pos in R^{(L_max + padding_idx + 1) x C},  E_pos ~ N(0, C^-1/2)
-
-with the padding row fixed at zero. Separate tables for encoder and decoder. L_max is the side's
+One learned row per position, added to the embeddings (the equation: docs/encodings.md §LAPE, and above
+``embed``), the padding row fixed at zero. Separate tables for encoder and decoder. L_max is the side's
 ``--max-source-positions`` / ``--max-target-positions``. A longer input raises an error that says so, or, with
 ``--pe-beyond-max clamp`` (for decoding), its positions >= L_max use the last row E_pos[L_max - 1 + padding_idx
 + 1]; see ``limits``.
@@ -33,6 +32,7 @@ class LearnedPositionalEncoding(BoundedPositions, PositionalEncoding):
     def max_positions(self):
         return self.dims.max_positions
 
+    # x_i = x_i + E_pos[p_i + padding_idx + 1],  E_pos in R^{(L_max + padding_idx + 1) x C},  E_pos ~ N(0, C^-1/2)
     def embed(self, x, pos):
         self.check_length(pos)
         pos = Positions(self.clamp_positions(pos.q), None, pos.nonpad)  # unchanged within L_max

@@ -1,13 +1,13 @@
 """PosNet-Attn: positional kernels on the values of self-attention (Zhang et al., ACL 2023, Eq. 20/21/23).
 
-Per head (d = C/H), for key j at position p_j (0-based, from the padding mask):
-    Attn(Q, K, V) = softmax(Q K^T / sqrt(d) + mask) V',    v'_j = v_j + Dropout_pk( ReLU( v_j phi_{p_j} ) )
-    phi (L_max, d, d): PosNet-Embed without W1/W2 (Fig. 5 caption); no biases
-No code was released. Choices (docs/encodings.md §PosNet-Attn): one kernel tensor shared by all heads and all
-self-attention layers (Table 1's +1.03M over SAPE fits L_max * 64^2 with L_max ~ 250; one per layer would be
->= 6x more), and by the encoder and decoder self-attention (--posnet-share enc-dec, as PosNet-Embed's released
-module); --posnet-attn-per-layer gives each layer its own (layer i of the decoder then shares layer i of the
-encoder's unless --posnet-share none). Cross-attention is unchanged. Parameters: (1 | layers) * L_max * d^2.
+Per head (d = C/H), the value of key j at position p_j (0-based, from the padding mask) gets a kernel of its own,
+phi_{p_j} (L_max, d, d): PosNet-Embed without W1/W2 (Fig. 5 caption), no biases (the equation: docs/encodings.md
+§PosNet-Attn, and above ``transform_values``). No code was released. Choices (docs/encodings.md §PosNet-Attn): one
+kernel tensor shared by all heads and all self-attention layers (Table 1's +1.03M over SAPE fits L_max * 64^2 with
+L_max ~ 250; one per layer would be >= 6x more), and by the encoder and decoder self-attention (--posnet-share
+enc-dec, as PosNet-Embed's released module); --posnet-attn-per-layer gives each layer its own (layer i of the
+decoder then shares layer i of the encoder's unless --posnet-share none). Cross-attention is unchanged. Parameters:
+(1 | layers) * L_max * d^2.
 
 The product is one bmm over positions on values in (T, B*H, d) layout (``positional_matmul``; the rotation of
 left-padded rows is computed once per pass, ``prepare``). Only new
@@ -69,6 +69,7 @@ class PosNetAttention(PosNetBase):
         pos = as_positions(pos)
         return RotatedPositions(pos, rotation_index(pos))
 
+    # Attn(Q, K, V) = softmax(Q K^T / sqrt(d) + mask) V',   v'_j = v_j + Dropout_pk( ReLU( v_j phi_{p_j} ) )
     def transform_values(self, v, ctx, layer):
         self.check_length(ctx.pos)
         phi = self.kernels["phi"]

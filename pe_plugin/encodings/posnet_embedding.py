@@ -1,10 +1,10 @@
 """PosNet-Embed: weight concatenation as positional kernels on the embeddings (Zhang et al., ACL 2023, Eq. 22/24).
 
-For token j at position p_j (0-based, from the padding mask), after the embedding dropout (as released):
-    h_j = x_j + Dropout_pk( ReLU( (x_j W1) phi_{p_j} ) W2 )
-    W1 (C, d_p), phi (L_max, d_p, d_p), W2 (d_p, C), no biases; parameters 2 C d_p + L_max d_p^2
---posnet-dim d_p: 128 base, 256 big, 16 tiny. The kernel product is one bmm over positions, and the flags
---posnet-sides/-share/-init/-dropout and L_max are shared with posnet_attn: see ``posnet_kernels``.
+Token j at position p_j (0-based, from the padding mask) gets a kernel of its own, phi_{p_j}, between two
+projections, after the embedding dropout (as released; the equation: docs/encodings.md §PosNet-Embed, and above
+``embed``); no biases, parameters 2 C d_p + L_max d_p^2. --posnet-dim d_p: 128 base, 256 big, 16 tiny. The kernel
+product is one bmm over positions, and the flags --posnet-sides/-share/-init/-dropout and L_max are shared with
+posnet_attn: see ``posnet_kernels``.
 Released configuration (PosNet in the encoder only, the decoder without any position signal, L_max 512):
     --arch transformer_posnet_embed_wmt_en_de --posnet-sides encoder --posnet-max-positions 512
 Table 1's 66.49M (3.41M for PosNet) fits L_max = 200: --posnet-max-positions 200 (default 256).
@@ -47,6 +47,7 @@ class PosNetEmbedding(PosNetBase):
             raise ValueError(f"a shared PosNet needs equal encoder and decoder embed dims (got {dims.embed_dim} "
                              f"and {kernels['w1'].size(0)}); pass --posnet-share none")
 
+    # h_j = x_j + Dropout_pk( ReLU( (x_j W1) phi_{p_j} ) W2 ),  W1 (C, d_p), phi (L_max, d_p, d_p), W2 (d_p, C)
     def embed(self, x, pos):
         self.check_length(pos)
         k = self.kernels

@@ -1,16 +1,13 @@
 """RoPE: rotary position embedding of queries and keys (Su et al., 2021, RoFormer), in self-attention only.
 
 Per layer and per head, the first r = 2 floor(f d / 2) dimensions of a head (f = --rope-fraction, default
-1: the whole head) form r/2 pairs; pair i turns by the angle p theta_i at position p, with
-    theta_i = base^(-2i / r),   i = 0 .. r/2 - 1,   base = --rope-base (10000)
-and the other d - r dimensions pass through unchanged (partial rotary, as GPT-NeoX with f = 0.25).
+1: the whole head) form r/2 pairs, each turned by an angle proportional to the position, and the other d - r
+dimensions pass through unchanged (partial rotary, as GPT-NeoX with f = 0.25); the equations are above
+``rotary_tables`` and ``rotate`` (and in docs/encodings.md §RoPE).
 Pair layout: half-split (GPT-NeoX, LLaMA), pair i = (x[i], x[i + r/2]); it is the paper's interleaved layout
-(x[2i], x[2i+1]) up to a fixed permutation of the W_Q and W_K columns, i.e. the same model. For pair i:
-    [x'_i      ]   [cos(p theta_i)  -sin(p theta_i)] [x_i      ]
-    [x'_{i+r/2}] = [sin(p theta_i)   cos(p theta_i)] [x_{i+r/2}]
-Rotations compose, R_m^T R_n = R_{n-m}, so with q rotated at its position m and k at its position n
-    (R_m q) . (R_n k) = q . R_{n-m} k
-and the score depends on n - m only: no absolute position reaches the model. Positions are the padding
+(x[2i], x[2i+1]) up to a fixed permutation of the W_Q and W_K columns, i.e. the same model.
+Rotations compose, R_m^T R_n = R_{n-m}, so the score of q rotated at its position m and k at its position n
+depends on n - m only: no absolute position reaches the model. Positions are the padding
 mask's (``Positions``), hence the same for any padding side and any batch. The rotation is linear, so it is
 applied after fairseq's d^-1/2 scaling of q. Applied through ``transform_qk`` before the keys are cached:
 in incremental decoding a key is rotated once, at its own position, and the cache holds rotated keys.
@@ -47,6 +44,7 @@ class RoPEConfig(FairseqDataclass):
     )
 
 
+# pair i turns by the angle p theta_i at position p:  theta_i = base^(-2i / r),  i = 0 .. r/2 - 1 (base: --rope-base)
 def rotary_tables(num_positions: int, rotary_dim: int, base: float):
     """cos and sin of p theta_i for p = 0..num_positions-1, i = 0..r/2-1: two (N, r/2) float32 tensors."""
     inv_freq = base ** (-torch.arange(0, rotary_dim, 2, dtype=torch.float64) / rotary_dim)  # (r/2,) theta_i
@@ -54,10 +52,11 @@ def rotary_tables(num_positions: int, rotary_dim: int, base: float):
     return torch.cos(angles).float(), torch.sin(angles).float()
 
 
+#   [x'_i      ]   [cos(p theta_i)  -sin(p theta_i)] [x_i      ]
+#   [x'_{i+r/2}] = [sin(p theta_i)   cos(p theta_i)] [x_{i+r/2}],    x'_rest = x_rest
+# so that (R_m q) . (R_n k) = q . R_{n-m} k
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rotary_dim: int) -> torch.Tensor:
-    """R_p x for x (B,H,T,d), cos / sin (B|1,1,T,r/2), without autograd: one new (B,H,T,d) tensor.
-        x'_i = x_i cos - x_{i+r/2} sin,   x'_{i+r/2} = x_{i+r/2} cos + x_i sin,   x'_rest = x_rest
-    """
+    """R_p x for x (B,H,T,d), cos / sin (B|1,1,T,r/2), without autograd: one new (B,H,T,d) tensor."""
     half = rotary_dim // 2
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)  # (B,H,T,d), contiguous whatever x's layout
     x1, x2 = x[..., :half], x[..., half:rotary_dim]  # (B,H,T,r/2) each, views

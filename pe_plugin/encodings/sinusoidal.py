@@ -1,11 +1,9 @@
 """SAPE: fixed sinusoidal absolute positions (Vaswani et al., 2017), in fairseq's tensor2tensor layout.
 
-With half = C/2 and omega_m = exp(-m * ln(10000) / (half - 1)), m = 0..half-1:
-    P(q) = [sin(q * omega_0), ..., sin(q * omega_{half-1}), cos(q * omega_0), ..., cos(q * omega_{half-1})]
-    x_i  = x_i + P(p_i + padding_idx + 1)
-The offset padding_idx + 1 is fairseq's numbering (``make_positions``), kept so that ``transformer_sape_*``
-equals fairseq's stock Transformer; it does not change what the model can learn. No parameters; the table
-is a non-persistent buffer that grows on demand, so there is no hard length limit.
+Sines in the first half of the channels, cosines in the second (the equations: docs/encodings.md §SAPE, and above
+``sinusoid_table`` and ``embed``). The row offset padding_idx + 1 is fairseq's numbering (``make_positions``), kept
+so that ``transformer_sape_*`` equals fairseq's stock Transformer; it does not change what the model can learn. No
+parameters; the table is a non-persistent buffer that grows on demand, so there is no hard length limit.
 """
 import math
 
@@ -15,6 +13,8 @@ from . import register_pe
 from ..encoding_parts.base import PositionalEncoding, Positions
 
 
+# With half = C/2 and omega_m = exp(-m * ln(10000) / (half - 1)), m = 0..half-1:
+#   P(q) = [sin(q * omega_0), ..., sin(q * omega_{half-1}), cos(q * omega_0), ..., cos(q * omega_{half-1})]
 def sinusoid_table(num_positions: int, dim: int) -> torch.Tensor:
     """(num_positions, dim) table P(q) for q = 0..num_positions-1 (odd dim: last column zero)."""
     half = dim // 2
@@ -48,6 +48,7 @@ class SinusoidalPositionalEncoding(PositionalEncoding):
         table[self.dims.padding_idx] = 0  # pads get a zero vector, as in fairseq
         return table
 
+    # x_i = x_i + P(p_i + padding_idx + 1)
     def embed(self, x, pos):
         rows = pos.bound + self.dims.padding_idx + 1  # a host bound on the largest row index, plus one
         if rows > self.table.size(0):  # grow on demand (no length limit)

@@ -2,20 +2,16 @@
 
 One table E in R^{N x H} per stack, shared by all its self-attention layers (as T5 computes it in the first
 layer and reuses it); separate tables for the encoder (bidirectional buckets) and the decoder (causal
-buckets, every future key in bucket 0); none in cross-attention. With q already scaled by d^-1/2:
-    e_ij = q_i . k_j + E[bucket(j - i), h]          bucket: ``relative.t5_bucket`` (docs/encodings.md §T5)
-The bias does not depend on q (``position_bias``): it is one (1,H,Tq,Tk) tensor, which the fast attention path
-computes once per stack pass and folds, with the causal and padding masks, into the float mask of the fused
-kernel that every layer shares. Init as HF T5: E ~ N(0, C^-1/2).
+buckets, every future key in bucket 0); none in cross-attention. Head h adds E[bucket(j - i), h] to the logits (the
+equations: docs/encodings.md §T5, and above ``position_bias``). The bias does not depend on q (``position_bias``):
+it is one (1,H,Tq,Tk) tensor, which the fast attention path computes once per stack pass and folds, with the causal
+and padding masks, into the float mask of the fused kernel that every layer shares. Init as HF T5: E ~ N(0, C^-1/2).
 
 Without an index into E (whose backward accumulates with index_put: atomic adds on a GPU): every distance with
 |r| >= max_distance D falls in the bucket of r = +-D, so the bias is Shaw's clipping of a per-distance vector,
-    O[n, r + D] = [bucket(r) = n],  r in -D..D              (N, 2D+1): one-hot, a buffer
-    v_h[r] = sum_n E[n, h] O[n, clip(r, -D, D) + D]        (H, W) for the call's W distances: E^T O_W, where O_W
-                                                           takes O's columns by ``relative.clip_to_offsets``
-    bias[h, i, j] = v_h[j - i]                             ``relative.offsets_to_pairs``, a strided view
-one matrix product and strided views; backward sums the diagonals and multiplies by O_W^T. For positions given as
-values (tests, direct calls) it is ``E[bucket(rel)]`` as the equation reads.
+one matrix product and strided views (``position_bias``); backward sums the diagonals and multiplies by the
+one-hot's transpose. For positions given as values (tests, direct calls) it is ``E[bucket(rel)]`` as the
+equation reads.
 """
 from dataclasses import dataclass, field
 
@@ -58,6 +54,10 @@ class T5RelativeBias(PositionalEncoding):
         bucket = t5_bucket(torch.arange(-dist, dist + 1), not dims.causal, n, dist)  # (2D+1,)
         self.register_buffer("onehot", (bucket == torch.arange(n).unsqueeze(1)).float(), persistent=False)  # (N,2D+1)
 
+    # With q already scaled by d^-1/2:  e_ij = q_i . k_j + E[bucket(j - i), h]   (bucket: ``relative.t5_bucket``)
+    # without indexing E:  O[n, r + D] = [bucket(r) = n], r in -D..D (N, 2D+1), the buffer ``onehot``;
+    #   v_h[r] = sum_n E[n, h] O[n, clip(r, -D, D) + D]  (H, W) for the call's W distances: E^T O_W, O_W the
+    #   columns ``relative.clip_to_offsets`` takes;  bias[h, i, j] = v_h[j - i] (``relative.offsets_to_pairs``)
     def position_bias(self, pos):
         if not pos.columns:  # positions given as values: the equation as it reads
             bucket = t5_bucket(pos.rel, not self.dims.causal, self.cfg.t5_num_buckets, self.cfg.t5_max_distance)
