@@ -9,11 +9,8 @@ built on its architecture (a base architecture narrowed to 4 heads keeps per-hea
 --rpe-per-head gives per-head tables at any size, --rpe-shared-heads shared ones (over --rpe-per-head and the base
 default). No absolute encoding is added (the paper found no gain from adding sinusoids).
 
-Training and validation (``attention_core``) run the whole product in ``ShawAttention``, whose backward keeps no
-(Tq,Tk) tensor (with --pe-attention-impl triton, in the fused kernels of ``pe_plugin.kernels.shaw_rpe``); the
-score and value hooks serve the explicit product (weights requested, --pe-attention-impl reference) and the key
-term alone (--rpe-no-values, in the fused kernel's mask).
-"""
+Training runs the whole product in ``ShawAttention`` (or ``pe_plugin.kernels.shaw_rpe``); the score and value
+hooks serve the explicit product (weights requested, --pe-attention-impl reference) and --rpe-no-values."""
 import dataclasses
 from dataclasses import dataclass, field
 from typing import NamedTuple, Optional, Tuple
@@ -26,6 +23,7 @@ from ..encoding_parts.base import PositionalEncoding, Positions
 from ..encoding_parts.head_layout import as_heads, by_head, new_tbhd, per_bucket
 from ..encoding_parts.relative import OneHot, buckets_to_pairs, clipped_onehot, pairs_to_buckets
 from . import register_pe
+
 
 @dataclass
 class ShawConfig(FairseqDataclass):
@@ -43,7 +41,6 @@ class ShawConfig(FairseqDataclass):
 
 class ShawContext(NamedTuple):
     """What the layers of one pass share: the positions and each layer's tables in the compute dtype."""
-
     pos: Positions
     keys: Optional[Tuple[torch.Tensor, ...]]  # per layer W^K^T (H, d, 2k+1), a shared table expanded
     values: Optional[Tuple[torch.Tensor, ...]]  # per layer W^V (2k+1, d) shared by the heads, or (H, 2k+1, d)
@@ -76,7 +73,7 @@ class ShawRelativePositionalEncoding(PositionalEncoding):
             raise ValueError(f"--rpe-max-relative-position must be >= 0, got {self.k}")
         heads = dims.num_heads if cfg.rpe_per_head and not cfg.rpe_shared_heads else 1
         shape = (dims.num_layers, heads, 2 * self.k + 1, dims.head_dim)  # (L, H|1, 2k+1, d)
-        std = dims.head_dim ** -0.5
+        std = dims.head_dim ** -0.5  # N(0, d^-1/2): the paper does not say (our choice, docs/encodings.md §RPE)
         self.key_table = None if cfg.rpe_no_keys else nn.Parameter(torch.randn(shape) * std)
         self.value_table = None if cfg.rpe_no_values else nn.Parameter(torch.randn(shape) * std)
 
