@@ -285,3 +285,25 @@ def test_host_syncs_of_a_whole_update_are_counted_exactly(corpus):
         assert syncs("sape", (1024, 1)) == [{"_local_scalar_dense": 5 + 4 + 2}] * 3
     finally:
         cls.embed = embed
+
+
+@pytest.mark.slow
+def test_compiled_layers_train_the_same(corpus, monkeypatch):
+    """train-speed --compile: every encoder and decoder layer under torch.compile trains as the eager model does,
+    update for update (fairseq's logged loss, at a learning rate that moves it), on the CPU. Dynamo's own "eager" backend here: the capture and the
+    replaced layers are what is tested; inductor's code generation takes minutes on a CPU."""
+    from types import SimpleNamespace
+
+    out, _ = corpus
+    made = []
+    compile_layers = train_speed.compile_layers
+    monkeypatch.setattr(train_speed, "compile_layers", lambda model, backend: made.append(compile_layers(model, backend)))
+
+    def losses(backend):
+        lr = ["--lr", "0.01", "--warmup-init-lr", "0.01", "--warmup-updates", "1"]  # steps that move the loss
+        ns = SimpleNamespace(data=str(out), recipe="wmt14", pair="en-de", extra=lr, max_update=3)
+        argv = train_speed.train_argv("sape", "tiny", ns, "cpu", False, "auto", (1024, 1))
+        return [u["loss"] for u in train_speed.run_in_process(argv, 0, 2, 1, False, compile_backend=backend)["updates"]]
+
+    eager = losses(None)
+    assert len(set(eager)) == 3 and losses("eager") == eager and made == [4]  # tiny: 2 encoder and 2 decoder layers

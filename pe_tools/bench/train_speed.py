@@ -121,8 +121,10 @@ class Window:
     """Measures the updates of one run (see the module): ``begin(trainer)`` and ``end(samples, out)`` around each
     ``Trainer.train_step``; ``wait``, ``fwd_bwd`` and ``optimizer`` accumulate the host's time of the update."""
 
-    def __init__(self, warmup: int, timed: int, profiled: int, cuda: bool, count_syncs: bool = False):
+    def __init__(self, warmup: int, timed: int, profiled: int, cuda: bool, count_syncs: bool = False,
+                 compile_backend: str = None):
         self.warmup, self.timed, self.profiled, self.cuda = warmup, timed, profiled, cuda
+        self.compile_backend = compile_backend
         self.syncs = sync_counter() if count_syncs else None
         self.meter = PeakMeter.for_device(cuda)
         self.updates, self.shape, self.top = [], {}, {}
@@ -147,6 +149,8 @@ class Window:
             for attr, slot in (("train_step", "fwd_bwd"), ("optimizer_step", "optimizer")):
                 setattr(task, attr, self.timer(getattr(task, attr), slot))
             self.meter.open()
+            if self.compile_backend:
+                compile_layers(trainer.model, self.compile_backend)
         self.fwd_bwd = self.optimizer = 0.0
         if self.phase(len(self.updates)) == "profiled":
             from torch.profiler import ProfilerActivity, profile
@@ -180,7 +184,8 @@ class Window:
         rest = wall - self.wait - self.fwd_bwd - self.optimizer
         u = {"phase": self.phase(len(self.updates)), "words": sum(int(s.get("ntokens", 0)) for s in samples if s),
              "wall_s": wall, "wait_s": self.wait, "fwd_bwd_s": self.fwd_bwd, "optimizer_s": self.optimizer,
-             "bookkeeping_s": rest, "peak_bytes": peak, "skipped": out is None}
+             "bookkeeping_s": rest, "peak_bytes": peak, "skipped": out is None,
+             "loss": float(out["loss"]) if isinstance(out, dict) and "loss" in out else None}
         if self.syncs is not None:
             u["syncs"] = dict(self.syncs.counts)
         if self.prof is not None:
@@ -215,6 +220,21 @@ class Window:
                 "busy_unprofiled": busy / step if busy is not None and step else None,
                 "busy_profiled": busy / med(prof, "wall_s") if busy is not None else None,
                 "top_kernels": [[n, c, s] for n, (c, s) in top], "updates": self.updates}
+
+
+def compile_layers(model, backend: str) -> int:
+    """Replace every encoder and decoder layer of ``model`` (fairseq's, or a wrapper's ``.module``) by
+    ``torch.compile(layer, backend=backend, dynamic=True)`` (the same parameters); returns how many. Not a default:
+    a benchmark option until a GPU measures it."""
+    import torch
+
+    model = getattr(model, "module", model)
+    n = 0
+    for side in (model.encoder, model.decoder):
+        for i, layer in enumerate(side.layers):
+            side.layers[i] = torch.compile(layer, backend=backend, dynamic=True)
+            n += 1
+    return n
 
 
 _CURRENT = []  # the window of the run in progress (fairseq is patched once per process)
@@ -253,7 +273,8 @@ def install(window: Window) -> None:
     iterators.GroupedIterator.__next__ = next_group
 
 
-def run_in_process(argv, warmup: int, timed: int, profiled: int, cuda: bool, count_syncs: bool = False) -> dict:
+def run_in_process(argv, warmup: int, timed: int, profiled: int, cuda: bool, count_syncs: bool = False,
+                   compile_backend: str = None) -> dict:
     """One fairseq-train run (``argv``: its arguments) in this process under a Window; returns its record. Raises
     RuntimeError when training ends before the window closes."""
     import torch
@@ -261,7 +282,7 @@ def run_in_process(argv, warmup: int, timed: int, profiled: int, cuda: bool, cou
     gc.collect()
     if cuda:
         torch.cuda.empty_cache()
-    window = Window(warmup, timed, profiled, cuda, count_syncs)
+    window = Window(warmup, timed, profiled, cuda, count_syncs, compile_backend)
     install(window)
     from fairseq_cli import train
 
@@ -471,6 +492,9 @@ def add_args(parser):
     for flag, low, default, text in ints:
         parser.add_argument(flag, type=int_at_least(low), default=default, help=f"{text} (default: {default})")
     parser.add_argument("--goals", help="a JSON of bounds (speedup, busy, step, peak) the report checks")
+    parser.add_argument("--compile", nargs="?", const="inductor", metavar="BACKEND",
+                        help="torch.compile every encoder and decoder layer (default backend: inductor); a "
+                             "benchmark option, not the recipe's")
     parser.add_argument("--count-syncs", action="store_true",
                         help="count each update's host syncs by op (a dispatch mode: slows the step; not for timing)")
     parser.add_argument("--extra", nargs=argparse.REMAINDER, default=[],
@@ -548,7 +572,8 @@ def run(args) -> int:
                                  max_update=args.warmup + args.timed + args.profiled, save_dir=save)
             argv = train_argv(pe, size, ns, device, fp16, impl, (m, f))
             try:
-                record = run_in_process(argv, args.warmup, args.timed, args.profiled, cuda, args.count_syncs)
+                record = run_in_process(argv, args.warmup, args.timed, args.profiled, cuda, args.count_syncs,
+                                        args.compile)
             except RuntimeError as e:
                 return fail(str(e))
         longest = max(longest, time.monotonic() - t0)
