@@ -13,7 +13,6 @@ gradients within 5 %. On a CPU, half-precision kernels may be missing or slow: t
 Each encoding's row is written to ``--json`` as it is checked; ``--resume`` and ``--time-budget``:
 docs/benchmarks.md §Partial runs.
 """
-import argparse
 import sys
 
 from ..command_line import fail
@@ -127,13 +126,3 @@ def run(args) -> int:
         print(f"fp16 differs from fp32 beyond the tolerance for: {', '.join(failed)}", file=sys.stderr)
     return 1 if failed else 0
 
-
-def main(argv=None) -> int:
-    """scripts/check_fp16.py: ``pe-bench fp16``."""
-    parser = argparse.ArgumentParser(prog="pe-bench fp16", description=HELP)
-    add_args(parser)
-    return run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())
