@@ -10,7 +10,9 @@ is the user's guide.
 
 Submission writes QUEUE.slurm/ beside the queue file: a copy of the queue file named by its content (the jobs read
 that copy, so an edit to QUEUE does not reach submitted jobs), one batch script per job array, logs/ (SLURM's
-output of each job, appended across restarts) and jobs.json (the ids submitted, which status and cancel read).
+output of each job, appended across restarts) and jobs.json (every id ever submitted, which status and cancel read).
+One submitter per run: submitting locks the queue and each run directory around "look for a live job, submit,
+record the id", and a job that finds its run directory in use by another live job leaves it (``claim``).
 
 Batch scripts are written here, not through submitit: a batch script is a file the user can read, resubmit and
 adapt, and the traps of submitit on clusters without accounting (states read UNKNOWN, waits on jobs cancelled
@@ -21,7 +23,10 @@ seconds before its time limit) the job requeues itself (``scontrol requeue``); S
 starts it again, as it does after a preemption or an outside ``scontrol requeue``. A restarted job runs the same
 chain: the queue's repair makes checkpoint_last.pt the newest checkpoint that reads whole, pe-train resumes from it
 (train.log appended), a finished run is not trained again, and decoding and recording happen only at the last
-update. A run loses at most the updates since its last checkpoint.
+update. A run loses at most the updates since its last checkpoint. A --time that leaves no training time after the
+signal is refused (``check_time``), and a job started MAX_STALLED_STARTS times in a row on the same checkpoint ends
+FAILED. Status (``status_columns``) takes the newest word on each job: SLURM's, the job's own, or evidence of its
+death (a traceback ending its log, a stale heartbeat).
 """
 import argparse
 import contextlib
