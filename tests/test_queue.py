@@ -437,15 +437,20 @@ def test_a_runs_options_become_pe_trains_flags():
 
 
 def test_the_multi30k_queue_files_are_valid_and_every_run_recorded(capsys):
-    """examples/multi30k's queue files (the En-Fr and KERPLE runs on a GPU, the En-Fr cross-check on CPU cores) are
-    valid without prepared data, and each run they list is recorded where its line says (into=), with the commit
-    it trained from."""
+    """examples/multi30k's queue files (the En-Fr and KERPLE runs on a GPU, the En-Fr cross-check on CPU cores, the
+    6,000-update runs) are valid without prepared data, and each run they list is recorded where its line says
+    (into=), with the commit it trained from; only the 6,000-update runs may still be unrecorded."""
     files = sorted((REPO / "examples" / "multi30k").glob("queue*.txt"))
-    assert [f.name for f in files] == ["queue_en_fr.txt", "queue_gpu.txt"]
+    assert [f.name for f in files] == ["queue_6k_en_de.txt", "queue_6k_en_fr.txt", "queue_en_fr.txt", "queue_gpu.txt"]
+    # the 6,000-update runs wait for a GPU window (docs/results.md, 6,000 updates): a run of theirs may be missing,
+    # but what is recorded is checked like the others
+    pending = {"queue_6k_en_de.txt", "queue_6k_en_fr.txt"}
     for q in files:
         assert queue_cli.main(["check", str(q), "--no-data"]) == 0
         assert capsys.readouterr().out.strip().endswith("all valid")
         for run in queue.parse_queue(q, data=False):
+            if q.name in pending and not (REPO / run.recorded).exists():
+                continue
             command = json.loads((REPO / run.recorded / "command.json").read_text())
             assert (command["method"], command["pair"], command["size"]) == (run.method, run.pair, run.size)
             assert len(command["commit"]) == 40, (q.name, run.name)
