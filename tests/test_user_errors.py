@@ -54,10 +54,11 @@ def generate_output(hyps, order, keep=None, config=None, scores=True):
 @pytest.fixture()
 def corpus(tmp_path, monkeypatch):
     rng = random.Random(5)
-    words = "the a house car is big small and not very good man woman child goes sees".split()
+    # German words, as --trg-lang de says: pe-evaluate refuses hypotheses that read as another language
+    words = "der ein haus auto ist gross klein und nicht sehr gut mann frau kind geht sieht".split()
     ref = [" ".join(rng.choice(words) for _ in range(rng.randint(3, 12))) for _ in range(30)]
-    hyp = [" ".join(w for w in line.split() if rng.random() > 0.2) or "the" for line in ref]
-    base = [" ".join(w for w in line.split() if rng.random() > 0.4) or "a" for line in ref]
+    hyp = [" ".join(w for w in line.split() if rng.random() > 0.2) or "der" for line in ref]
+    base = [" ".join(w for w in line.split() if rng.random() > 0.4) or "ein" for line in ref]
     (tmp_path / "ref.de").write_text("\n".join(ref) + "\n")
     (tmp_path / "hyp.de").write_text("\n".join(hyp) + "\n")
     (tmp_path / "base.de").write_text("\n".join(base) + "\n")
