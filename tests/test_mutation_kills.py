@@ -1,8 +1,9 @@
-"""Scoring tests written for the survivors of the mutation check (scripts/mutation_check.py, docs/testing.md,
-examples/mutation/summary.md): each checks a behaviour of pe_tools/scoring that a recorded mutant changed while the
+"""Tests written for the survivors of the mutation check (scripts/mutation_check.py, docs/testing.md,
+examples/mutation/summary.md): each checks a behaviour of pe_tools or pe_plugin that a recorded mutant changed while the
 other tests passed, against an independent reference."""
 import pytest
 
+from pe_tools.recipes.batching import FOOTPRINTS
 from pe_tools.scoring import report, style
 
 
@@ -118,3 +119,30 @@ def test_metric_specs_cannot_be_changed_in_place_and_are_hashable():
             spec.tokenised = not spec.tokenised
     assert [s.key for s in METRICS] == ["bleu", "chrf", "bleu_cs"] and not METRICS[0].tokenised
     assert len({*METRICS, *METRICS}) == len(METRICS) == len({s: s.label for s in METRICS})
+
+
+def test_two_reports_compare_their_means_without_a_rename():
+    """pe_tools/scoring/agreement.rows with two reports and no rename (survivor: ``rename or {}`` -> ``rename``):
+    the means of the first report against the second's, as rank_agreement of the two mean scorings."""
+    from pe_tools.scoring.agreement import rank_agreement, rows
+
+    def report(means):
+        return {"systems": [{"name": name, "summary": {"bleu": {"mean": m}}, "runs": []} for name, m in means.items()]}
+
+    a, b = {"x": 30.0, "y": 20.0, "z": 10.0, "w": 5.0}, {"x": 31.0, "y": 9.0, "z": 19.0, "w": 4.0}
+    (row,) = rows([report(a), report(b)], ["A", "B"], "bleu")
+    assert row == {"compared": "A vs B (means)", **rank_agreement(a, b)}
+
+
+@pytest.mark.parametrize("size", sorted(FOOTPRINTS))
+def test_a_memory_that_holds_exactly_the_smallest_micro_batch_is_planned(size):
+    """pe_tools/recipes/batching.memory_cap at its limit (survivor: ``cap < MIN_MICRO_BATCH`` -> ``<=``): a memory
+    whose headroom holds exactly MIN_MICRO_BATCH tokens gives that cap; one token's bytes less is refused. The
+    memories are worked out here from the footprint (fixed + tokens x per token = HEADROOM x memory)."""
+    from pe_tools.recipes.batching import HEADROOM, MIN_MICRO_BATCH, memory_cap
+
+    fp = FOOTPRINTS[size]
+    exactly = (fp.fixed + (MIN_MICRO_BATCH + 0.5) * fp.per_token) / HEADROOM  # half a token's bytes to spare
+    assert memory_cap(size, exactly) == MIN_MICRO_BATCH
+    with pytest.raises(ValueError, match=f"holds no micro-batch of {MIN_MICRO_BATCH} tokens"):
+        memory_cap(size, exactly - fp.per_token / HEADROOM)
