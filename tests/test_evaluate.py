@@ -807,7 +807,7 @@ FR = ["Un homme fait du vélo dans la rue .", "Deux chiens jouent dans la neige 
       "Une femme lit un livre dans le parc .", "Des enfants jouent au football sur une pelouse .",
       "Un garçon saute dans l' eau et il rit ."] * 4
 EN = ["A man rides a bike on the street .", "Two dogs play in the snow .", "A woman reads a book in the park .",
-      "Children play football on the lawn .", "A boy jumps into the water and he laughs ."] * 4
+      "Children play football on the lawn .", "A boy jumps into the water with his dog and laughs ."] * 4
 
 
 def write_lines(path, lines):
@@ -825,6 +825,9 @@ def write_lines(path, lines):
     (FR, DE, "xx", "reads as 'fr', the reference ref.txt as 'de'"),  # a language without a list: the reference's
     (DE, DE, "xx", None),
     (FR[:4], DE, "de", None),  # too few words to tell: not refused
+    (["the man the dog the the"] * 20, DE, "de", None),  # an untrained model's repetition: not a language
+    (["Le chien et le chat sur la table ."] * 20, DE, "de", None),  # 4 different French words, one short of 5
+    (["Le chien et le chat sont sur la table ."] * 20, DE, "de", "reads as 'fr', not the target language --trg-lang de"),
 ])
 def test_a_hypothesis_in_another_language_than_the_reference_is_refused(hyp, ref, trg, refused, tmp_path, capsys):
     """Seen failing with check_languages' call removed from load_inputs (the refused cases) and with

@@ -3,10 +3,11 @@ function words of each language this knows (a short stop-word list per language,
 scored against a German reference gives a BLEU near 0 with marks that look like results; this catches it before
 anything is scored. Standard library only.
 
-A text is *identified* as a language when at least ``MIN_WORDS`` of its words are on that language's list, they
-are at least ``MIN_SHARE`` of all its words, and at least ``RATIO`` times the share of every other language's
-list; otherwise it is not identified (too short, another script, a language without a list), and nothing is
-refused on its account."""
+A text is *identified* as a language when at least ``MIN_WORDS`` of its words are on that language's list, at
+least ``MIN_DISTINCT`` of them different (the degenerate output of an untrained model, "the the the", is not a
+language), they are at least ``MIN_SHARE`` of all its words, and at least ``RATIO`` times the share of every other
+language's list; otherwise it is not identified (too short, another script, a language without a list), and
+nothing is refused on its account."""
 import re
 from typing import Dict, Iterable, Optional
 
@@ -20,17 +21,18 @@ STOP_WORDS: Dict[str, frozenset] = {
     "cs": frozenset("na že ve jsou jako pro ale jsem jeho které který která".split()),
     "ro": frozenset("și este cu pe sunt pentru din această acest".split()),
 }
-MIN_WORDS, MIN_SHARE, RATIO = 20, 0.08, 3.0
+MIN_WORDS, MIN_DISTINCT, MIN_SHARE, RATIO = 20, 5, 0.08, 3.0
 WORD = re.compile(r"[^\W\d_]+", re.UNICODE)
 
 
 def shares(lines: Iterable[str]) -> Dict[str, float]:
     """{language: share of the words of ``lines`` on its list} (and ``_words``: how many words there are,
-    ``_hits``: {language: words on its list})."""
+    ``_hits``: {language: words on its list}, ``_distinct``: {language: different words of its list})."""
     words = [w.lower() for line in lines for w in WORD.findall(line)]
     n = len(words) or 1
     hits = {lang: sum(w in stop for w in words) for lang, stop in STOP_WORDS.items()}
-    return {"_words": len(words), "_hits": hits, **{lang: h / n for lang, h in hits.items()}}
+    distinct = {lang: len(stop.intersection(words)) for lang, stop in STOP_WORDS.items()}
+    return {"_words": len(words), "_hits": hits, "_distinct": distinct, **{lang: h / n for lang, h in hits.items()}}
 
 
 def identify(lines: Iterable[str]) -> Optional[str]:
@@ -38,7 +40,8 @@ def identify(lines: Iterable[str]) -> Optional[str]:
     s = shares(lines)
     best = max(STOP_WORDS, key=lambda lang: s[lang])
     rest = max(s[lang] for lang in STOP_WORDS if lang != best)
-    if s["_hits"][best] >= MIN_WORDS and s[best] >= MIN_SHARE and s[best] >= RATIO * rest:
+    if s["_hits"][best] >= MIN_WORDS and s["_distinct"][best] >= MIN_DISTINCT and s[best] >= MIN_SHARE \
+            and s[best] >= RATIO * rest:
         return best
     return None
 
