@@ -117,7 +117,7 @@ def run(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     log = out / "log.txt"
     data = Path(args.data or Path(tempfile.gettempdir()) / ("pe_wmt_shaped_tiny" if args.rehearse else "pe_wmt_shaped"))
-    env = dict(os.environ, PYTHONWARNINGS="ignore", PYTHONUNBUFFERED="1", LOGLEVEL="WARNING")  # fairseq: no config dumps
+    env = dict(os.environ, PYTHONWARNINGS="ignore", PYTHONUNBUFFERED="1")
     env["PYTHONPATH"] = os.pathsep.join(x for x in (str(REPO), env.get("PYTHONPATH")) if x)  # this checkout's code
     if args.rehearse:
         env["TRITON_INTERPRET"] = "1"  # Shaw's Triton kernels in Triton's interpreter on the CPU

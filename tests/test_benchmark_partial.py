@@ -147,7 +147,7 @@ def test_train_speed_writes_each_run_and_resumes(tmp_path, monkeypatch):
     (tmp_path / "dict.en.txt").write_text("a 1\n")
     ran = []
 
-    def fake(argv, warmup, timed, profiled, cuda):
+    def fake(argv, warmup, timed, profiled, cuda, count_syncs=False, compile_backend=None):
         ran.append(argv[argv.index("--arch") + 1])
         return dict(max_tokens=512, wps=100.0 * len(ran), step_s=1.0 / len(ran), peak_bytes=10, top_kernels=[],
                     num_workers=1, fp16=False, activity="cpu", updates=[])

@@ -35,6 +35,7 @@ bound). Outputs are rewritten after every run; ``--resume`` and ``--time-budget`
 import argparse
 import gc
 import json
+import logging
 import platform
 import statistics
 import sys
@@ -514,6 +515,8 @@ def run(args) -> int:
     if not any(Path(args.data).glob("dict.*.txt")):
         return fail(f"--data {args.data}: no fairseq dictionary (dict.*.txt) there; pe-bench wmt-corpus --out DIR "
                     f"writes one")
+    for name in ("fairseq", "fairseq_cli", "train", "pe_plugin"):  # a model summary and config a run: the JSON has it
+        logging.getLogger(name).setLevel(logging.WARNING)
     try:
         device = resolve_device(args.device)
         sizes = list(load_table(args.recipe)["size"])
