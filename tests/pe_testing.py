@@ -120,9 +120,11 @@ def train_args(data_bin, save_dir, *extra, user_dir=PLUGIN) -> list:
 
 def fairseq_train(data_bin, save_dir, *extra, own_process=False, fails=False) -> subprocess.CompletedProcess:
     """fairseq-train with ``train_args``: its cli_main called in this interpreter (``call_main``: no new
-    interpreter spending seconds on imports; argparse's and the plugin's errors on stderr), or with
-    ``own_process`` in a new one (``run``: its logs in stdout, torch's safe checkpoint loading on). A run that
-    fails raises with its output; with ``fails``, a run that does not fail raises."""
+    interpreter spending seconds on imports; argparse's and the plugin's errors on stderr), for runs that stop
+    before they train; or with ``own_process`` in a new one (``run``: its logs in stdout, torch's safe checkpoint
+    loading on), for runs that train: fairseq keeps state across runs in one process (the best validation loss,
+    ``checkpoint_utils.save_checkpoint.best``, so a later run saves no checkpoint_best.pt). A run that fails
+    raises with its output; with ``fails``, a run that does not fail raises."""
     args = train_args(data_bin, save_dir, *extra)
     if own_process:
         proc = run("fairseq_cli.train", args, check=False)

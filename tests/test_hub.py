@@ -47,9 +47,12 @@ def trained(tmp_path_factory):
     run("pe_tools.data.cli", ["raw", "--src", "en", "--tgt", "de", "--train", raw / "train", "--valid", raw / "valid",
                               "--test", raw / "test", "--out", data, "--bpe-merges", 200, "--workers", 1], cwd=REPO)
     posnet, stock = root / "posnet", root / "stock"
-    fairseq_train(data, posnet, "--arch", "transformer_posnet_embed_tiny", "--max-update", 150, *HUB_TRAINING)
+    # each in a process of its own: fairseq keeps the best validation loss across runs in one process
+    # (checkpoint_utils.save_checkpoint.best), so a second run there would save no checkpoint_best.pt
+    fairseq_train(data, posnet, "--arch", "transformer_posnet_embed_tiny", "--max-update", 150, *HUB_TRAINING,
+                  own_process=True)
     fairseq_train(data, stock, "--arch", "transformer_tiny", "--max-update", 10, *HUB_TRAINING, "--source-lang", "en",
-                  "--target-lang", "de")
+                  "--target-lang", "de", own_process=True)
     gen = run("fairseq_cli.generate", [
         data, "--user-dir", PLUGIN, "--path", posnet / "checkpoint_best.pt", "--cpu", "--beam", DECODING["beam"],
         "--lenpen", DECODING["lenpen"], "--max-len-a", DECODING["max_len_a"], "--max-len-b", DECODING["max_len_b"],
