@@ -1,8 +1,8 @@
 """Shaw's attention core in Triton kernels (``--pe-attention-impl triton``), run on the CPU by Triton's interpreter,
-against ``encodings.shaw.shaw_attention`` (itself held to the equations by tests/test_shaw_core.py) and the reference path, in float64:
-outputs and every gradient, several key and query tiles, a decoding step, k = 0 and k beyond the length, shared
-tables, no key table, two masks and three; through the attention module on left- and right-padded batches and in
-incremental decoding; and the settings it refuses, each named with its fix."""
+against ``encodings.shaw.shaw_attention`` (itself held to the equations by tests/test_shaw_core.py) and the
+reference path, in float64: outputs and every gradient, several key and query tiles, a decoding step, k = 0 and k
+beyond the length, shared tables, no key table, two masks and three; through the attention module on left- and
+right-padded batches and in incremental decoding; and the settings it refuses, each named with its fix."""
 import importlib
 import os
 import sys
