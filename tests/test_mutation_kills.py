@@ -2,6 +2,7 @@
 examples/mutation/summary.md): each checks a behaviour of pe_tools or pe_plugin that a recorded mutant changed while the
 other tests passed, against an independent reference."""
 import pytest
+import torch
 
 from pe_tools.recipes.batching import FOOTPRINTS
 from pe_tools.scoring import report, style
@@ -146,3 +147,35 @@ def test_a_memory_that_holds_exactly_the_smallest_micro_batch_is_planned(size):
     assert memory_cap(size, exactly) == MIN_MICRO_BATCH
     with pytest.raises(ValueError, match=f"holds no micro-batch of {MIN_MICRO_BATCH} tokens"):
         memory_cap(size, exactly - fp.per_token / HEADROOM)
+
+
+@pytest.mark.parametrize("read_q_first", [False, True])
+@pytest.mark.parametrize("b,tq,tk,padded", [(3, 5, 5, True), (1, 4, 4, False), (2, 1, 6, True), (4, 2, 7, False)])
+def test_positions_know_their_query_count_before_and_after_reading_q(b, tq, tk, padded, read_q_first):
+    """Positions.tq is the number of query positions, whether q has been built yet or not (survivor:
+    ``self._q.size(1)`` -> ``size(0)``, the batch); shapes with B != Tq, padded and not."""
+    from pe_plugin.encodings import Positions
+
+    mask = torch.ones(b, tk, dtype=torch.bool) if padded else None
+    if padded:
+        mask[0, 0] = False  # one left pad
+    pos = Positions.from_mask(mask, tq, tk, "cpu")
+    if read_q_first:
+        assert tuple(pos.q.shape) == ((b if padded else 1), tq)
+    assert pos.tq == tq
+
+
+@pytest.mark.parametrize("other", ["pair", "seed", "size", "method"])
+def test_curves_keep_only_the_asked_runs_by_each_key(tmp_path, other):
+    """pe_tools/recipes/curves.curves filters by pair, seed, sizes and methods: a run that differs from the asked
+    one in any single key is left out (survivor: the sizes filter dropped from the guard)."""
+    from test_annealed import write_curve
+
+    from pe_tools.recipes.curves import curves
+
+    asked = {"method": "sape", "seed": 1, "size": "annealed", "pair": "en-de"}
+    write_curve(tmp_path, points=[(250, 5.0)], **asked)
+    write_curve(tmp_path, points=[(250, 9.0)], **dict(asked, **{other: {"pair": "en-fr", "seed": 2, "size": "small",
+                                                                         "method": "rope"}[other]}))
+    rows = curves(tmp_path, asked["pair"], asked["seed"], [asked["size"]], [asked["method"]])
+    assert [(r["method"], r["size"], r["seed"], r["nll_loss"]) for r in rows] == [("sape", "annealed", 1, 5.0)]
