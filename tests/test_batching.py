@@ -198,7 +198,7 @@ def test_command_json_records_the_choice_and_a_resumed_run_keeps_it(tmp_path, mo
     data = tmp_path / "data"
     data.mkdir()
     (data / "dict.en.txt").write_text("a 1\n")
-    monkeypatch.setattr(train, "tee", lambda cmd, log: 0)
+    monkeypatch.setattr(train, "tee", lambda cmd, log, **kw: 0)
     monkeypatch.setattr(train, "cuda", lambda: True)
     monkeypatch.setattr(batching, "device_memory", fake_device(79))
     args = ["train", "sape", "--data", str(data), "--runs-dir", str(tmp_path / "runs")]
