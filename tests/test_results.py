@@ -14,7 +14,7 @@ import pytest
 
 from pe_testing import REPO as REPO_ROOT
 from pe_tools import machine
-from pe_tools.recipes import generate, launch, results, train
+from pe_tools.recipes import generate, launch, results, run_state, train
 from pe_tools.scoring import cli as scoring_cli
 
 # Two segments of one run, in fairseq 0.12's simple log format: 4 updates in 14 s, then resumed an hour later to 6
@@ -338,6 +338,7 @@ def test_pe_train_refuses_a_run_another_trainer_holds_and_records_its_extra_flag
     argv = ["train", "sape", "--recipe", "multi30k", "--data", str(data), "--runs-dir", str(runs), "--",
             "--max-update", "4", "--cpu"]
     calls = []
+    monkeypatch.setattr(run_state, "LOCK_TRIES", 2)  # not 10 s of waiting for the lock this test holds
     monkeypatch.setattr(train, "tee", lambda cmd, log, **kw: calls.append((cmd, kw, train.live_trainer(log.parent))) or 0)
     run = runs / "sape.en-de.small.seed1"
     with train.trainer_lock(run):

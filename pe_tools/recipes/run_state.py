@@ -24,6 +24,7 @@ except ImportError:  # not on Windows, where fairseq-train does not run either: 
     fcntl = None
 
 TRAINER_LOCK = "train.lock"  # RUN/train.lock: held while a trainer runs; it names the holder (pid, host, start)
+LOCK_TRIES = 200  # pe-train's attempts at the lock, 50 ms apart: 10 s for a killed predecessor to finish exiting
 
 
 class TrainerBusy(RuntimeError):
@@ -82,10 +83,12 @@ def _alive(pid) -> bool:
 
 
 @contextlib.contextmanager
-def trainer_lock(run_dir: Path, tries: int = 40):
+def trainer_lock(run_dir: Path, tries: Optional[int] = None):
     """Hold RUN/train.lock (exclusive) while the block runs; yields its file descriptor, to pass to fairseq-train so
     that the lock lasts as long as either process. Raises TrainerBusy naming the holder when another process has it
-    (``tries`` attempts 50 ms apart: a ``live_trainer`` probe holds it for microseconds)."""
+    (``tries`` attempts 50 ms apart, default LOCK_TRIES: a ``live_trainer`` probe holds it for microseconds, and a
+    trainer killed by a requeue may take a few seconds to exit)."""
+    tries = tries or LOCK_TRIES
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / TRAINER_LOCK
