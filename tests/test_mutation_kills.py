@@ -179,3 +179,38 @@ def test_curves_keep_only_the_asked_runs_by_each_key(tmp_path, other):
                                                                          "method": "rope"}[other]}))
     rows = curves(tmp_path, asked["pair"], asked["seed"], [asked["size"]], [asked["method"]])
     assert [(r["method"], r["size"], r["seed"], r["nll_loss"]) for r in rows] == [("sape", "annealed", 1, 5.0)]
+
+
+@pytest.mark.parametrize("logged", ["multiple", "skip", "both", "neither"])
+def test_dropping_flags_name_what_the_log_shows_and_both_only_when_it_shows_neither(logged):
+    """pe_tools/scoring/generate_output.dropping_flags (survivor: ``multiple is None and skip is None`` ->
+    ``skip is None``): a log whose configuration holds one of the two settings is judged on it alone; both flags
+    are named only when it holds neither."""
+    from pe_tools.scoring.generate_output import dropping_flags
+
+    text = {"multiple": "'required_batch_size_multiple': 8,", "skip": "'skip_invalid_size_inputs_valid_test': True,",
+            "neither": ""}
+    text["both"] = text["multiple"] + " " + text["skip"]
+    found = dropping_flags(text[logged])
+    named = {flag for flag in ("--required-batch-size-multiple", "--skip-invalid-size-inputs-valid-test")
+             if any(line.startswith(flag) for line in found)}
+    want = {"multiple": {"--required-batch-size-multiple"}, "skip": {"--skip-invalid-size-inputs-valid-test"}}
+    assert named == want.get(logged, {"--required-batch-size-multiple", "--skip-invalid-size-inputs-valid-test"})
+    assert (logged == "neither") == any("(default 8)" in line for line in found)
+
+
+@pytest.mark.parametrize("hyp_age", [-1, 0, 1])
+def test_a_decode_counts_only_when_newer_than_the_last_checkpoint(tmp_path, hyp_age):
+    """pe_tools/recipes/queue.decoded (survivor: ``hyp mtime > last mtime`` -> ``>=``): a decode written in the
+    same instant as the last checkpoint is not known to be of it, so it is done again; older: again; newer: done."""
+    import os
+
+    from pe_tools.recipes.queue import decoded
+
+    (tmp_path / "gen").mkdir()
+    hyp, last = tmp_path / "gen" / "hyp.detok.de", tmp_path / "checkpoint_last.pt"
+    hyp.write_text("x\n")
+    last.write_bytes(b"")
+    os.utime(last, ns=(10**18, 10**18))
+    os.utime(hyp, ns=(10**18 + hyp_age * 10**9,) * 2)
+    assert decoded(tmp_path, "de", None) is (hyp_age > 0)
