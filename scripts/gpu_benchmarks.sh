@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU measurements in one command of at most 8 minutes (scripts/gpu_window.py holds the steps; docs/benchmarks.md
-# §GPU run):
+# §A GPU run in one command):
 #   scripts/gpu_benchmarks.sh OUTDIR [--wheels DIR] [--budget SECONDS] [--data DIR] [--steps ...] [--rehearse]
 # --wheels DIR: install the offline wheels first when fairseq is not importable (scripts/install_wheels.sh: a folder
 # of scripts/gather_wheels.sh, or of the wheels the node lacks); the budget (default 450 s) counts from this
