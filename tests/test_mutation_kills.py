@@ -214,3 +214,19 @@ def test_a_decode_counts_only_when_newer_than_the_last_checkpoint(tmp_path, hyp_
     os.utime(last, ns=(10**18, 10**18))
     os.utime(hyp, ns=(10**18 + hyp_age * 10**9,) * 2)
     assert decoded(tmp_path, "de", None) is (hyp_age > 0)
+
+
+@pytest.mark.parametrize("english_words,expected", [(10, "de"), (11, None)])
+def test_a_language_is_identified_at_exactly_the_ratio_and_not_below(english_words, expected):
+    """pe_tools/scoring/language.identify at its ratio (survivor: ``s[best] >= RATIO * rest`` -> ``>``): 30 German
+    stop words against 10 English ones (40 words: shares 0.75 and 0.25, exactly 3 to 1) are German; against 11 the
+    ratio falls under 3 and nothing is identified. The counts are this test's own."""
+    from pe_tools.scoring.language import RATIO, STOP_WORDS, identify
+
+    german, english = "der das und nicht eine einen".split(), "the with from this that".split()
+    assert all(w in STOP_WORDS["de"] and w not in STOP_WORDS["en"] for w in german)
+    assert all(w in STOP_WORDS["en"] and w not in STOP_WORDS["de"] for w in english)
+    assert all(w not in stop for lang, stop in STOP_WORDS.items() if lang not in ("de", "en") for w in german + english)
+    words = german * 5 + (english * 3)[:english_words]
+    assert RATIO == 3.0 and (30 >= RATIO * english_words) == (expected == "de")
+    assert identify([" ".join(words)]) == expected
