@@ -9,7 +9,8 @@ A sentence of n tokens counts its end of sentence (as fairseq binarises it: docs
   sources and references under ``--pe-beyond-max error``, sources under ``clamp``; after decoding, the hypotheses
   against the decoder's positions (``count_long_hypotheses``);
 * pe-length's check that the model has room for the long split (``--max-positions``, with the decoding margin);
-* the data preparation's cleaning (clean-corpus-n's MIN/MAX words per side; words, no end of sentence).
+* the data preparation's cleaning (clean-corpus-n's MIN/MAX words per side; words, no end of sentence);
+* fairseq's size error explained (``pe_plugin/cli_errors.length_hint``): L_max blamed when it is at most the limit.
 pe-swap-probe's is pinned by tests/test_position_limits.py (its test set holds sentences of exactly L_max = 8
 tokens and of 9). The reference for each is the arithmetic n <= limit on lengths this file writes, never the code's
 own count; the source and target limits differ (7 and 9), so a check that reads the other side's limit fails.
@@ -204,3 +205,20 @@ def test_cleaning_keeps_exactly_min_and_max_words_on_each_side(tmp_path):
                    (len(x.split()) for x in out_tgt.read_text().splitlines())))
     assert got == kept == [(hi, hi), (lo, lo), (lo, hi), (hi, lo)]
     assert stats["kept"] == 4 and stats["length"] == 4
+
+
+@pytest.mark.parametrize("side", ["source", "target"])
+def test_fairseqs_size_error_names_l_max_exactly_when_the_encoding_sets_the_limit(built, side):
+    """pe_plugin/cli_errors.length_hint on fairseq's size error of a sentence one token over a side's limit: it
+    blames the encoding's L_max when that is at most fairseq's limit (LAPE: L_max is the flag itself, the equal
+    case), and the flags otherwise; for every encoding of the registry, each side."""
+    from pe_plugin.cli_errors import length_hint
+
+    _, _, model, _ = built
+    limit = L_SRC if side == "source" else L_TGT
+    n = (L_SRC + 1, 2) if side == "source" else (2, L_TGT + 1)
+    error = Exception(f"Size of sample #3 is invalid (=({n[0]}, {n[1]})) since max_positions=({L_SRC}, {L_TGT})")
+    hint = length_hint(error, [model])
+    own = getattr(decode_limits.model_limits(model), "encoder" if side == "source" else "decoder")
+    assert hint.startswith(f"pe_plugin: test sentence #3 has {limit + 1} {side} tokens")
+    assert (f"has L_max = {own} {side} positions" in hint) == (own is not None and own <= limit), hint
