@@ -230,3 +230,18 @@ def test_a_language_is_identified_at_exactly_the_ratio_and_not_below(english_wor
     words = german * 5 + (english * 3)[:english_words]
     assert RATIO == 3.0 and (30 >= RATIO * english_words) == (expected == "de")
     assert identify([" ".join(words)]) == expected
+
+
+@pytest.mark.parametrize("value,ok", [("10,20,30", True), ("0,1", True), ("10,10,20", False), ("20,10", False),
+                                      ("-1,5", False), ("", False)])
+def test_length_bucket_edges_must_strictly_increase(value, ok):
+    """pe_tools/scoring/length_buckets.parse_edges (survivor: ``a >= b`` -> ``a > b``): a repeated edge is refused,
+    as a decrease is (it would make an empty bucket 11-10)."""
+    from pe_tools.scoring.errors import InputError
+    from pe_tools.scoring.length_buckets import parse_edges
+
+    if ok:
+        assert parse_edges(value) == [int(x) for x in value.split(",")]
+    else:
+        with pytest.raises(InputError, match="expected increasing whole numbers"):
+            parse_edges(value)
