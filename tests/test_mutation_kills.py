@@ -245,3 +245,23 @@ def test_length_bucket_edges_must_strictly_increase(value, ok):
     else:
         with pytest.raises(InputError, match="expected increasing whole numbers"):
             parse_edges(value)
+
+
+@pytest.mark.parametrize("transpose", [False, True])
+@pytest.mark.parametrize("memory", ["tbhd", "bhtd"])
+def test_as_heads_puts_each_token_of_each_batch_row_in_its_head(memory, transpose):
+    """pe_plugin/encoding_parts/head_layout.as_heads, on (T,B,H,d) memory (a view) and on (B,H,T,d) memory (the
+    copy: survivor ``permute(1, 2, 0, 3)`` -> ``permute(1, 0, 2, 3)`` there), against a loop: row t*B + b of head
+    h is x[b, h, t]."""
+    from pe_plugin.encoding_parts.head_layout import as_heads
+
+    b, h, t, d = 3, 2, 5, 4
+    torch.manual_seed(0)
+    x = torch.randn(t, b, h, d).permute(1, 2, 0, 3) if memory == "tbhd" else torch.randn(b, h, t, d)
+    out = as_heads(x, b, h, transpose=transpose)
+    want = torch.empty(h, t * b, d)
+    for hh in range(h):
+        for tt in range(t):
+            for bb in range(b):
+                want[hh, tt * b + bb] = x[bb, hh, tt]
+    torch.testing.assert_close(out, want.mT if transpose else want, rtol=0, atol=0)
