@@ -167,7 +167,9 @@ def test_pe_generate_names_the_hypotheses_past_the_decoder_limit(capsys):
     from pe_tools.recipes.generate import count_long_hypotheses
 
     lengths = {0: L_TGT, 1: L_TGT + 1, 2: 1}  # tokens, end of sentence included: one score each on its P- line
-    text = "".join(f"P-{i}\t{' '.join(['-0.5'] * m)}\n" for i, m in lengths.items())
+    # fairseq-generate's lines of each sentence: S-, T-, H-, D- and P- (only P- has one score per token)
+    text = "".join(f"S-{i}\tw w\nT-{i}\tv\nH-{i}\t-0.5\t{' '.join(['x'] * (m - 1))}\nD-{i}\t-0.5\tx\n"
+                   f"P-{i}\t{' '.join(['-0.5'] * m)}\n" for i, m in lengths.items())
     limits = {"decoder_limit": L_TGT}
     count_long_hypotheses(text, limits)
     assert limits["hypotheses"] == [i for i, m in lengths.items() if m > L_TGT] == [1]
