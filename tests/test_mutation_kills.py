@@ -265,3 +265,15 @@ def test_as_heads_puts_each_token_of_each_batch_row_in_its_head(memory, transpos
             for bb in range(b):
                 want[hh, tt * b + bb] = x[bb, hh, tt]
     torch.testing.assert_close(out, want.mT if transpose else want, rtol=0, atol=0)
+
+
+def test_the_exit_hook_leaves_a_process_without_a_process_group_alone():
+    """pe_plugin/gloo_exit.destroy_gloo_group in a process that never joined a group (every test's, a CPU decode)
+    does nothing and says so (survivor: ``is_available() and is_initialized()`` -> ``is_available()``, which asks
+    an absent group for its backend and raises at exit)."""
+    import torch.distributed as dist
+
+    from pe_plugin.gloo_exit import destroy_gloo_group
+
+    assert not (dist.is_available() and dist.is_initialized())  # the test's own process: no group
+    assert destroy_gloo_group() is False
