@@ -192,6 +192,19 @@ def test_pe_train_auto_on_a_gpu_and_without_one(capsys, monkeypatch):
         dry_run(capsys, "--max-tokens-per-gpu", "lots")
 
 
+def test_a_cpu_size_gets_no_fp16_on_a_machine_with_cuda(capsys, monkeypatch):
+    """--fp16 is added where CUDA is, except for a run kept on the CPU by its size's flags (tiny-cpu, which a
+    rehearsal submits to a CPU partition) or by the flags after --; fairseq refuses --fp16 with --cpu."""
+    from pe_tools.recipes import train
+
+    monkeypatch.setattr(train, "cuda", lambda: True)
+    monkeypatch.setattr(batching, "device_memory", fake_device(140, "NVIDIA H200"))
+    assert "--fp16" in dry_run(capsys, "--size", "tiny")[0]
+    for args in (("--size", "tiny-cpu"), ("--size", "tiny", "--", "--cpu")):
+        argv = dry_run(capsys, *args)[0]
+        assert "--cpu" in argv and "--fp16" not in argv, args
+
+
 def test_command_json_records_the_choice_and_a_resumed_run_keeps_it(tmp_path, monkeypatch, capsys):
     from pe_tools.recipes import launch, train
 

@@ -105,7 +105,8 @@ def train_argv(table, method, pair, size, seed, data, run_dir, gpus=1, extra=(),
     recipe = batching.recipe_batch(flags)
     split = batching.plan(recipe.tokens_per_update, gpus, max_tokens or recipe.max_tokens)
     flags = merge_flags(flags, split.flags())
-    fp16 = ["--fp16"] if "--cpu" not in extra and cuda() else []
+    # fp16 where CUDA is, unless the size's flags or those after -- keep the run on the CPU (wmt14's tiny-cpu)
+    fp16 = ["--fp16"] if "--cpu" not in (*flags, *extra) and cuda() else []
     argv = [str(data), "--user-dir", plugin_dir(),
             "--arch", entry.get("arch") or arch_name(entry.get("pe", method), resolved["arch"][pair]),
             "--source-lang", src, "--target-lang", tgt,
