@@ -277,3 +277,31 @@ def test_the_exit_hook_leaves_a_process_without_a_process_group_alone():
 
     assert not (dist.is_available() and dist.is_initialized())  # the test's own process: no group
     assert destroy_gloo_group() is False
+
+
+def test_pe_architectures_are_told_from_stock_fairseq_ones():
+    """pe_plugin/naming.is_pe_arch (survivors: the `transformer_` prefix dropped from the guard; the length check
+    `>` -> `>=`, which takes fairseq's own transformer_wmt_en_de for one): every registered architecture is one,
+    fairseq's transformers and other models' names of the same shape are not."""
+    from pe_plugin.encodings import PE_REGISTRY
+    from pe_plugin.naming import CLASS_OF_SUFFIX, arch_name, is_pe_arch
+
+    assert all(is_pe_arch(arch_name(pe, suffix)) for pe in PE_REGISTRY for suffix in CLASS_OF_SUFFIX)
+    stock = ["transformer", "transformer_wmt_en_de", "transformer_wmt_en_de_big", "transformer_iwslt_de_en",
+             "bart_sape_wmt_en_de", "lstm_sape_wmt_en_de"]
+    assert [a for a in stock if is_pe_arch(a)] == []
+
+
+def test_the_translation_task_of_another_plugin_is_left_in_place(monkeypatch):
+    """pe_plugin/resume_batches.register replaces fairseq's own `translation` task only (survivor: its guard
+    removed, which would replace another plugin's task too)."""
+    from fairseq import tasks
+
+    from pe_plugin import resume_batches
+
+    class OtherPlugins(tasks.TASK_REGISTRY[resume_batches.TASK]):
+        pass
+
+    monkeypatch.setitem(tasks.TASK_REGISTRY, resume_batches.TASK, OtherPlugins)
+    resume_batches.register()
+    assert tasks.TASK_REGISTRY[resume_batches.TASK] is OtherPlugins
