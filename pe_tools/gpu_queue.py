@@ -1,4 +1,4 @@
-"""One GPU window trains one queue file (issue 59): a language pair's runs side by side, each decoded twice and
+"""One GPU window trains one queue file: a language pair's runs side by side, each decoded twice and
 recorded by pe-queue, the records packed for the way back, all within the window's time; a window that ends early
 leaves no half record, and the next one trains the unrecorded runs again from scratch.
 
@@ -7,7 +7,7 @@ leaves no half record, and the next one trains the unrecorded runs again from sc
     python -m pe_tools.gpu_queue unpack FOLDER          here: the window's RUN.tar.gz into the checkout
     python -m pe_tools.gpu_queue data PAIR --raw-dir D  here: the data folder a window carries
     python -m pe_tools.gpu_queue wheels                 here: the wheels a window carries (what the GPU image lacks)
-    python -m pe_tools.gpu_queue queue PAIR             issue 59's queue file of PAIR (examples/multi30k/queue_6k_*.txt)
+    python -m pe_tools.gpu_queue queue PAIR             the 6,000-update queue file of PAIR (queue_6k_*.txt)
     python -m pe_tools.gpu_queue estimate QUEUE         the window's time, from the recorded 3,000-update GPU runs
 
 ``run`` (on the GPU machine, from the checkout's root; scripts/gpu_queue.sh installs the wheels first):
@@ -56,13 +56,13 @@ PASSES = 3  # pe-queue passes at most, while runs are left unrecorded and time i
 MAX_RUNS = 6  # a device call brings back 8 files: log.txt, window.json and one tarball a run
 RESERVE = 25  # seconds before the budget's end at which the queue is stopped: its end, the last packing
 # the recorded 3,000-update GPU runs the window's time is estimated from: En-Fr's five and KERPLE En-De, six side by
-# side on one NVIDIA H200 (issue 41, queue_gpu.txt); their meta files hold fairseq-train's seconds
+# side on one NVIDIA H200 (queue_gpu.txt); their meta files hold fairseq-train's seconds
 REFERENCE_RUNS = "examples/multi30k/results_en_fr"
 REFERENCE_SIZE = "annealed"
 # not measured on a GPU (no decode time is recorded): per run, fairseq-train's start before its first logged line,
 # the two decodes (pe-generate: average, then last; 1,000 sentences, beam 4) and pe-record, five runs side by side
 STARTUP_S, DECODE_S = 15, 60
-# issue 59: the five encodings of the 3,000-update En-Fr table at twice its budget, seed 1, into one folder
+# the ranking at twice the budget: the five encodings of the 3,000-update En-Fr table, seed 1, into one folder
 SIZE_6K, SEED, RESULTS_6K = "annealed6k", 1, "examples/multi30k/results_6k"
 REHEARSE_SIZE, REHEARSE_UPDATES = "rehearse", 12
 
@@ -79,33 +79,34 @@ def headline_methods(results: Path = CHECKOUT / REFERENCE_RUNS) -> List[str]:
 
 QUEUE_HEADER = {
     "en-de": """\
-# Issue 59, En-De: the encodings of the 3,000-update En-Fr table (examples/multi30k/results_en_fr) at the recipe's
-# budget check `annealed6k` (6,000 updates, the same 1,000 warm-up updates, linear decay to 0), seed 1, trained in
-# fp16 side by side on one GPU (pe-train adds --fp16 where CUDA is), each decoded with the average of its last 5
-# checkpoints and with its last one, and recorded in results_6k, which holds this pair's runs from one window: one
-# device and precision. SAPE's earlier annealed6k record (examples/multi30k/results/sape.en-de.annealed6k.seed1)
-# trained on an NVIDIA H100; SAPE is trained again here whenever the window's GPU is of another kind (the windows
-# lent are H200s), so that the baseline of every paired test shares the others' GPU. Side by side, a fifth run
-# costs the window no time, so the line stays even on an H100.
+# En-De at twice the budget: the encodings of the 3,000-update En-Fr table (examples/multi30k/results_en_fr) at
+# the recipe's budget check `annealed6k` (6,000 updates, the same 1,000 warm-up updates, linear decay to 0), seed
+# 1, trained in fp16 side by side on one GPU (pe-train adds --fp16 where CUDA is), each decoded with the average
+# of its last 5 checkpoints and with its last one, and recorded in results_6k, which holds this pair's runs from
+# one window: one device and precision. SAPE's earlier annealed6k record
+# (examples/multi30k/results/sape.en-de.annealed6k.seed1) trained on an NVIDIA H100; SAPE is trained again here
+# whenever the window's GPU is of another kind, so that the baseline of every paired test shares the others'
+# GPU. Side by side, a fifth run costs the window no time, so the line stays even on an
+# H100.
 """,
     "en-fr": """\
-# Issue 59, En-Fr: the encodings of the 3,000-update En-Fr table (examples/multi30k/results_en_fr) at the recipe's
-# budget check `annealed6k` (6,000 updates, the same 1,000 warm-up updates, linear decay to 0), seed 1, trained in
-# fp16 side by side on one GPU (pe-train adds --fp16 where CUDA is), each decoded with the average of its last 5
-# checkpoints and with its last one, and recorded in results_6k, which holds this pair's runs from one window: one
-# device and precision.
+# En-Fr at twice the budget: the encodings of the 3,000-update En-Fr table (examples/multi30k/results_en_fr) at
+# the recipe's budget check `annealed6k` (6,000 updates, the same 1,000 warm-up updates, linear decay to 0), seed
+# 1, trained in fp16 side by side on one GPU (pe-train adds --fp16 where CUDA is), each decoded with the average
+# of its last 5 checkpoints and with its last one, and recorded in results_6k, which holds this pair's runs from
+# one window: one device and precision.
 """,
 }
 
 
 def queue_text(pair: str) -> str:
-    """Issue 59's queue file of ``pair`` (examples/multi30k/queue_6k_SRC_TGT.txt is this text)."""
+    """The 6,000-update queue file of ``pair`` (examples/multi30k/queue_6k_SRC_TGT.txt is this text)."""
     name = f"examples/multi30k/queue_6k_{pair.replace('-', '_')}.txt"
     src, tgt = pair.split("-")
     return (QUEUE_HEADER[pair]
             + f"# Written by `python -m pe_tools.gpu_queue queue {pair}`. One GPU window trains it (docs/results.md"
               f"#6000-updates):\n"
-            + f"#   scripts/gpu_queue.sh {name} $OUT --wheels build/gpu_queue_wheels "
+            + f"#   scripts/gpu_queue.sh {name} OUTDIR --wheels build/gpu_queue_wheels "
               f"--data data-bin/gpu/multi30k_{src}_{tgt} --budget 570 --commit COMMIT\n"
             + "".join(f"multi30k {m} {pair} {SIZE_6K} {SEED} into={RESULTS_6K}\n" for m in headline_methods()))
 
@@ -501,7 +502,7 @@ def main(argv=None) -> int:
     w.add_argument("--out", default="build/gpu_queue_wheels", help="default build/gpu_queue_wheels")
     w.add_argument("--gathered", default="build/wheels-py312", help="scripts/gather_wheels.sh's folder "
                                                                     "(default build/wheels-py312; gathered if absent)")
-    q = sub.add_parser("queue", help="issue 59's queue file of PAIR")
+    q = sub.add_parser("queue", help="the 6,000-update queue file of PAIR")
     q.add_argument("pair", choices=sorted(QUEUE_HEADER))
     e = sub.add_parser("estimate", help="the window's time for QUEUE's runs")
     e.add_argument("queue")

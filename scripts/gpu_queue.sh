@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 59's GPU window in one command: one queue file's runs trained side by side, decoded, recorded and packed
+# A GPU window in one command: one queue file's runs trained side by side, decoded, recorded and packed
 # into OUTDIR within the budget (pe_tools/gpu_queue.py holds the steps; docs/results.md §6,000 updates). From the
 # checkout's root:
 #   scripts/gpu_queue.sh QUEUE OUTDIR [--wheels DIR] [--data DIR] [--budget SECONDS] [--commit REV] [--rehearse]

@@ -47,7 +47,7 @@ def test_queue_files_are_generated_from_the_recipe_and_parse(pair):
     assert {(r.recipe, r.pair, r.size, r.seed, str(r.into)) for r in runs} == {
         ("multi30k", pair, "annealed6k", 1, "examples/multi30k/results_6k")}
     text = path.read_text()
-    assert f"scripts/gpu_queue.sh examples/multi30k/{path.name} $OUT" in text  # the window's command
+    assert f"scripts/gpu_queue.sh examples/multi30k/{path.name} OUTDIR" in text  # the window's command
     if pair == "en-de":  # SAPE's earlier 6,000-update run: another GPU kind
         assert "H100" in text and "sape.en-de.annealed6k.seed1" in text
         meta = REPO / "examples/multi30k/results/sape.en-de.annealed6k.seed1/hyp.detok.de.meta.json"
