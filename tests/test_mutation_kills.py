@@ -305,3 +305,16 @@ def test_the_translation_task_of_another_plugin_is_left_in_place(monkeypatch):
     monkeypatch.setitem(tasks.TASK_REGISTRY, resume_batches.TASK, OtherPlugins)
     resume_batches.register()
     assert tasks.TASK_REGISTRY[resume_batches.TASK] is OtherPlugins
+
+
+def test_the_module_cli_lists_every_encoding_without_an_architecture(capsys):
+    """``python -m pe_plugin`` with no architecture lists every encoding of the registry with its architectures
+    (survivor: pe_plugin/__main__.py:95's `a.arch is not None` dropped, which refuses the listing; the same check
+    in a process of its own is tests/test_interface.py's, in the slow tier)."""
+    from pe_plugin.__main__ import main
+    from pe_plugin.encodings import PE_REGISTRY
+    from pe_plugin.naming import CLASS_OF_SUFFIX, arch_name
+
+    assert main([]) == 0
+    out = capsys.readouterr().out
+    assert all(arch_name(pe, suffix) in out for pe in PE_REGISTRY for suffix in CLASS_OF_SUFFIX)
