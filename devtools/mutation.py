@@ -553,14 +553,18 @@ def still_there(root: Path, node: str) -> bool:
     return "::" not in node or f"def {node.split('::')[-1].split('[')[0]}(" in path.read_text(encoding="utf-8")
 
 
-def per_file(selection: List[str], k: Optional[int]) -> List[str]:
+def per_file(selection: List[str], k: Optional[int], files: Optional[int] = None) -> List[str]:
     """At most k node ids of each test file, spread evenly over the file's ids in the map's order (fastest first:
-    the fastest, the slowest and k - 2 between, so that one parametrization does not fill the quota); files whole."""
-    if k is None:
+    the fastest, the slowest and k - 2 between, so that one parametrization does not fill the quota), of at most
+    ``files`` test files (those with the most tests that execute the module); files whole."""
+    if k is None and files is None:
         return selection
     by_file: Dict[str, List[str]] = {}
     for arg in selection:
         by_file.setdefault(arg.split("::")[0], []).append(arg)
+    if files is not None:  # the files with the most tests executing the module (ties: the map's order)
+        by_file = dict(sorted(by_file.items(), key=lambda kv: -len(kv[1]))[:files])
+    k = k or max(len(ids) for ids in by_file.values())
     keep = set()
     for ids in by_file.values():
         n = len(ids)
@@ -589,7 +593,8 @@ def run_check(modules: Sequence[str], out: Path, max_per_module: Optional[int] =
               timeout: Optional[float] = None, root: Path = REPO, commit: str = "HEAD",
               test_map: Optional[Dict[str, Optional[List[str]]]] = None, files: Optional[Dict[str, str]] = None,
               rerun_survivors: bool = False, log=print, per_class: Optional[int] = None,
-              kinds: Optional[Sequence[str]] = None, tests_per_file: Optional[int] = None) -> Dict[str, dict]:
+              kinds: Optional[Sequence[str]] = None, tests_per_file: Optional[int] = None,
+              max_files: Optional[int] = None) -> Dict[str, dict]:
     """Run the mutants of ``modules`` (paths relative to root) and append their results to out/results.jsonl;
     returns every recorded result by key. ``files`` replaces the git copy (tests of this module). The sample:
     ``per_class`` of each class (of ``kinds``) in each module, or ``max_per_module`` in all. A test of the
@@ -609,7 +614,7 @@ def run_check(modules: Sequence[str], out: Path, max_per_module: Optional[int] =
             if selection is None:
                 log(f"{module}: not run ({NOT_RUN.get(module, 'no tests mapped')})")
                 continue
-            selection = per_file([n for n in selection if still_there(copy_root, n)], tests_per_file)
+            selection = per_file([n for n in selection if still_there(copy_root, n)], tests_per_file, max_files)
             target = copy_root / module
             if not target.is_file():
                 log(f"{module}: not in the copied tree ({source_id}); skipped")
@@ -786,6 +791,8 @@ def main(argv=None) -> int:
                          + "); default all")
     ap.add_argument("--tests-per-file", type=int, default=None,
                     help="run at most N of each test file's tests that execute the module (the fastest)")
+    ap.add_argument("--max-files", type=int, default=None,
+                    help="run the tests of at most N test files per module (those with the most tests executing it)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the sample")
     ap.add_argument("--timeout", type=float, default=None,
                     help="seconds per mutant (default: 3x the unmutated tests' time, at least 60)")
@@ -822,7 +829,8 @@ def main(argv=None) -> int:
     if not args.summary_only:
         run_check(modules, args.out, args.max_per_module, args.seed, args.timeout, commit=args.commit,
                   rerun_survivors=args.rerun_survivors, log=lambda s: print(s, flush=True),
-                  per_class=args.per_class, kinds=kinds, tests_per_file=args.tests_per_file)
+                  per_class=args.per_class, kinds=kinds, tests_per_file=args.tests_per_file,
+                  max_files=args.max_files)
     equivalent = load_equivalent(args.out)
     results, superseded = current(load_results(args.out / "results.jsonl"))
     rows, text = summarize(results, equivalent)
