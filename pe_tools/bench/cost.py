@@ -36,7 +36,7 @@ from pathlib import Path
 from ..command_line import fail, int_at_least
 from ..fairseq_plugin import plugin_digest
 from ..file_io import csv_text, write_all_atomic
-from ..naming import BASELINE, SUFFIX_OF_CLASS as SIZES
+from ..naming import BASELINE, SUFFIX_OF_CLASS
 from ..recipes import recipe_names
 from ..tables import markdown_table
 from ._common import add_ratios as ratios
@@ -217,8 +217,8 @@ def tables(settings, results) -> str:
                      _x(r["ops_to_sape"]), _x(r[f"ops_to_{STOCK}"]), f"{r['flops'] / 1e9:,.1f}",
                      _x(r["flops_to_sape"]), _x(r[f"flops_to_{STOCK}"]), f"{r['attn_bytes'] / MIB:,.1f}",
                      _x(r["attn_bytes_to_sape"]), _x(r[f"attn_bytes_to_{STOCK}"])] for r in group]
-            first = group[0]
-            blocks.append(f"{size} (transformer_<pe>_{SIZES[size]}, {STOCK} = transformer_{SIZES[size]}), "
+            first, suffix = group[0], SUFFIX_OF_CLASS[size]
+            blocks.append(f"{size} (transformer_<pe>_{suffix}, {STOCK} = transformer_{suffix}), "
                           f"L={length}: B={first['batch']} sentences, {first['src_tokens']} source and "
                           f"{first['tokens']} target tokens, H={first['heads']}\n\n" + markdown_table(headers, rows))
     legend = ("One training step in float32 on the CPU: forward (training mode), cross-entropy over the real target "
@@ -242,8 +242,8 @@ def add_args(parser):
     from .models.build import STOCK
 
     names = list(PE_REGISTRY) + [STOCK]
-    parser.add_argument("--sizes", nargs="+", choices=list(SIZES), default=["base"], metavar="SIZE",
-                        help=f"model sizes from {', '.join(SIZES)} (default: base)")
+    parser.add_argument("--sizes", nargs="+", choices=list(SUFFIX_OF_CLASS), default=["base"], metavar="SIZE",
+                        help=f"model sizes from {', '.join(SUFFIX_OF_CLASS)} (default: base)")
     parser.add_argument("--pe", nargs="+", choices=names, metavar="PE",
                         help=f"rows, from {', '.join(names)} (default: all; sape and {STOCK} are always added)")
     parser.add_argument("--lengths", nargs="+", type=int_at_least(1), default=DEFAULT_LENGTHS, metavar="L",

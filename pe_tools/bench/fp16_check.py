@@ -17,7 +17,7 @@ import sys
 
 from ..command_line import fail
 from ..file_io import dump_json
-from ..naming import SUFFIX_OF_CLASS as SIZES
+from ..naming import SUFFIX_OF_CLASS
 from ._common import add_device_arg
 from ._partial_runs import Progress, ResumeError, add_args as add_progress_args, resolve_device
 
@@ -61,7 +61,7 @@ def add_args(parser):
     from pe_plugin.models.pe_transformer import ATTENTION_IMPLS
 
     add_device_arg(parser)
-    parser.add_argument("--size", default="base", choices=sorted(SIZES), help="size class of the models")
+    parser.add_argument("--size", default="base", choices=sorted(SUFFIX_OF_CLASS), help="size class of the models")
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--length", type=int, default=50)
     parser.add_argument("--vocab", type=int, default=1000)

@@ -5,7 +5,7 @@ with ``fp16``); and one padded batch per length, as fairseq batches sentences (d
 import tempfile
 from pathlib import Path
 
-from ...naming import SUFFIX_OF_CLASS as SIZES, arch_name
+from ...naming import SUFFIX_OF_CLASS, arch_name
 from ...recipes import load_table
 
 STOCK = "stock"  # the row of stock fairseq's transformer_<arch> (no plugin, no flags)
@@ -16,7 +16,7 @@ SHORTEST = 0.7  # sentence lengths of a batch of length L are drawn from [ceil(0
 def model_arch(pe: str, size: str) -> str:
     """The architecture of row ``pe`` at ``size``: ``transformer_<pe>_<suffix>``, or stock ``transformer_<suffix>``
     (transformer_tiny, transformer_wmt_en_de, transformer_wmt_en_de_big) for STOCK."""
-    return f"transformer_{SIZES[size]}" if pe == STOCK else arch_name(pe, SIZES[size])
+    return f"transformer_{SUFFIX_OF_CLASS[size]}" if pe == STOCK else arch_name(pe, SUFFIX_OF_CLASS[size])
 
 
 def recipe_flags(recipe: str, pe: str) -> list:

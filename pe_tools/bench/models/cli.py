@@ -10,7 +10,7 @@ from pathlib import Path
 from ...command_line import fail, int_at_least
 from ...fairseq_plugin import plugin_digest
 from ...machine import cpu_name
-from ...naming import BASELINE, SUFFIX_OF_CLASS as SIZES
+from ...naming import BASELINE, SUFFIX_OF_CLASS
 from ...recipes import recipe_names
 from .build import STOCK, batch_size
 from .._partial_runs import Progress, ResumeError, add_args as add_progress_args, resolve_device
@@ -34,9 +34,11 @@ def add_args(parser):
     from pe_plugin.models.pe_transformer import ATTENTION_IMPLS
 
     names = list(PE_REGISTRY) + [STOCK]
-    parser.add_argument("--sizes", nargs="+", choices=list(SIZES), default=["tiny", "base"], metavar="SIZE",
-                        help=f"model sizes, all measured in this run, from {', '.join(SIZES)} (default: tiny base)")
-    parser.add_argument("--size", choices=list(SIZES), action=_One, dest="sizes", help="alias of --sizes SIZE")
+    parser.add_argument("--sizes", nargs="+", choices=list(SUFFIX_OF_CLASS), default=["tiny", "base"], metavar="SIZE",
+                        help=f"model sizes, all measured in this run, from {', '.join(SUFFIX_OF_CLASS)} "
+                             "(default: tiny base)")
+    parser.add_argument("--size", choices=list(SUFFIX_OF_CLASS), action=_One, dest="sizes",
+                        help="alias of --sizes SIZE")
     parser.add_argument("--pe", nargs="+", choices=names, metavar="PE",
                         help=f"rows to measure, from {', '.join(names)}; {STOCK}: stock fairseq's transformer_<size> "
                              "without the plugin (default: all; sape is always added)")

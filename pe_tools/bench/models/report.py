@@ -6,7 +6,7 @@ from pathlib import Path
 
 from ...figures import png_bytes, pyplot
 from ...file_io import csv_text, dumps_json, write_all_atomic
-from ...naming import SUFFIX_OF_CLASS as SIZES
+from ...naming import SUFFIX_OF_CLASS
 from ...tables import markdown_table
 from .build import STOCK
 
@@ -37,8 +37,8 @@ def tables(settings, results, partial: str = ""):
                     + ([f"{r['kernel_s'] * 1e3:.1f}", _x(r.get("kernel_ratio")), f"{r['kernels']:,}",
                         _x(r.get("kernels_ratio"))] if busy else []) for r in group]
             first = group[0]
-            stock = f", {STOCK} = transformer_{SIZES[size]}" if STOCK in settings["encodings"] else ""
-            blocks.append(f"{size} size (arch transformer_<pe>_{SIZES[size]}{stock}), L={length}: "
+            stock = f", {STOCK} = transformer_{SUFFIX_OF_CLASS[size]}" if STOCK in settings["encodings"] else ""
+            blocks.append(f"{size} size (arch transformer_<pe>_{SUFFIX_OF_CLASS[size]}{stock}), L={length}: "
                           f"B={first['batch']} sentences, {first['src_tokens']} source and {first['tokens']} target "
                           f"tokens; {settings_line(settings)}\n\n"
                           + markdown_table(headers + (BUSY_HEADERS if busy else []), rows))
@@ -114,7 +114,7 @@ def chart(settings, results) -> bytes:
             ax.set_xticks(range(len(names)), names, rotation=30, ha="right")
             ax.set_ylabel("ratio to SAPE")
             ax.set_ylim(0, ax.get_ylim()[1] * 1.12)
-            ax.set_title(f"{size} (transformer_<pe>_{SIZES[size]}), L={length}, B={by_pe[names[0]]['batch']}",
+            ax.set_title(f"{size} (transformer_<pe>_{SUFFIX_OF_CLASS[size]}), L={length}, B={by_pe[names[0]]['batch']}",
                          fontsize=9)
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, fontsize=8, loc="lower center", ncol=len(bars))  # below the panels, off the bars
