@@ -242,7 +242,8 @@ touch "$FAKE_LOG.installed"
 def test_the_offline_install_is_one_script_both_windows_call(tmp_path, kind):
     for script in ("gpu_benchmarks.sh", "gpu_queue.sh"):
         text = (REPO / "scripts" / script).read_text()
-        assert "scripts/install_wheels.sh" in text and "pip install" not in text, script
+        assert "scripts/gpu_node.sh" in text and "pip install" not in text, script
+    assert "scripts/install_wheels.sh" in (REPO / "scripts" / "gpu_node.sh").read_text()
     py, log, wheels = tmp_path / "python", tmp_path / "log", tmp_path / "wheels"
     py.write_text(FAKE_PYTHON)
     py.chmod(0o755)
@@ -265,6 +266,29 @@ def test_the_offline_install_is_one_script_both_windows_call(tmp_path, kind):
         assert pips == [f"-m pip install -q --no-index --no-deps {wheels}/a-1-py3-none-any.whl"]
     else:
         assert pips == []
+
+
+@pytest.mark.parametrize("installed", [True, False])
+def test_both_windows_start_the_same_way(tmp_path, installed):
+    """scripts/gpu_node.sh, which both window scripts exec: `--wheels DIR` taken out of the arguments wherever it
+    stands, the wheels installed only when a module does not import, this checkout first on PYTHONPATH, and the
+    command run with the other arguments in their order."""
+    py, log, wheels = tmp_path / "python", tmp_path / "log", tmp_path / "wheels"
+    py.write_text(FAKE_PYTHON)
+    py.chmod(0o755)
+    wheels.mkdir()
+    (wheels / "a-1-py3-none-any.whl").write_text("")
+    if installed:
+        Path(f"{log}.installed").touch()
+    env = dict(os.environ, PYTHON=str(py), FAKE_LOG=str(log), PYTHONPATH="/elsewhere")
+    show = 'printf "%s\\n" "$PYTHONPATH" "$@"'
+    proc = subprocess.run(["bash", REPO / "scripts" / "gpu_node.sh", "fairseq sacremoses", "bash", "-c", show, "_",
+                           "a b", "--wheels", wheels, "--budget", "5"], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [f"{REPO}:/elsewhere", "a b", "--budget", "5"]
+    pips = [line for line in log.read_text().splitlines() if line.startswith("-m pip")]
+    assert log.read_text().splitlines()[0] == "-c import fairseq"
+    assert pips == ([] if installed else [f"-m pip install -q --no-index --no-deps {wheels}/a-1-py3-none-any.whl"])
 
 
 def test_the_window_script_states_its_usage():
