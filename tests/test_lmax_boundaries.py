@@ -117,8 +117,10 @@ def test_the_hub_translates_exactly_the_source_limit_and_names_one_more(built):
     h.check_lengths([fits])
     out = h.generate([fits], beam=1, max_len_b=3, max_len_a=0)  # the whole way: the encoder takes it too
     assert len(out) == 1 and out[0][0]["tokens"].numel() >= 1
-    with pytest.raises(ValueError, match=rf"sentence 1 is {L_SRC + 1} tokens long .* more than the {L_SRC} source"):
+    with pytest.raises(ValueError, match=rf"sentence 1 is {L_SRC + 1} tokens long .* more than the {L_SRC} source") as e:
         h.check_lengths([fits, over])
+    own = decode_limits.model_limits(model).encoder  # L_max is blamed when it sets the limit (LAPE: equal)
+    assert (f"has L_max = {own} positions" in str(e.value)) == (own is not None and own <= L_SRC), str(e.value)
     with pytest.raises(ValueError, match=rf"sentence 0 is {L_SRC + 1} tokens"):
         h.generate([over], beam=1, max_len_b=3, max_len_a=0)
 
