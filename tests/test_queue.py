@@ -478,6 +478,27 @@ def test_status_shows_where_a_run_no_job_works_on_resumes(tmp_path):
     assert " done " not in queue.status_table([run])
 
 
+def test_status_of_a_local_queue_names_a_failed_step_under_the_table(data_bin, tmp_path, capsys):
+    """pe-queue status of a queue run here (no SLURM job): under the table, a line for each run whose last step
+    failed, with the log to read; none for a run whose last step ended well or that has begun a step since."""
+    runs_dir = tmp_path / "runs"
+    qfile = tmp_path / "q.txt"
+    qfile.write_text("".join(f"multi30k {m} en-de annealed 1 data={data_bin} runs-dir={runs_dir}\n"
+                             for m in ("sape", "rope", "rpe")))
+    runs = {r.method: r for r in queue.parse_queue(qfile, data=False)}
+    failed = f"[queue] train failed (exit 1): see {runs['sape'].run_dir / 'train.log'}"
+    logs = {"sape": ["[queue] python -m pe_tools.recipes.launch train sape", "fairseq said: no", failed],
+            "rope": ["[queue] python -m pe_tools.recipes.launch train rope", failed.replace("sape", "rope"),
+                     "[queue] python -m pe_tools.recipes.launch train rope"],  # trained again since
+            "rpe": ["[queue] python -m pe_tools.recipes.launch train rpe", "[queue] train done"]}
+    for method, lines in logs.items():
+        runs[method].run_dir.mkdir(parents=True)
+        (runs[method].run_dir / "queue.log").write_text("\n".join(lines) + "\n")
+    assert queue_cli.main(["status", str(qfile)]) == 0
+    notes = capsys.readouterr().out.splitlines()[4:]  # after the heading and the three rows
+    assert notes == [f"{runs['sape'].name}: {failed[len('[queue] '):]}"]
+
+
 def test_each_step_of_a_run_ends_its_log_with_how_it_ended(tmp_path):
     """The queue writes a last line per step into RUN/queue.log: which step, its exit status and the log to read
     (RUN/train.log for pe-train, RUN/queue.log for the others); the failure is also said in the queue's own log."""

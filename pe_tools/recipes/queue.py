@@ -539,6 +539,18 @@ def _zombie(pid: int) -> bool:
 
 
 # ------------------------------------------------------------------------------------------------ status
+def failed_step(run: Run) -> Optional[str]:
+    """What RUN/queue.log says of the run's last step when that step failed (``train failed (exit 1): see
+    RUN/train.log``, as ``Queue.step`` writes it), else None: nothing ran, the last step ended well, or a step has
+    begun since the failure (its command line is the log's last word of the queue's)."""
+    try:
+        lines = (run.run_dir / "queue.log").read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    said = [line[len("[queue] "):] for line in lines if line.startswith("[queue] ")]
+    return said[-1] if said and " failed (exit " in said[-1] else None
+
+
 def status_table(runs: List[Run], extra: Optional[Dict[str, List[str]]] = None, resuming=()) -> str:
     """One row per run; ``extra``: more columns, {heading: one value per run} (the SLURM job's, slurm.py). The runs
     named in ``resuming`` (no job works on them) show the update they resume from (``saved_update``); "done" is

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..command_line import fail, int_at_least
 from . import queue as local, slurm
-from .queue import CHECKOUT, Queue, QueueError, parse_queue, pin_code, status_table
+from .queue import CHECKOUT, Queue, QueueError, failed_step, parse_queue, pin_code, status_table
 
 
 def main(argv=None) -> int:
@@ -64,7 +64,10 @@ def main(argv=None) -> int:
     if a.cmd == "status":
         notes: list = []
         resuming: set = set()
-        print(status_table(runs, slurm.status_columns(a.queue, runs, notes, resuming), resuming))
+        columns = slurm.status_columns(a.queue, runs, notes, resuming)
+        if columns is None:  # a local queue: a failed run's note is its last step's line (SLURM's notes say more)
+            notes += [f"{run.name}: {line}" for run in runs if (line := failed_step(run))]
+        print(status_table(runs, columns, resuming))
         for note in notes:
             print(note)
         return 0
