@@ -10,6 +10,9 @@ reached its last update; up to ``-j`` runs at a time.
     pe-queue check QUEUE [--no-data]
     pe-queue cancel QUEUE
 
+``status``: one row per run (updates, validation loss, time per update, finish); under the table, each run whose
+last step failed, with the log to read (on SLURM, each FAILED or DIED job's reason, docs/cluster.md).
+
 QUEUE is a plain text file, one run a line: ``RECIPE METHOD PAIR SIZE SEED`` and optionally ``data=DIR``,
 ``runs-dir=DIR`` and ``into=DIR`` (pe-train's --data and --runs-dir, pe-record's --into); ``#`` starts a comment.
 Every line is checked before anything starts (the recipe, method, pair, size, seed and the prepared data: both
