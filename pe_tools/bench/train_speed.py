@@ -505,7 +505,24 @@ def add_args(parser):
     add_progress_args(parser)
 
 
+QUIET_LOGGERS = ("fairseq", "fairseq_cli", "train", "pe_plugin")  # a model summary and config a run: the JSON has it
+
+
 def run(args) -> int:
+    """``measure(args)`` with QUIET_LOGGERS at WARNING, their levels restored after: the call may share its process
+    with other work (the tests, the GPU window's steps), whose fairseq logging must stay as it was."""
+    loggers = [logging.getLogger(name) for name in QUIET_LOGGERS]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.WARNING)
+    try:
+        return measure(args)
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
+
+
+def measure(args) -> int:
     import torch
 
     from pe_plugin.encodings import PE_REGISTRY
@@ -515,8 +532,6 @@ def run(args) -> int:
     if not any(Path(args.data).glob("dict.*.txt")):
         return fail(f"--data {args.data}: no fairseq dictionary (dict.*.txt) there; pe-bench wmt-corpus --out DIR "
                     f"writes one")
-    for name in ("fairseq", "fairseq_cli", "train", "pe_plugin"):  # a model summary and config a run: the JSON has it
-        logging.getLogger(name).setLevel(logging.WARNING)
     try:
         device = resolve_device(args.device)
         sizes = list(load_table(args.recipe)["size"])
