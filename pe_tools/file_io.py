@@ -91,6 +91,16 @@ def dump_json(path: Union[str, Path], obj: Any, indent: int = 1) -> None:
     write_atomic(path, dumps_json(obj, indent))
 
 
+def read_json_object(path: Union[str, Path]) -> dict:
+    """The JSON object in ``path``, or {} when the file is missing, unreadable, not JSON or not an object: for state
+    files another process may be writing or may never have written."""
+    try:
+        obj = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return obj if isinstance(obj, dict) else {}
+
+
 # -------------------------------------------------------------------------------------------------- CSV
 def csv_text(rows: List[Dict[str, Any]], skip: Iterable[str] = ()) -> str:
     """``rows`` as CSV text: a header of the first row's keys (less ``skip``), then one line per row; a key a

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..checkpoint_files import updates_of
+from ..file_io import read_json_object
 
 try:
     import fcntl
@@ -29,14 +30,6 @@ LOCK_TRIES = 200  # pe-train's attempts at the lock, 50 ms apart: 10 s for a kil
 
 class TrainerBusy(RuntimeError):
     """Another live trainer holds the run; the message names it and the lock file."""
-
-
-def _holder(path: Path) -> dict:
-    try:
-        holder = json.loads(Path(path).read_text(encoding="utf-8"))
-        return holder if isinstance(holder, dict) else {}
-    except (OSError, ValueError):
-        return {}
 
 
 def describe_trainer(run_dir: Path, holder: dict) -> str:
@@ -61,9 +54,9 @@ def live_trainer(run_dir: Path) -> Optional[dict]:
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
-        return _holder(path)
+        return read_json_object(path)
     except OSError:  # a file system without locks (ENOLCK): the pid, when the holder ran on this host
-        holder = _holder(path)
+        holder = read_json_object(path)
         return holder if holder.get("host") == socket.gethostname() and _alive(holder.get("pid")) else None
     else:
         fcntl.flock(fd, fcntl.LOCK_UN)
@@ -101,7 +94,7 @@ def trainer_lock(run_dir: Path, tries: Optional[int] = None):
                 break
             except BlockingIOError:
                 if attempt == tries - 1:
-                    raise TrainerBusy(f"{run_dir} is being trained by {describe_trainer(run_dir, _holder(path))}; "
+                    raise TrainerBusy(f"{run_dir} is being trained by {describe_trainer(run_dir, read_json_object(path))}; "
                                       f"wait for it to end (or end it), then run this again") from None
                 time.sleep(0.05)
         os.ftruncate(fd, 0)

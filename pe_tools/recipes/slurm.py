@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..command_line import fail, int_at_least
-from ..file_io import write_atomic
+from ..file_io import read_json_object, write_atomic
 from . import load_table
 from . import queue as local
 from .srun import SlurmError
@@ -400,11 +400,7 @@ def locked(paths: Sequence[Path]):
 
 def read_state(run_dir: Path) -> dict:
     """RUN/slurm.json, or {} when missing or unreadable."""
-    try:
-        state = json.loads((Path(run_dir) / STATE_FILE).read_text())
-        return state if isinstance(state, dict) else {}
-    except (OSError, ValueError):
-        return {}
+    return read_json_object(Path(run_dir) / STATE_FILE)
 
 
 def submit(a, runs, queue_path: Path) -> int:
