@@ -50,6 +50,7 @@ import itertools
 import json
 import os
 import random
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -759,20 +760,46 @@ def deselected(root: Path = REPO) -> List[str]:
             for x in ("--deselect", node)]
 
 
-def trace(out: Path, root: Path = REPO, commit: str = "HEAD", timeout: float = 3600, log=print) -> dict:
+def merge_trace(old: dict, new: dict, files: Sequence[str]) -> dict:
+    """The map ``old`` with the test files ``files`` traced anew: their node ids and imports as ``new`` has them (a
+    test removed or renamed since is gone), every other file's as they were."""
+    gone = set(files)
+
+    def mine(entry: str) -> bool:
+        return entry.split("::")[0] in gone
+
+    out = {}
+    for part in ("tests", "imports"):
+        merged = {m: [x for x in xs if not mine(x)] for m, xs in old.get(part, {}).items()}
+        for m, xs in new.get(part, {}).items():
+            merged.setdefault(m, []).extend(xs)
+        out[part] = {m: sorted(set(xs)) for m, xs in sorted(merged.items()) if xs}
+    return out
+
+
+def trace(out: Path, root: Path = REPO, commit: str = "HEAD", timeout: float = 3600, log=print,
+          files: Sequence[str] = ()) -> dict:
     """Run the fast tier of a copy of ``commit`` under devtools/trace_tests.py and write its map of which tests
-    execute which module to ``out`` (examples/mutation/test_map.json); returns the map."""
+    execute which module to ``out`` (examples/mutation/test_map.json); returns the map. With ``files``, only those
+    test files run, and their entries replace theirs in the map ``out`` holds (``merge_trace``)."""
     with tempfile.TemporaryDirectory(prefix="pe_trace_") as tmp:
         copy_root = Path(tmp) / "repo"
         source_id = make_copy(copy_root, root, commit)
         env = dict(copy_env(copy_root), PE_TRACE_OUT=str(copy_root / "map.json"), PE_TRACE_ROOT=str(copy_root))
-        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "devtools.trace_tests", "-m",
-               MARKS, *deselected(copy_root), "tests"]
+        head = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "devtools.trace_tests", "-m", MARKS]
+        cmd = [sys.executable, *head, *deselected(copy_root), *(files or ["tests"])]
         proc = subprocess.run(cmd, cwd=copy_root, env=env, capture_output=True, text=True, timeout=timeout)
         log(proc.stdout[-1500:])
         found = json.loads((copy_root / "map.json").read_text())
-    found["source"] = source_id
-    found["command"] = " ".join(cmd[1:])
+    command = shlex.join(head) + " (deselections of devtools.mutation.deselected()) " + " ".join(files or ["tests"])
+    if files:
+        old = json.loads(out.read_text())
+        found = merge_trace(old, found, files)
+        found["source"] = old.get("source")
+        found["command"] = f"{old.get('command')}; then {' '.join(files)} traced again on {source_id} and merged"
+    else:
+        found["source"] = source_id
+        found["command"] = command
     out.write_text(json.dumps(found, indent=0, sort_keys=True) + "\n")
     return found
 
@@ -802,15 +829,15 @@ def main(argv=None) -> int:
     ap.add_argument("--rerun-survivors", action="store_true", help="run the recorded survivors again (new tests)")
     ap.add_argument("--list", action="store_true", help="print the mutants that would run, and stop")
     ap.add_argument("--summary-only", action="store_true", help="only rewrite summary.md from results.jsonl")
-    ap.add_argument("--trace", action="store_true",
+    ap.add_argument("--trace", nargs="*", default=None, metavar="TEST_FILE",
                     help=f"record which tests execute which module (the fast tier under a tracer) in {MAP_FILE.name}, "
-                         "and stop")
+                         "and stop; with test files, trace only those and merge them into the map")
     args = ap.parse_args(argv)
     kinds = (None if args.classes is None else list(HAND_WRITTEN) if args.classes == "hand"
              else args.classes.split(","))
 
-    if args.trace:
-        trace(args.out / MAP_FILE.name, commit=args.commit, log=lambda s: print(s, flush=True))
+    if args.trace is not None:
+        trace(args.out / MAP_FILE.name, commit=args.commit, log=lambda s: print(s, flush=True), files=args.trace)
         return 0
     every = all_modules()
     modules = every if not args.modules else list(dict.fromkeys(  # in the order the patterns are given

@@ -209,6 +209,18 @@ def test_the_map_runs_the_tests_that_execute_a_module(tmp_path):
     assert mutation.per_file(five, 1) == ["tests/a.py::t0"] and mutation.per_file(five, None) == five
 
 
+def test_a_partial_trace_replaces_only_its_files():
+    """merge_trace: the files traced again bring their tests and imports as they are now (a test gone or no longer
+    executing a module leaves it); the other files' entries stay; a module left with no entry leaves the map."""
+    old = {"tests": {"m/a.py": ["tests/t1.py::x", "tests/t2.py::y"], "m/b.py": ["tests/t2.py::gone"]},
+           "imports": {"m/a.py": ["tests/t1.py", "tests/t2.py"], "m/c.py": ["tests/t2.py"]}}
+    new = {"tests": {"m/a.py": ["tests/t2.py::z"], "m/d.py": ["tests/t2.py::z"]}, "imports": {"m/d.py": ["tests/t2.py"]}}
+    got = mutation.merge_trace(old, new, ["tests/t2.py"])
+    assert got == {"tests": {"m/a.py": ["tests/t1.py::x", "tests/t2.py::z"], "m/d.py": ["tests/t2.py::z"]},
+                   "imports": {"m/a.py": ["tests/t1.py"], "m/d.py": ["tests/t2.py"]}}
+    assert mutation.merge_trace(old, {"tests": {}, "imports": {}}, ["tests/t9.py"]) == old  # another file: unchanged
+
+
 def test_every_module_is_mapped_to_tests_or_a_reason():
     """The recorded map (examples/mutation/test_map.json): every module it saw with something to mutate has tests
     that execute it, or a reason in NOT_RUN; pass_context.py's include test_rope_alibi.py's (a padding-mask mutant there
