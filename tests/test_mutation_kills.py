@@ -280,9 +280,9 @@ def test_the_exit_hook_leaves_a_process_without_a_process_group_alone():
 
 
 def test_pe_architectures_are_told_from_stock_fairseq_ones():
-    """pe_plugin/naming.is_pe_arch (survivors: the `transformer_` prefix dropped from the guard; the length check
-    `>` -> `>=`, which takes fairseq's own transformer_wmt_en_de for one): every registered architecture is one,
-    fairseq's transformers and other models' names of the same shape are not."""
+    """pe_plugin/naming.is_pe_arch: every registered architecture is one, as is any transformer_<pe>_<suffix>
+    whose pe has one letter; an empty pe (``transformer__tiny``), fairseq's own transformers and other models'
+    names of the same shape (which do not start with ``transformer_``, however long) are not."""
     from pe_plugin.encodings import PE_REGISTRY
     from pe_plugin.naming import CLASS_OF_SUFFIX, arch_name, is_pe_arch
 
@@ -290,6 +290,12 @@ def test_pe_architectures_are_told_from_stock_fairseq_ones():
     stock = ["transformer", "transformer_wmt_en_de", "transformer_wmt_en_de_big", "transformer_iwslt_de_en",
              "bart_sape_wmt_en_de", "lstm_sape_wmt_en_de"]
     assert [a for a in stock if is_pe_arch(a)] == []
+    # other models' names of the form <model>_<pe>_<suffix>, longer than transformer_x_<suffix>: not ours
+    others = ["lightconv_sape_wmt_en_de", "bart_large_posnet_embed_tiny", "lstm_luong_rope_wmt_en_fr_big"]
+    assert [a for a in others if is_pe_arch(a)] == []
+    # the length boundary: an encoding name of one letter is one, an empty one (two underscores) is not
+    for suffix in CLASS_OF_SUFFIX:
+        assert is_pe_arch(f"transformer_x_{suffix}") and not is_pe_arch(f"transformer__{suffix}")
 
 
 def test_the_translation_task_of_another_plugin_is_left_in_place(monkeypatch):
