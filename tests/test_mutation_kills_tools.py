@@ -1,0 +1,272 @@
+"""Behaviours of pe_tools at the edges where a plausible slip (a limit compared with `>` for `>=`, one side of an
+`or` dropped, a quoting function left out) passes the ordinary tests: each test feeds the edge, both sides of it
+where there are two, against a reference worked out here (counts, fractions and argument vectors the test writes
+itself, bash's own reading of a command line)."""
+import json
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+from argparse import Namespace
+from pathlib import Path
+
+import pytest
+
+from pe_testing import REPO
+from test_recipes import generate_args, generate_run  # imports torch, fairseq and the plugin, as pe-generate does
+
+# ---- pe-generate (pe_tools/recipes/generate.py) -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("given", [False, True])
+def test_generate_decodes_the_data_given_with_data_over_the_runs_recorded_one(given, tmp_path, monkeypatch):
+    """pe-generate --data DIR decodes DIR, not the data folder the run recorded in command.json (a run trained on
+    one copy of the data, decoded from another, e.g. moved to a node's disk); without --data, the recorded one.
+    Both the position check and fairseq-generate's positional data argument get it."""
+    from pe_tools.recipes import generate
+
+    run = generate_run(tmp_path, 1)
+    recorded = json.loads((run / "command.json").read_text())["data"]
+    other = tmp_path / "data elsewhere"
+    checked, decoded = [], []
+    monkeypatch.setattr(generate, "average_into", lambda paths, avg: 0)
+    monkeypatch.setattr(generate, "check_positions",
+                        lambda avg, data, *rest: checked.append(str(data)) or {"pe": "rope", "decoder_limit": None})
+    monkeypatch.setattr(generate, "fairseq_generate", lambda args: decoded.append(list(args)) or (5, ""))
+    a = generate_args(run, 1)
+    a.data = str(other) if given else None
+    assert generate.generate(a) == 5  # fairseq-generate's status: nothing written after it
+    want = str(other) if given else recorded
+    assert recorded != str(other) and checked == [want]
+    (args,) = decoded
+    assert args[0] == want  # fairseq-generate's first argument (after python -m fairseq_cli.generate)
+
+
+# ---- pe-queue's step log (pe_tools/recipes/queue.py) --------------------------------------------------------
+HOSTILE = ["two words", "it's", 'say "hi"', "a;touch PWNED_SEMI", "$(touch PWNED_SUBST)", "`touch PWNED_BACK`",
+           "tab\there", ""]
+
+
+def test_the_logged_queue_command_pastes_back_as_the_same_argv(tmp_path, monkeypatch):
+    """Each step's first line in RUN/queue.log, ``[queue] COMMAND``, is the step's argument vector as a shell line:
+    pasted into a shell it gives back the same arguments, even ones holding a space, quotes, `;`, `$(...)`,
+    backquotes, a tab or nothing, and runs none of them. The reference is the argv handed to the process and bash's
+    own reading of the line (printf of each argument), not shlex alone."""
+    from pe_tools.recipes import queue
+
+    started = []
+
+    class StandIn:  # the step's process: records its argv, ends at once
+        pid = 424242
+
+        def __init__(self, cmd, **kw):
+            started.append(list(cmd))
+
+        def wait(self):
+            return 0
+
+    run = queue.Run(1, "multi30k", "sape", "en-de", "annealed", 1, {"runs-dir": str(tmp_path / "runs")})
+    q = queue.Queue(tmp_path / "q.txt", [run], REPO, 1, 1, log=lambda *_: None)
+    log = tmp_path / "queue.log"
+    with monkeypatch.context() as m:
+        m.setattr(queue.subprocess, "Popen", StandIn)
+        assert q.step(run, ["generate", *HOSTILE], log) == 0
+    (argv,) = started
+    assert argv[-len(HOSTILE):] == HOSTILE
+    first = log.read_text(encoding="utf-8").splitlines()[0]
+    assert first.startswith("[queue] ")
+    line = first[len("[queue] "):]
+    assert shlex.split(line) == argv
+    out = subprocess.run(["bash", "-c", "printf '%s\\0' " + line], cwd=tmp_path, capture_output=True, check=True)
+    assert out.stdout.decode().split("\0")[:-1] == argv
+    assert not list(tmp_path.glob("PWNED*"))
+
+
+# ---- pe-report's comparisons (pe_tools/recipes/results.py) --------------------------------------------------
+@pytest.mark.parametrize("n_seeds", [1, 2])
+def test_a_report_compares_over_seeds_only_when_the_baseline_has_several(n_seeds):
+    """pe-report's tables: ``results`` (the baseline's first seed) always; ``results_seeds`` only when the
+    baseline was recorded with more than one seed: with one, it would repeat ``results`` under another name."""
+    from pe_tools.naming import BASELINE
+    from pe_tools.recipes.results import tables
+
+    seeds = range(1, n_seeds + 1)
+    runs = {m: {s: Path(f"{m}{s}") for s in seeds} for m in (BASELINE, "rope", "alibi")}
+    out = tables(runs)
+    assert out["results"] == {m: [Path(f"{m}1")] for m in runs}
+    if n_seeds == 1:
+        assert set(out) == {"results"}
+    else:
+        assert set(out) == {"results", "results_seeds"}
+        assert out["results_seeds"] == {m: [Path(f"{m}1"), Path(f"{m}2")] for m in runs}
+
+
+# ---- a SLURM job's refused requeue (pe_tools/recipes/slurm.py) ----------------------------------------------
+@pytest.fixture
+def requeue_job(tmp_path, monkeypatch):
+    """A SLURM array task 7_1 (job 8) of a one-run queue, in this process, whose chain only receives SLURM's signal
+    before the time limit; ``scontrol`` is a stand-in on PATH that refuses with what the test gives it. Returns a
+    function (stdout, stderr) -> what the job printed."""
+    from pe_tools.recipes import slurm
+
+    for name in ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_RESTART_COUNT",
+                 "SLURMD_NODENAME", slurm.local.REHEARSE_ENV):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("SLURM_ARRAY_JOB_ID", "7")
+    monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "1")
+    monkeypatch.setenv("SLURM_JOB_ID", "8")
+    data, code, bin_dir = tmp_path / "data", tmp_path / "code", tmp_path / "bin"
+    for d in (data, code, bin_dir):
+        d.mkdir()
+    for lang in ("en", "de"):
+        (data / f"dict.{lang}.txt").write_text("")
+    (code / "COMMIT").write_text("mine\n")
+    snapshot = tmp_path / "queue.txt"
+    snapshot.write_text(f"multi30k sape en-de annealed 1 data={data} runs-dir={tmp_path / 'runs'}\n")
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+
+    def process(self, run):  # the chain: SLURM's USR1 arrives, the handler runs, the run ends recorded
+        signal.getsignal(signal.SIGUSR1)(signal.SIGUSR1, None)
+        return "recorded"
+
+    monkeypatch.setattr(slurm.JobQueue, "process", process)
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGUSR1, signal.SIGTERM)}
+
+    def job(stdout, stderr, capsys):
+        scontrol = bin_dir / "scontrol"
+        scontrol.write_text(f"#!/bin/sh\nprintf '%s' {shlex.quote(stdout)}\nprintf '%s' {shlex.quote(stderr)} >&2\n"
+                            "exit 1\n")
+        scontrol.chmod(0o755)
+        capsys.readouterr()
+        assert slurm.job_main([str(snapshot), "--line", "1", "--code", str(code)]) == 0
+        return capsys.readouterr().out
+
+    yield job
+    for s, h in handlers.items():
+        signal.signal(s, h)
+
+
+@pytest.mark.parametrize("stdout,stderr,reason", [
+    ("Requeue of job 8 is disabled\n", "", "Requeue of job 8 is disabled"),  # only stdout says why
+    ("", "scontrol: error: Job has no requeue\n", "scontrol: error: Job has no requeue"),
+    ("some chatter\n", "scontrol: error: Job has no requeue\n", "scontrol: error: Job has no requeue"),
+])
+def test_a_refused_requeue_shows_scontrols_reason_from_stderr_else_stdout(requeue_job, stdout, stderr, reason,
+                                                                           capsys):
+    """When `scontrol requeue` fails, the job's log names its reason: scontrol's stderr, or its stdout when
+    stderr is empty (some versions and wrappers print the refusal there), never an empty pair of brackets."""
+    out = requeue_job(stdout, stderr, capsys)
+    assert f"could not requeue job 8 ({reason}); the time limit will end it" in out, out
+
+
+# ---- the language check (pe_tools/scoring/language.py) ------------------------------------------------------
+FILLER = "haus katze baum wiese garten hund wagen straße fenster tisch".split()  # on no language's list
+
+
+def _check_lists():
+    from pe_tools.scoring.language import STOP_WORDS
+
+    assert not any(w in stop for stop in STOP_WORDS.values() for w in FILLER)
+    return STOP_WORDS
+
+
+def test_shares_are_fractions_of_all_the_words():
+    """language.shares gives each language's share of all the words (hits / words), with the counts apart;
+    counted here over a text of 4 German, 1 English and 5 other words, and for no words at all."""
+    from pe_tools.scoring.language import shares
+
+    stop = _check_lists()
+    german, english = ["der", "und", "nicht", "mit"], ["the"]
+    assert all(w in stop["de"] for w in german) and english[0] in stop["en"]
+    s = shares([" ".join(german + FILLER[:3]), " ".join(english + FILLER[3:5])])
+    assert s["_words"] == 10 and s["_hits"]["de"] == 4 and s["_hits"]["en"] == 1
+    assert s["de"] == pytest.approx(0.4) and s["en"] == pytest.approx(0.1) and s["fr"] == 0
+    empty = shares(["", "123 ..."])
+    assert empty["_words"] == 0 and all(empty[lang] == 0 for lang in stop)
+
+
+@pytest.mark.parametrize("words,expected", [(250, "de"), (251, None)])
+def test_a_language_is_identified_at_exactly_the_minimum_share_and_not_below(words, expected):
+    """20 German stop words (5 different) among 250 words are a share of exactly 20/250 = 0.08, the minimum:
+    German; among 251 words the share is just under it: not identified. Every other condition holds in both (20
+    hits, 5 distinct, no other language's word)."""
+    from pe_tools.scoring.language import MIN_DISTINCT, MIN_SHARE, MIN_WORDS, identify
+
+    stop = _check_lists()
+    german = ["der", "und", "nicht", "mit", "eine"] * 4
+    assert all(w in stop["de"] and not any(w in s for lang, s in stop.items() if lang != "de") for w in german)
+    assert (MIN_WORDS, MIN_DISTINCT, MIN_SHARE) == (20, 5, 0.08) and 20 / 250 == 0.08 and 20 / 251 < 0.08
+    text = german + (FILLER * 30)[:words - 20]
+    assert identify([" ".join(text)]) == expected
+
+
+def test_a_long_text_with_enough_stop_words_but_too_small_a_share_is_not_identified():
+    """MIN_WORDS stop words are not enough in a long text: 20 German ones among 1000 words (a share of 0.02, under
+    0.08) identify nothing, while the same 20 among 100 words (0.2) are German."""
+    from pe_tools.scoring.language import identify
+
+    german = ["der", "und", "nicht", "mit", "eine"] * 4
+    assert identify([" ".join(german + (FILLER * 100)[:980])]) is None
+    assert identify([" ".join(german + (FILLER * 10)[:80])]) == "de"
+
+
+# ---- significance marks and signatures (pe_tools/scoring/significance.py) -----------------------------------
+@pytest.mark.parametrize("p,better,worse", [
+    (0.0499, "++", "--"), (0.05, "+", "-"), (0.0999, "+", "-"), (0.10, "", ""), (None, "", ""),
+])
+def test_marks_at_exactly_the_significance_levels(p, better, worse):
+    """'++' needs p < 0.05 and '+' p < 0.10: exactly 0.05 earns one sign, exactly 0.10 none; the sign follows the
+    delta, and a zero delta earns nothing."""
+    from pe_tools.scoring.significance import mark
+
+    assert (mark(1.5, p), mark(-1.5, p), mark(0.0, p)) == (better, worse, "")
+
+
+@pytest.mark.parametrize("aggressive", [True, False])
+def test_only_the_compound_split_bleu_signature_names_its_preprocessing(aggressive):
+    """The report's signatures: compound-split BLEU's says how its text was prepared (pre:moses-de[-a]+compound-
+    split, -a with the aggressive dash split); sacreBLEU's BLEU and chrF++ score the text as given, and their
+    signatures name no preprocessing."""
+    from pe_tools.scoring.inputs import Inputs, System
+    from pe_tools.scoring.significance import score_systems
+
+    ref = ["Der Hund läuft schnell über die Wiese.", "Ein Kind spielt im Garten."] * 3
+    base = System("base", ["b"], runs=[["Der Hund rennt über die Wiese.", "Ein Kind spielt im Park."] * 3])
+    other = System("other", ["o"], runs=[["Der Hund läuft über die Wiese.", "Ein Kind spielt im Garten."] * 3])
+    args = Namespace(n_samples=10, paired="bs", no_aggressive_dash=not aggressive, trg_lang="de", seed=1, jobs=1)
+    sigs = score_systems(Inputs("ref", ref, base, [other]), args)["signatures"]
+    fields = {key: dict(f.split(":", 1) for f in sig.split("|")) for key, sig in sigs.items()}
+    assert fields["bleu_cs"]["pre"] == ("moses-de-a+compound-split" if aggressive else "moses-de+compound-split")
+    assert "pre" not in fields["bleu"] and "pre" not in fields["chrf"], sigs
+    assert fields["bleu"]["tok"] == "13a" and fields["bleu_cs"]["tok"] == "none"
+
+
+# ---- the trainer's lock on a file system without locks (pe_tools/recipes/run_state.py) ----------------------
+@pytest.mark.parametrize("host,alive,held", [("here", True, True), ("here", False, False), ("elsewhere", True, False)])
+def test_without_file_locks_a_trainer_is_known_by_a_live_pid_on_this_host(host, alive, held, tmp_path, monkeypatch):
+    """Where flock fails (ENOLCK: a file system without locks), RUN/train.lock's holder counts as a live trainer
+    only when it names this host and a pid that is running here: a dead pid on this host, or any pid on another
+    host (whose pids this host cannot see), is no trainer."""
+    import errno
+
+    from pe_tools.recipes import run_state
+
+    class NoLocks:  # fcntl on such a file system
+        LOCK_SH, LOCK_NB, LOCK_UN, LOCK_EX = 1, 4, 8, 2
+
+        @staticmethod
+        def flock(fd, op):
+            raise OSError(errno.ENOLCK, "No locks available")
+
+    if alive:
+        pid = os.getpid()
+    else:
+        gone = subprocess.Popen([sys.executable, "-c", "pass"])
+        gone.wait()  # reaped: its pid names no process
+        pid = gone.pid
+    holder = {"pid": pid, "host": socket.gethostname() if host == "here" else socket.gethostname() + "-other"}
+    (tmp_path / run_state.TRAINER_LOCK).write_text(json.dumps(holder))
+    monkeypatch.setattr(run_state, "fcntl", NoLocks)
+    assert run_state.live_trainer(tmp_path) == (holder if held else None)
