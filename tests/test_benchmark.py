@@ -221,16 +221,21 @@ def test_fp16_run_and_the_old_batch_length_flags(tmp_path):
 
 
 def test_ratios_of_fixed_figures():
-    from pe_tools.bench.models.measure import add_ratios
+    """The models' ratios: the one ratio function, against SAPE at the same size and length."""
+    from pe_tools.bench._common import add_ratios
+    from pe_tools.bench.models.measure import AGAINST_SAPE, RATIOS as MODEL_RATIOS
 
+    assert MODEL_RATIOS.items() >= RATIOS.items()
     figures = dict.fromkeys(RATIOS, 1.0)
-    results = [dict(figures, pe="sape", size="tiny", forward_s=2.0, step_bytes=0),
-               dict(figures, pe="rope", size="tiny", forward_s=3.0, step_s=0.5, step_bytes=5),
-               dict(figures, pe="sape", size="base", forward_s=4.0, step_bytes=8),
-               dict(figures, pe="rope", size="base", forward_s=1.0, step_bytes=2)]
-    add_ratios(results)
+    results = [dict(figures, pe="sape", size="tiny", length=6, forward_s=2.0, step_bytes=0),
+               dict(figures, pe="rope", size="tiny", length=6, forward_s=3.0, step_s=0.5, step_bytes=5),
+               dict(figures, pe="sape", size="base", length=6, forward_s=4.0, step_bytes=8),
+               dict(figures, pe="rope", size="base", length=6, forward_s=1.0, step_bytes=2),
+               dict(figures, pe="rope", size="base", length=10, forward_s=1.0, step_bytes=2),
+               dict(figures, pe="sape", size="base", length=10, forward_s=0.5, step_bytes=1)]
+    add_ratios(results, MODEL_RATIOS, *AGAINST_SAPE)
     assert [(r["forward_ratio"], r["step_ratio"], r["step_mem_ratio"]) for r in results] == [
-        (1.0, 1.0, None), (1.5, 0.5, None), (1.0, 1.0, 1.0), (0.25, 1.0, 0.25)]
+        (1.0, 1.0, None), (1.5, 0.5, None), (1.0, 1.0, 1.0), (0.25, 1.0, 0.25), (2.0, 1.0, 2.0), (1.0, 1.0, 1.0)]
 
 
 def test_the_kernel_summary_groups_by_name_longest_first():

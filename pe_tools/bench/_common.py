@@ -1,15 +1,8 @@
-"""What every benchmark of pe-bench shares: the one timer (``timed``, ``time_calls``), the one runner of a
-measurement in a fresh interpreter (``run_isolated``), memory on a CPU (the peak RSS and its reset), the one kernel
-summary (``kernel_summary``), the one ratio function (``add_ratios``), the medians and spreads of rounds
-(``spread``, ``verdict``, ``rotated``) and the shared ``--device`` option. The one JSON writer is
-``_partial_runs.Progress.writer``.
-
-Peak memory on CPU is the peak resident set size, which the kernel only ever raises (on Linux
-``reset_peak_rss()`` lowers it to the current RSS). To compare candidates, measure each one in a fresh
-interpreter with ``run_isolated``; inside it, ``current_rss_bytes()`` before the work and ``peak_rss_bytes()``
-after it bound what the work added (``peak_memory_bytes`` does both).
+"""What every benchmark of pe-bench shares: the one timer (``timed``), the one runner of a measurement in a fresh
+interpreter (``run_isolated``), memory on a CPU (the peak RSS and its reset), the one kernel summary
+(``kernel_summary``), the one ratio function (``add_ratios``), the medians and spreads of rounds (``spread``,
+``verdict``, ``rotated``) and the shared ``--device`` option. The one JSON writer is ``_partial_runs.write_outputs``.
 """
-import gc
 import json
 import os
 import resource
@@ -37,24 +30,6 @@ def timed(fn, cuda: bool = False):
     out = fn()
     sync(cuda)
     return time.perf_counter() - t0, time.process_time() - c0, out
-
-
-def time_calls(fn, repeats: int = 10, warmup: int = 2, cuda: bool = None, cpu: list = None) -> List[float]:
-    """Wall seconds of each of ``repeats`` runs of ``fn()`` after ``warmup`` runs (``timed``); ``cuda``: default
-    when CUDA is available; ``cpu``: a list that receives each timed run's process CPU seconds."""
-    if cuda is None:
-        import torch
-
-        cuda = torch.cuda.is_available()
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        wall, proc, _ = timed(fn, cuda)
-        times.append(wall)
-        if cpu is not None:
-            cpu.append(proc)
-    return times
 
 
 def current_rss_bytes() -> int:
@@ -88,24 +63,6 @@ def reset_peak_rss() -> bool:
         return True
     except OSError:
         return False
-
-
-def peak_memory_bytes(fn, cuda: bool = None) -> int:
-    """Peak memory of one ``fn()``: with ``cuda`` (default: when CUDA is available) CUDA's peak allocation above
-    what was allocated before, else the growth of the peak resident set of this process (a lower bound unless this
-    process is fresh: see ``run_isolated``)."""
-    import torch
-
-    gc.collect()
-    if torch.cuda.is_available() if cuda is None else cuda:
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
-        fn()
-        torch.cuda.synchronize()
-        return torch.cuda.max_memory_allocated() - base
-    before = current_rss_bytes() if reset_peak_rss() else peak_rss_bytes()
-    fn()
-    return peak_rss_bytes() - before
 
 
 def run_isolated(module: str, func: str, kwargs: Dict, timeout: float = None, env: Dict = None) -> Dict:
@@ -171,10 +128,10 @@ def kernel_summary(events, top: int = TOP) -> dict:
 
 
 # ------------------------------------------------------------------------------------------ ratios and rounds
-def add_ratios(results, figures: Dict[str, str], group, reference, suffix: str = "") -> None:
-    """The one ratio function: for each result r and each ``figures`` item (figure -> ratio key), r[ratio key +
-    suffix] = r[figure] / ref[figure], ref the result of r's ``group(r)`` for which ``reference(ref)`` holds (None
-    where it is absent, as in a partial run, its figure is 0 or r lacks the figure)."""
+def add_ratios(results, figures: Dict[str, str], group, reference) -> None:
+    """The one ratio function: for each result r and each ``figures`` item (figure -> ratio key), r[ratio key] =
+    r[figure] / ref[figure], ref the first result of r's ``group(r)`` for which ``reference(ref)`` holds (None where
+    it is absent, as in a partial run, or its figure is 0); a figure r lacks gets no ratio."""
     refs = {}
     for r in results:
         if reference(r):
@@ -183,7 +140,31 @@ def add_ratios(results, figures: Dict[str, str], group, reference, suffix: str =
         ref = refs.get(group(r))
         for figure, ratio in figures.items():
             if figure in r:
-                r[ratio + suffix] = r[figure] / ref[figure] if ref and ref.get(figure) else None
+                r[ratio] = r[figure] / ref[figure] if ref and ref.get(figure) else None
+
+
+def times(v, digits: int = 2) -> str:
+    """A ratio as a table cell: ``1.23x``, n/a for None."""
+    return "n/a" if v is None else f"{v:.{digits}f}x"
+
+
+def tables(settings, results, headers, row, note=lambda first: "") -> list:
+    """One markdown table per size and length of ``settings`` that has results (a partial run may lack some), under
+    a caption naming the architectures, the batch and ``note(first row)``; ``headers(group)``: its header row."""
+    from ..naming import SUFFIX_OF_CLASS
+    from ..tables import markdown_table
+
+    blocks = []
+    for size in settings["sizes"]:
+        for length in settings["lengths"]:
+            group = [r for r in results if r["size"] == size and r["length"] == length]
+            if group:
+                first, suffix = group[0], SUFFIX_OF_CLASS[size]
+                stock = f", stock = transformer_{suffix}" if "stock" in settings["encodings"] else ""
+                blocks.append(f"{size} (transformer_<pe>_{suffix}{stock}), L={length}: B={first['batch']} sentences, "
+                              f"{first['src_tokens']} source and {first['tokens']} target tokens{note(first)}\n\n"
+                              + markdown_table(headers(group), [row(r) for r in group]))
+    return blocks
 
 
 def spread(values) -> dict:
@@ -214,6 +195,32 @@ def rotated(keys: list, rounds: int) -> list:
 
 
 def add_device_arg(parser) -> None:
-    """The shared ``--device`` option (``_partial_runs.resolve_device`` reads it)."""
+    """The shared ``--device`` option (``resolve_device`` reads it)."""
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
-                        help="auto: cuda when torch sees it (default)")
+                        help="where the models run (default: auto = cuda when torch sees it)")
+
+
+def machine(device: str) -> dict:
+    """What every benchmark's settings record of the machine: the device and its name (the GPU's, or the CPU
+    model), torch, the CUDA torch was built with, Python and the platform."""
+    import platform
+
+    import torch
+
+    from ..machine import cpu_name
+
+    return dict(device=device, device_name=torch.cuda.get_device_name() if device == "cuda" else cpu_name(),
+                torch=torch.__version__, cuda=torch.version.cuda, python=platform.python_version(),
+                platform=platform.platform())
+
+
+def resolve_device(requested: str) -> str:
+    """``--device auto|cpu|cuda`` as a torch device name: auto is cuda where torch sees one. Raises ValueError when
+    cuda is asked for and torch has none."""
+    import torch
+
+    if requested == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if requested == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda: CUDA is not available to torch here")
+    return requested

@@ -1,13 +1,7 @@
-"""Results written as a benchmark goes, ``--resume`` and ``--time-budget`` (docs/benchmarks.md §Partial runs).
-
-A benchmark names each measurement by a key (a tuple of strings and integers, e.g. (size, length, pe, round)), asks
-``Progress.has(key)`` before measuring it and hands the result to ``Progress.add(key, record)``, which keeps it and
-calls the benchmark's ``write(complete)`` at once: every output file is rewritten from the measurements so far,
-under temporary names renamed when whole (file_io.write_all_atomic), so a run killed at any point leaves the last
-measurement's files, valid and marked ``complete: false``. ``--resume`` loads the measurements of the output JSON
-(refused when one of its settings differs from this command's, naming it) and skips them; ``--time-budget S`` stops
-after the measurement that brings the run's time to S seconds or more, writes the partial result, and prints what
-is missing with the command that completes it.
+"""The one writer of a benchmark's files (``write_outputs``), results written as a benchmark goes (``Progress``),
+``--resume`` and ``--time-budget`` (docs/benchmarks.md §Partial runs). A benchmark names each measurement by a key
+(e.g. (size, length, pe, round)), skips those ``Progress.has``, and hands each result to ``Progress.add``, which
+rewrites every output file at once, so a run killed at any point leaves valid files marked ``complete: false``.
 """
 import json
 import shlex
@@ -25,8 +19,17 @@ class ResumeError(ValueError):
     """``--resume`` cannot continue this output: the message says why (a differing setting, an unreadable file)."""
 
 
-def add_args(parser) -> None:
-    """The flags every long-running benchmark takes: --resume and --time-budget."""
+def add_args(parser, stem: str, csv: bool = True, resume: bool = True) -> None:
+    """The output options every benchmark shares (``--out-dir``, ``--stem``, ``--json``, ``--csv``: what
+    ``write_outputs`` writes) and, with ``resume`` (a benchmark that writes as it goes), --resume and --time-budget."""
+    parser.add_argument("--out-dir", help="write STEM.json (settings and results), STEM.csv, STEM.md (and a "
+                                                 "benchmark's chart, STEM.png) here")
+    parser.add_argument("--stem", default=stem, help=f"their file name stem (default: {stem})")
+    parser.add_argument("--json", help="also write the JSON here (what --resume reads when given)")
+    if csv:
+        parser.add_argument("--csv", help="also write the CSV here")
+    if not resume:
+        return
     parser.add_argument("--resume", action="store_true",
                         help="continue the run whose output JSON is already there: the measurements it holds are "
                              "kept and skipped (refused when a setting differs)")
@@ -35,16 +38,31 @@ def add_args(parser) -> None:
                              "(complete: false) and print the --resume command that completes it; exit status 0")
 
 
-def resolve_device(requested: str) -> str:
-    """``--device auto|cpu|cuda`` as a torch device name: auto is cuda where torch sees one. Raises ValueError when
-    cuda is asked for and torch has none."""
-    import torch
+def output_json(args) -> Optional[Path]:
+    """The JSON a run writes and ``--resume`` reads: ``--json`` when given, else STEM.json in ``--out-dir``."""
+    return Path(args.json) if args.json else Path(args.out_dir) / f"{args.stem}.json" if args.out_dir else None
 
-    if requested == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if requested == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda: CUDA is not available to torch here")
-    return requested
+
+def write_outputs(args, data: dict, markdown: str, rows: str = "results", csv_skip: Iterable[str] = (),
+                  chart: Optional[bytes] = None, charted: bool = False) -> List[Path]:
+    """The one JSON writer: ``data`` as STEM.json, its ``rows`` as STEM.csv and ``markdown`` as STEM.md under
+    ``--out-dir``, and one more JSON or CSV at ``--json``, ``--csv``, all replaced together
+    (file_io.write_all_atomic); with ``charted``, ``chart`` as STEM.png (None: an older chart, which would not
+    match, is removed). Returns the paths written."""
+    payload = dumps_json(data)
+    table = csv_text(data[rows], skip=set(csv_skip)) if data.get(rows) else ""
+    files = {}
+    if args.out_dir:
+        path = {ext: Path(args.out_dir) / f"{args.stem}.{ext}" for ext in ("json", "csv", "md", "png")}
+        files.update({path["json"]: payload, path["csv"]: table, path["md"]: markdown})
+        if chart is not None:
+            files[path["png"]] = chart
+        elif charted:
+            path["png"].unlink(missing_ok=True)
+    files.update({Path(p): body for p, body in ((args.json, payload), (getattr(args, "csv", None), table)) if p})
+    if files:
+        write_all_atomic(files)
+    return list(files)
 
 
 def key_of(parts: Iterable) -> tuple:
@@ -79,7 +97,7 @@ class Progress:
         self.argv = list(argv) if argv is not None else list(sys.argv[1:])
         self.records: Dict[tuple, dict] = {}
         self.stored: dict = {}  # the resumed JSON
-        self.write: Callable[[bool], None] = lambda complete: None
+        self.write: Callable[[bool], list] = lambda complete: []
         if time_budget is not None and time_budget < 0:
             raise ResumeError(f"--time-budget must be 0 or more seconds (got {time_budget:g})")
         if resume:
@@ -176,32 +194,25 @@ class Progress:
             argv.insert(1 if argv and not argv[0].startswith("-") else 0, "--resume")
         return shlex.join([PROGRAM, *argv])
 
-    def writer(self, args, settings: Dict, started: float, report: Callable, stem: str, title: str,
-               csv_skip: Iterable[str] = ()) -> Callable[[bool], None]:
-        """The ``write(complete)`` of a benchmark whose ``report()`` returns (result rows, markdown): STEM.json (its
-        settings with the seconds so far, the rows and this progress), STEM.csv and STEM.md under ``--out-dir``, and
-        the JSON alone at ``--json``, all replaced together."""
-        def write(complete: bool) -> None:
-            results, text = report()
-            payload = dumps_json({"settings": dict(settings, seconds=round(time.time() - started, 1)),
-                                  "complete": complete, "results": results, **self.json_fields()})
-            files = {}
-            if args.out_dir:
-                out = Path(args.out_dir)
-                files.update({out / f"{stem}.json": payload,
-                              out / f"{stem}.csv": csv_text(results, skip=set(csv_skip)) if results else "",
-                              out / f"{stem}.md": f"# {title}" + ("" if complete else " (PARTIAL)") + "\n\n" + text})
-            if args.json:
-                files[Path(args.json)] = payload
-            if files:
-                write_all_atomic(files)
+    def writer(self, args, report: Callable, title: str, rows: str = "results", csv_skip: Iterable[str] = (),
+               chart: Optional[Callable] = None) -> Callable[[bool], List[Path]]:
+        """The ``write(complete)`` of a benchmark whose ``report()`` returns (settings, result rows, markdown):
+        ``write_outputs`` of the settings, the rows, this progress and the markdown under ``# title``; ``chart(settings,
+        rows)``, if given, draws STEM.png once the run is complete."""
+        def write(complete: bool) -> List[Path]:
+            settings, results, text = report()
+            data = {"settings": settings, "complete": complete, rows: results, **self.json_fields()}
+            markdown = f"# {title}" + ("" if complete else " (PARTIAL)") + "\n\n" + text
+            return write_outputs(args, data, markdown, rows, csv_skip,
+                                 chart(settings, results) if chart and complete else None, chart is not None)
 
         return write
 
     def finish(self) -> None:
-        """Write the outputs once more (settings may have changed) and, when keys are left, say which and how to
-        complete them."""
-        self.write(self.complete)
+        """Write the outputs once more (settings may have changed), say where, and when keys are left, which and how
+        to complete them."""
+        for path in self.write(self.complete):
+            print(f"wrote {path}", file=sys.stderr)
         if self.complete:
             return
         missing = self.missing()

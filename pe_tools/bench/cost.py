@@ -1,32 +1,12 @@
-"""pe-bench cost: the device-independent cost of one training step, counted exactly, for every registered encoding
-and stock fairseq's transformer, as ratios to SAPE and to stock.
+"""pe-bench cost: the device-independent cost of one training step (forward in training mode, the cross-entropy over
+the real target tokens, backward; no optimizer step) on ``pe-bench models``' padded batch, in float32 on the CPU,
+counted exactly for every registered encoding and stock fairseq's transformer, as ratios to SAPE and to stock:
+bytes saved for backward, ATen ops, FLOPs and bytes of (B,H,Tq,Tk)-sized tensors (docs/benchmarks.md §Cost counts).
 
-    pe-bench cost                                   # base size, lengths 20 50 100 200, --max-tokens 4096, fp32
     pe-bench cost --sizes tiny --lengths 6 10 --max-tokens 40 --vocab 100 --out-dir runs/cost
-    pe-bench cost --pe sape t5 --lengths 100        # some rows only (sape and stock are always added)
-
-One step = forward (teacher-forced, training mode), cross-entropy summed over the real target tokens and divided
-by their number, backward; no optimizer step. The batch is ``pe-bench models``' ``padded_batch`` (sources
-left-padded, targets right-padded, B = max_tokens // L). Counted, in float32 on the CPU (docs/benchmarks.md
-§Cost counts):
-
-  saved      bytes of the tensors autograd saves for backward (``torch.autograd.graph.saved_tensors_hooks``),
-             each storage counted once, the parameters' storages excluded: most of a GPU step's activation memory
-  ops        ATen ops dispatched in forward (with the loss) and in backward (a ``TorchDispatchMode``): about the
-             kernels a GPU launches, and what a launch-bound small-batch step costs
-  flops      ``torch.utils.flop_counter`` over forward and backward (CPU SDPA counted as SDPA)
-  attn       bytes of the (B,H,Tq,Tk)-sized tensors the step allocates (op outputs that are not views, whose last
-             two dims are a query length and a key length, up to the next multiple of 8, and that hold at least
-             B*H of those matrices)
-
-The counts are deterministic: tests/test_benchmark_cost.py holds every encoding at tiny size at or under the counts
-recorded in examples/benchmarks/cost/tiny.json.
 """
-import argparse
 import gc
 import json
-import os
-import platform
 import shlex
 import sys
 import time
@@ -35,11 +15,11 @@ from pathlib import Path
 
 from ..command_line import fail, int_at_least
 from ..fairseq_plugin import plugin_digest
-from ..file_io import csv_text, write_all_atomic
 from ..naming import BASELINE, SUFFIX_OF_CLASS
 from ..recipes import recipe_names
-from ..tables import markdown_table
-from ._common import add_ratios as ratios
+from . import _common
+from ._common import add_ratios, machine, times
+from ._partial_runs import add_args as add_output_args, write_outputs
 
 NAME = "cost"
 HELP = "bytes saved for backward, ATen ops, FLOPs and (B,H,T,T) bytes of one training step, as ratios to SAPE/stock"
@@ -174,16 +154,6 @@ def measure(pe: str, size: str, length: int, batch: int, vocab: int, recipe: str
     return row
 
 
-def add_ratios(results) -> None:
-    """``<figure>_to_sape`` and ``<figure>_to_stock`` for every figure in FIGURES, within each size and length
-    (None where the reference is 0 or absent)."""
-    from .models.build import STOCK
-
-    for ref in (BASELINE, STOCK):
-        ratios(results, {k: f"{k}_to_{ref}" for k in FIGURES}, lambda r: (r["size"], r["length"]),
-               lambda r, ref=ref: r["pe"] == ref)
-
-
 def over_recorded(results, recorded) -> list:
     """The (pe, size, length, count, measured, recorded) where a measured count exceeds its recorded one; rows
     absent from ``recorded`` are listed with recorded None (a new encoding must be recorded)."""
@@ -199,28 +169,19 @@ def over_recorded(results, recorded) -> list:
     return worse
 
 
-def _x(v):
-    return "n/a" if v is None else f"{v:.3f}x"
-
-
 def tables(settings, results) -> str:
     from .models.build import STOCK
 
     headers = ["pe", "saved MiB", "saved/sape", "saved/stock", "ops (fwd+bwd)", "ops/sape", "ops/stock", "GFLOP",
                "flops/sape", "flops/stock", "BHTT MiB", "BHTT/sape", "BHTT/stock"]
-    blocks = []
-    for size in settings["sizes"]:
-        for length in settings["lengths"]:
-            group = [r for r in results if r["size"] == size and r["length"] == length]
-            rows = [[r["pe"], f"{r['saved_bytes'] / MIB:,.1f}", _x(r["saved_bytes_to_sape"]),
-                     _x(r[f"saved_bytes_to_{STOCK}"]), f"{r['ops']:,} ({r['ops_forward']:,}+{r['ops_backward']:,})",
-                     _x(r["ops_to_sape"]), _x(r[f"ops_to_{STOCK}"]), f"{r['flops'] / 1e9:,.1f}",
-                     _x(r["flops_to_sape"]), _x(r[f"flops_to_{STOCK}"]), f"{r['attn_bytes'] / MIB:,.1f}",
-                     _x(r["attn_bytes_to_sape"]), _x(r[f"attn_bytes_to_{STOCK}"])] for r in group]
-            first, suffix = group[0], SUFFIX_OF_CLASS[size]
-            blocks.append(f"{size} (transformer_<pe>_{suffix}, {STOCK} = transformer_{suffix}), "
-                          f"L={length}: B={first['batch']} sentences, {first['src_tokens']} source and "
-                          f"{first['tokens']} target tokens, H={first['heads']}\n\n" + markdown_table(headers, rows))
+
+    def row(r):
+        cells = [f"{r['saved_bytes'] / MIB:,.1f}", f"{r['ops']:,} ({r['ops_forward']:,}+{r['ops_backward']:,})",
+                 f"{r['flops'] / 1e9:,.1f}", f"{r['attn_bytes'] / MIB:,.1f}"]
+        return [r["pe"]] + [c for f, cell in zip(FIGURES, cells)
+                            for c in (cell, times(r[f"{f}_to_sape"], 3), times(r[f"{f}_to_{STOCK}"], 3))]
+
+    blocks = _common.tables(settings, results, lambda group: headers, row, lambda first: f", H={first['heads']}")
     legend = ("One training step in float32 on the CPU: forward (training mode), cross-entropy over the real target "
               "tokens, backward; no optimizer step. saved = bytes autograd keeps for backward (distinct storages, "
               "parameters excluded); ops = ATen ops dispatched (forward + backward); GFLOP = torch.utils.flop_counter "
@@ -256,8 +217,7 @@ def add_args(parser):
                         help="build each encoding with its entry's flags in the recipe's methods.toml (default: wmt14)")
     parser.add_argument("--threads", type=int_at_least(0), default=1,
                         help="torch threads (the counts do not depend on it; default: 1)")
-    parser.add_argument("--out-dir", help="write STEM.json (settings, command, every count), STEM.csv and STEM.md here")
-    parser.add_argument("--stem", default="cost", help="file name stem in --out-dir (default: cost)")
+    add_output_args(parser, "cost", resume=False)
     parser.add_argument("--check", metavar="JSON",
                         help="a recorded STEM.json: exit 1 when any count exceeds its recorded one (a regression guard)")
     parser.add_argument("--merge", nargs="+", metavar="JSON",
@@ -323,16 +283,17 @@ def write_results(args, results, started: float, merged=None) -> int:
     import fairseq
     import torch
 
-    sizes = list(dict.fromkeys(r["size"] for r in results))
-    lengths = sorted({r["length"] for r in results})
-    names = list(dict.fromkeys(r["pe"] for r in results))
-    add_ratios(results)
-    from .models.build import batch_size
+    from .models.build import STOCK, batch_size
 
-    settings = dict(sizes=sizes, lengths=lengths, encodings=names, max_tokens=args.max_tokens, vocab=args.vocab,
-                    recipe=args.recipe, dtype="float32", device="cpu", threads=torch.get_num_threads(),
-                    batches={str(n): batch_size(args.max_tokens, n) for n in lengths}, torch=torch.__version__,
-                    fairseq=fairseq.__version__, pe_plugin_sources=plugin_digest(), python=platform.python_version(), platform=platform.platform(),
+    lengths = sorted({r["length"] for r in results})
+    for ref in (BASELINE, STOCK):
+        add_ratios(results, {k: f"{k}_to_{ref}" for k in FIGURES}, lambda r: (r["size"], r["length"]),
+                   lambda r, ref=ref: r["pe"] == ref)
+    settings = dict(sizes=list(dict.fromkeys(r["size"] for r in results)), lengths=lengths,
+                    encodings=list(dict.fromkeys(r["pe"] for r in results)), max_tokens=args.max_tokens,
+                    vocab=args.vocab, recipe=args.recipe, dtype="float32", **machine("cpu"),
+                    threads=torch.get_num_threads(), batches={str(n): batch_size(args.max_tokens, n) for n in lengths},
+                    fairseq=fairseq.__version__, pe_plugin_sources=plugin_digest(),
                     command="pe-bench cost " + shlex.join(sys.argv[2:] if sys.argv[1:2] == [NAME] else sys.argv[1:]),
                     started=time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
                     seconds=round(time.time() - started, 1))
@@ -342,16 +303,11 @@ def write_results(args, results, started: float, merged=None) -> int:
                         started=merged[0]["started"])
     text = tables(settings, results)
     print("\n" + text)
-    if args.out_dir:
-        out = Path(args.out_dir)
-        payload = json.dumps({"settings": settings, "results": results}, indent=1) + "\n"
-        header = f"# Cost of one training step: ratios to SAPE and to stock\n\n`{settings['command']}`\n\n" \
-                 f"{settings_line(settings)}\n\n"
-        files = {out / f"{args.stem}.json": payload, out / f"{args.stem}.csv": csv_text(results, skip={"op_counts", "attn_op_bytes"}),
-                 out / f"{args.stem}.md": header + text}
-        write_all_atomic(files)
-        for path in files:
-            print(f"wrote {path}", file=sys.stderr)
+    header = (f"# Cost of one training step: ratios to SAPE and to stock\n\n`{settings['command']}`\n\n"
+              f"{settings_line(settings)}\n\n")
+    for path in write_outputs(args, {"settings": settings, "results": results}, header + text,
+                              csv_skip={"op_counts", "attn_op_bytes"}):
+        print(f"wrote {path}", file=sys.stderr)
     if args.check:
         worse = over_recorded(results, json.loads(Path(args.check).read_text())["results"])
         for pe, size, length, key, got, ref in worse:

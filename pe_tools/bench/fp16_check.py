@@ -1,30 +1,22 @@
-"""fp16 against the fp32 reference: every encoding's fast attention path in half precision, against the same
-model in float32 on the reference path (``--pe-attention-impl reference``), on one padded batch.
+"""pe-bench fp16: every encoding's fast attention path in half precision against the same model (same weights, seed
+1, no dropout) in float32 on the reference path, on ``pe-bench models``' padded batch: the largest difference of the
+log-probabilities over the real target tokens, the share of argmax tokens that agree and the relative difference
+of the gradient of the summed log-likelihood. fp16's unit roundoff is 2^-11 and a 6-layer model accumulates it, so
+an encoding passes within ``--tolerance`` (log-probabilities) and 5 % (gradients). Meant for a GPU.
 
-    pe-bench fp16 --device cuda --size base          (or: python scripts/check_fp16.py ...)
-
-For each encoding: the same weights (seed 1) in fp32/reference and in fp16/auto; a batch of ``--batch``
-sentences built by ``pe-bench models``' ``padded_batch`` (lengths drawn from [0.7 length, length], sources
-left-padded and targets right-padded, as fairseq batches them). Reported over the real target tokens: the largest absolute difference of the log-probabilities,
-the share of argmax tokens that agree, and the relative difference of the gradient of a fixed loss (the
-summed log-likelihood of the targets) over all parameters. fp16 has a 2^-11 unit roundoff; a 6-layer model
-accumulates it, so the check passes when log-probabilities agree within ``--tolerance`` (default 0.05) and the
-gradients within 5 %. On a CPU, half-precision kernels may be missing or slow: the check is meant for a GPU.
-Each encoding's row is written to ``--json`` as it is checked; ``--resume`` and ``--time-budget``:
-docs/benchmarks.md §Partial runs.
+    pe-bench fp16 --device cuda --size base --json fp16_check.json      (or: python scripts/check_fp16.py ...)
 """
 import sys
 
 from ..command_line import fail
-from ..file_io import dump_json
 from ..naming import SUFFIX_OF_CLASS
-from ._common import add_device_arg
-from ._partial_runs import Progress, ResumeError, add_args as add_progress_args, resolve_device
+from ._common import add_device_arg, machine, resolve_device
+from ._partial_runs import Progress, ResumeError, add_args as add_output_args, output_json
 
 NAME = "fp16"
 HELP = "fp16 against the fp32 reference: every encoding's fast attention path in half precision"
-# the arguments the JSON file records as its settings
-SETTINGS = ("device", "size", "batch", "length", "vocab", "tolerance", "methods", "impl", "json")
+SETTINGS = ("device", "size", "batch", "length", "vocab", "tolerance", "methods", "impl")  # the JSON's settings
+HEADER = "| pe | max abs log-prob diff | argmax agreement | gradient rel. diff | ok |\n|---|---|---|---|---|\n"
 
 
 def compare(pe: str, size: str, batch: int, length: int, vocab: int, device: str, impl: str = "auto") -> dict:
@@ -56,6 +48,11 @@ def compare(pe: str, size: str, batch: int, length: int, vocab: int, device: str
             "grad_rel_diff": float((ghalf - gref).norm() / gref.norm())}
 
 
+def line(r) -> str:
+    return (f"| {r['pe']} | {r['max_abs_lprob_diff']:.4f} | {r['argmax_agreement']:.4f} | {r['grad_rel_diff']:.4f} | "
+            f"{'yes' if r['ok'] else 'NO'} |\n")
+
+
 def add_args(parser):
     from pe_plugin.encodings import PE_REGISTRY
     from pe_plugin.models.pe_transformer import ATTENTION_IMPLS
@@ -69,14 +66,11 @@ def add_args(parser):
     parser.add_argument("--methods", nargs="+", default=None, choices=list(PE_REGISTRY), metavar="PE")
     parser.add_argument("--impl", default="auto", choices=[i for i in ATTENTION_IMPLS if i != "reference"],
                         help="the fp16 run's --pe-attention-impl (default: auto; triton: Shaw's fused kernels)")
-    parser.add_argument("--json", default=None, help="also write the rows to this JSON file (after every encoding)")
-    add_progress_args(parser)
+    add_output_args(parser, "fp16_check", csv=False)
 
 
 def run(args) -> int:
     import logging
-
-    import torch
 
     from pe_plugin.encodings import PE_REGISTRY
 
@@ -88,27 +82,23 @@ def run(args) -> int:
         return fail(str(e))
     logging.getLogger("fairseq").setLevel(logging.WARNING)  # one model summary per build is noise here
     logging.getLogger("pe_plugin").setLevel(logging.WARNING)
-    settings = {k: v for k, v in vars(args).items() if k in SETTINGS}
-    fixed = dict(settings, methods=list(args.methods or PE_REGISTRY), torch=torch.__version__,
-                 device_name=torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu")
-    fixed.pop("json", None)
+    fixed = dict({k: v for k, v in vars(args).items() if k in SETTINGS}, methods=list(args.methods or PE_REGISTRY),
+                 **{k: machine(args.device)[k] for k in ("torch", "device_name")})
     try:
-        progress = Progress.for_args("pe-bench fp16", [(pe,) for pe in fixed["methods"]], fixed, args.json, args,
-                                     what="encodings")
+        progress = Progress.for_args("pe-bench fp16", [(pe,) for pe in fixed["methods"]], fixed, output_json(args),
+                                     args, what="encodings")
     except ResumeError as e:
         return fail(str(e))
 
-    def write(complete):
-        if args.json:
-            rows = [{k: v for k, v in m.items() if k != "key"} for m in progress.measurements()]
-            dump_json(args.json, {"settings": dict(fixed, json=args.json), "complete": complete, "rows": rows,
-                                  **progress.json_fields()})
+    def report():
+        rows = [{k: v for k, v in m.items() if k != "key"} for m in progress.measurements()]
+        return dict(fixed, json=args.json), rows, HEADER + "".join(line(r) for r in rows)
 
-    progress.write = write
+    progress.write = progress.writer(args, report, "fp16 against the fp32 reference", rows="rows")
     print(f"fp16 ({args.impl}) vs fp32 (reference): device {args.device} "
-          f"({fixed['device_name']}), torch {torch.__version__}, "
+          f"({fixed['device_name']}), torch {fixed['torch']}, "
           f"size {args.size}, batch {args.batch}, lengths {shortest_length(args.length)}-{args.length}, vocab {args.vocab}")
-    print("| pe | max abs log-prob diff | argmax agreement | gradient rel. diff | ok |\n|---|---|---|---|---|")
+    print(HEADER, end="")
     for pe in fixed["methods"]:
         if progress.has((pe,)):
             row = progress.get((pe,))
@@ -116,8 +106,7 @@ def run(args) -> int:
             row = compare(pe, args.size, args.batch, args.length, args.vocab, args.device, args.impl)
             row["ok"] = row["max_abs_lprob_diff"] <= args.tolerance and row["grad_rel_diff"] <= 0.05
             progress.add((pe,), row)
-        print(f"| {pe} | {row['max_abs_lprob_diff']:.4f} | {row['argmax_agreement']:.4f} | "
-              f"{row['grad_rel_diff']:.4f} | {'yes' if row['ok'] else 'NO'} |", flush=True)
+        print(line(row), end="", flush=True)
         if progress.stop_now():
             break
     failed = [m["pe"] for m in progress.measurements() if not m["ok"]]

@@ -1,14 +1,9 @@
 """PosNet-Embed forward + backward: the candidates whose comparison chose the plugin's batched product over positions.
+Their benchmark (``pe-bench posnet_kernel``) is retired, its decision recorded in examples/benchmarks/cpu/
+posnet_kernel.{md,json} and examples/benchmarks/gpu/posnet_kernel.json (its code is in the git history). What stays
+is ``setup``, which the tests use to check that the candidates compute the same thing:
 
-The benchmark that timed them (``pe-bench posnet_kernel``) is retired: its decision is made and recorded, and the
-plugin runs the winner. Its records, examples/benchmarks/cpu/posnet_kernel.{md,json} (a CPU: the bmm 7.81x faster
-and 6.10x smaller than the released broadcast) and examples/benchmarks/gpu/posnet_kernel.json (an H100: the
-broadcast faster, eight times larger), stay as they were written; the code that wrote them is in the git history
-(pe_tools/bench/posnet_kernel.py before it was cut to this module). What stays is ``setup``, the candidates
-themselves, which the tests use to check that they compute the same thing:
-
-  released      ``(x W1).unsqueeze(2).matmul(phi[:T])`` (posnet/modules.py): torch.matmul broadcasts phi to a
-                (B,T,d_p,d_p) copy, and the backward builds a phi gradient of that size before reducing it
+  released      ``(x W1).unsqueeze(2).matmul(phi[:T])`` (posnet/modules.py): a broadcast (B,T,d_p,d_p) product
   bmm           the plugin's ``PosNetEmbedding.embed`` without padding: one bmm over positions
   bmm-leftpad   the same module with per-row positions made from a padding mask, as a model makes them
 """

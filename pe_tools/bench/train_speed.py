@@ -1,42 +1,15 @@
 """pe-bench train-speed: the one training-speed harness. Real ``fairseq-train`` with the command ``pe-train`` builds
 for each row (the recipe's flags, data loading, workers and fp16 as a user gets them), in rounds, measured update by
-update inside fairseq's own loop.
+update inside fairseq's own loop (``Window``): words, wall time, the host's split, the update's own peak memory
+(``PeakMeter``) and the device's busy time. Rows, rounds, ratios and goals: docs/benchmarks.md §Training speed.
 
     pe-bench train-speed --data data-bin/wmt_shaped --rows sape@4096x8 sape --rounds 3 --out-dir runs/speed
-    pe-bench train-speed --data data-bin/wmt_shaped --rows all rpe:triton --rounds 3 --goals goals.json
     pe-bench train-speed --data DIR --size tiny --tokens-per-update 1024 --rows sape@128x8 sape --device cpu
-
-A row is ``PE[:IMPL][/SIZE][@SPLIT]``: PE an encoding of the registry, ``stock`` (SAPE's command with fairseq's own
-``transformer_<arch>`` and no ``--user-dir``) or ``all`` (every encoding and stock); IMPL a ``--pe-attention-impl``;
-SIZE a size of the recipe (default ``--size``); SPLIT ``MAXTOKENSxUPDATEFREQ`` or ``auto`` (default): the
-micro-batch ``pe-train --max-tokens-per-gpu auto`` chooses on this machine. The harness adds to pe-train's command
-only ``--max-update`` (warm-up + timed + profiled updates), ``--no-save``, ``--disable-validation``, ``--cpu`` off
-CUDA, the split's ``--max-tokens``/``--update-freq`` when ``--tokens-per-update`` or SPLIT departs from the recipe's,
-and ``--extra``.
-
-Each run goes through fairseq_cli.train in this process with ``Trainer.train_step`` wrapped (``Window``). Per
-update it records the words (target tokens), the wall time (end of the previous update to the end of this one),
-the host's time split into waiting for the batch (fairseq's GroupedIterator), forward and backward (the task's
-``train_step``), the optimizer step (the task's ``optimizer_step``) and the rest (fairseq's bookkeeping: clipping,
-the loss scaler, logging), and the update's peak memory: CUDA's ``max_memory_allocated`` with the counter reset
-before the update, read again whenever fairseq calls ``torch.cuda.reset_peak_memory_stats()`` (at the end of its
-``train_step``) before that call; on a CPU the RSS high-water mark (VmHWM) reset through /proc/self/clear_refs. After
-``--warmup`` updates come ``--timed`` ones (no profiler) and ``--profiled`` ones, each under torch.profiler: the
-device's busy time (the union of its activities' intervals) and kernel count per update (on a CPU its operators:
-a rehearsal, not a GPU figure). ``busy_unprofiled`` = median busy per profiled update / median timed wall per
-update.
-
-Rows run in ``--rounds`` rounds, every row once a round, round k starting k rows later. Ratios are taken within a
-round: each row to SAPE's row of the same size and split (time per update, peak, words/s) and to the same encoding's
-first split (words/s); the report gives each ratio's median and spread over the rounds, and with ``--goals`` (a JSON
-of ``speedup``, ``busy``, ``step``, ``peak``) says "meets", "misses" or "within noise" (the spread covers the
-bound). Outputs are rewritten after every run; ``--resume`` and ``--time-budget``: docs/benchmarks.md §Partial runs.
 """
 import argparse
 import gc
 import json
 import logging
-import platform
 import statistics
 import sys
 import tempfile
@@ -48,8 +21,9 @@ from ..command_line import fail, int_at_least
 from ..naming import BASELINE
 from ..tables import markdown_table
 from . import _common
-from ._common import add_device_arg, add_ratios, kernel_summary, profiler_events, rotated, spread, verdict
-from ._partial_runs import Progress, ResumeError, add_args as add_progress_args, resolve_device
+from ._common import add_device_arg, add_ratios, kernel_summary, machine, profiler_events, resolve_device, rotated, \
+    spread, verdict
+from ._partial_runs import Progress, ResumeError, add_args as add_output_args, output_json
 
 NAME = "train-speed"
 HELP = ("real fairseq-train with pe-train's command, in rounds: words/s, time per update and its host split, "
@@ -500,9 +474,7 @@ def add_args(parser):
                         help="count each update's host syncs by op (a dispatch mode: slows the step; not for timing)")
     parser.add_argument("--extra", nargs=argparse.REMAINDER, default=[],
                         help="more fairseq-train arguments, after everything else (give it last)")
-    parser.add_argument("--out-dir", help="write train_speed.json, .csv and .md here (rewritten after every run)")
-    parser.add_argument("--json", help="also write the JSON here (what --resume reads when given)")
-    add_progress_args(parser)
+    add_output_args(parser, "train_speed")
 
 
 QUIET_LOGGERS = ("fairseq", "fairseq_cli", "train", "pe_plugin")  # a model summary and config a run: the JSON has it
@@ -523,8 +495,6 @@ def run(args) -> int:
 
 
 def measure(args) -> int:
-    import torch
-
     from pe_plugin.encodings import PE_REGISTRY
 
     from ..recipes import load_table
@@ -552,28 +522,28 @@ def measure(args) -> int:
     by_label = dict(zip(labels, rows))
     fp16 = device == "cuda" if args.fp16 is None else args.fp16
     cuda = device == "cuda"
+    env = machine(device)
     settings = dict(data=str(args.data), rows=args.rows, recipe=args.recipe, pair=args.pair, size=args.size,
                     tokens_per_update=args.tokens_per_update or recipe_tokens(args, args.size)[0], device=device,
-                    device_name=torch.cuda.get_device_name() if cuda else platform.processor() or "cpu", fp16=fp16,
-                    warmup=args.warmup, timed=args.timed, profiled=args.profiled, rounds=args.rounds, goals=goals,
-                    extra=args.extra, torch=torch.__version__, cuda=torch.version.cuda)
-    order = rotated(labels, args.rounds)
+                    device_name=env["device_name"], fp16=fp16, warmup=args.warmup, timed=args.timed,
+                    profiled=args.profiled, rounds=args.rounds, goals=goals, extra=args.extra, torch=env["torch"],
+                    cuda=env["cuda"])
     try:
-        progress = Progress.for_args("pe-bench train-speed", order, settings, args.json or (
-            Path(args.out_dir) / "train_speed.json" if args.out_dir else None), args, what="runs")
+        progress = Progress.for_args("pe-bench train-speed", rotated(labels, args.rounds), settings, output_json(args),
+                                     args, what="runs")
     except ResumeError as e:
         return fail(str(e))
     started = time.time()
-    settings.update(python=platform.python_version(), started=progress.stored.get("settings", {}).get("started")
+    settings.update(python=env["python"], started=progress.stored.get("settings", {}).get("started")
                     or time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)))
 
     def report():
-        runs = round_ratios(progress.measurements())
-        results = summarise(runs, goals)
-        return results, report_text(results, settings, progress.partial_note())
+        results = summarise(round_ratios(progress.measurements()), goals)
+        return (dict(settings, seconds=round(time.time() - started, 1)), results,
+                report_text(results, settings, progress.partial_note()))
 
-    progress.write = progress.writer(args, settings, started, report, "train_speed",
-                                     "Training speed: fairseq-train as pe-train runs it", {"top_kernels"})
+    progress.write = progress.writer(args, report, "Training speed: fairseq-train as pe-train runs it",
+                                     csv_skip={"top_kernels"})
     longest = 0.0
     for key in progress.missing():
         row_label, k = key
@@ -600,7 +570,7 @@ def measure(args) -> int:
                                device_name=settings["device_name"], command="fairseq-train " + " ".join(argv)))
         if progress.stop_now():
             break
-    print("\n" + report()[1])
+    print("\n" + report()[2])
     progress.finish()
     return 0
 

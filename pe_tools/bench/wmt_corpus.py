@@ -1,21 +1,11 @@
-"""pe-bench wmt-corpus: a binarised synthetic corpus shaped like WMT14 En-De after BPE, for throughput figures.
+"""pe-bench wmt-corpus: a binarised synthetic corpus shaped like WMT14 En-De after BPE, for speed and memory figures
+(never for BLEU: its words carry no meaning). Sentence lengths as WMT14's prepared En-De training data has them
+(mean about 27 BPE tokens, a tail cut at 250, pe-prepare's side ratio of 1.5), words from a Zipf law over a joined
+dictionary of ``--vocab`` types (40,000: WMT14's joined BPE vocabulary, which sizes the output layer). The folder is
+what ``fairseq-preprocess --joined-dictionary`` writes (mmap format, uint16 tokens) plus wmt_shaped.json, written
+last: a folder with matching settings there is complete and is reused. Deterministic for a seed.
 
     pe-bench wmt-corpus --out data-bin/wmt_shaped                 # 100,000 pairs, 40,000 joined types, ~1 s
-    pe-bench wmt-corpus --out DIR --sentences 2000 --vocab 1000   # a tiny one (the CPU rehearsal)
-
-Multi30k's captions (about 13 words) are not WMT14's sentences: a training step's cost depends on how the
-sentences' lengths fill the padded batches of ``--max-tokens`` tokens. This corpus draws those lengths as WMT14's
-prepared En-De training data has them (mean about 27 BPE tokens a sentence, a long right tail cut at the cleaning
-limit of 250; ``pe-prepare``'s clean-corpus ratio of 1.5 between the sides) and the words from a Zipf law over a
-joined dictionary of ``--vocab`` types (40,000: WMT14's joined BPE vocabulary, which sets the size of the output
-layer and of the float32 log-probabilities, the largest tensors of a step). Its words carry no meaning: it is for
-speed and memory, never for BLEU.
-
-The folder is what ``fairseq-preprocess --joined-dictionary`` writes: dict.SRC.txt = dict.TGT.txt (``--vocab`` - 4
-lines: fairseq adds its 4 specials) and train/valid.SRC-TGT.{SRC,TGT}.{bin,idx} in fairseq's mmap format (uint16
-tokens, each sentence ending with end-of-sentence), plus wmt_shaped.json with the settings and the length
-statistics. Deterministic for a seed; every file is written under a temporary name and renamed when whole, the
-settings file last, so a folder with a matching wmt_shaped.json is complete and is reused as it is.
 """
 import json
 import struct

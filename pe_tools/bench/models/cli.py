@@ -2,20 +2,18 @@
 then summarised, printed and written (docs/benchmarks.md §Model benchmark)."""
 import argparse
 import os
-import platform
 import sys
 import time
-from pathlib import Path
 
 from ...command_line import fail, int_at_least
 from ...fairseq_plugin import plugin_digest
-from ...machine import cpu_name
 from ...naming import BASELINE, SUFFIX_OF_CLASS
 from ...recipes import recipe_names
+from .._common import add_device_arg, add_ratios, machine, resolve_device
+from .._partial_runs import Progress, ResumeError, add_args as add_output_args, output_json
 from .build import STOCK, batch_size
-from .._partial_runs import Progress, ResumeError, add_args as add_progress_args, resolve_device
-from .measure import CPU_MEMORY_ENV, add_ratios, measure_in_process, measure_isolated, summarise
-from .report import OUT_NAME, output_paths, tables, write_outputs
+from .measure import AGAINST_SAPE, CPU_MEMORY_ENV, RATIOS, measure_in_process, measure_isolated, summarise
+from .report import chart, header, tables
 
 NAME = "models"
 HELP = "forward time, training-step time and peak memory of every registered encoding, as ratios to SAPE"
@@ -42,8 +40,7 @@ def add_args(parser):
     parser.add_argument("--pe", nargs="+", choices=names, metavar="PE",
                         help=f"rows to measure, from {', '.join(names)}; {STOCK}: stock fairseq's transformer_<size> "
                              "without the plugin (default: all; sape is always added)")
-    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
-                        help="where the models run (default: auto = cuda when available)")
+    add_device_arg(parser)
     parser.add_argument("--processes", choices=["auto", "one", "fresh"], default="auto",
                         help="one: every measurement in this process (each model built once, a copy per "
                              "measurement; CUDA's peak counter reset per row); fresh: a fresh interpreter per "
@@ -74,10 +71,7 @@ def add_args(parser):
     parser.add_argument("--attention-impl", choices=ATTENTION_IMPLS, default="auto",
                         help="--pe-attention-impl of the plugin's rows (default: auto; stock has none), e.g. triton "
                              "to time Shaw's fused kernels on CUDA")
-    parser.add_argument("--out-dir", help=f"write {OUT_NAME}.json, .csv, .md and .png into this folder")
-    parser.add_argument("--json", help="also write the JSON results to this file")
-    parser.add_argument("--csv", help="also write the CSV results to this file")
-    add_progress_args(parser)
+    add_output_args(parser, "benchmark")
 
 
 def run(args) -> int:
@@ -104,55 +98,46 @@ def run(args) -> int:
     processes = args.processes if args.processes != "auto" else "one" if device == "cuda" else "fresh"
     kwargs = dict(vocab=args.vocab, steps=args.steps, warmup=args.warmup, forward_passes=args.forward_passes,
                   threads=args.threads, device=device, recipe=args.recipe, fp16=args.fp16, impl=args.attention_impl)
-    load_start, started = os.getloadavg(), time.time()
-    # what a resumed run must share with the stored one (docs/benchmarks.md §Partial runs)
+    load_start, started, env = os.getloadavg(), time.time(), machine(device)
+    # what a resumed run must share with the stored one (docs/benchmarks.md §Partial runs); threads: what torch ran
+    # with, from a measurement (threads_requested: the flag); pe_plugin_sources: the plugin code measured
     fixed = dict(sizes=sizes, lengths=lengths, encodings=names, max_tokens=None if args.batch else args.max_tokens,
                  batches={str(length): b for length, b in batches.items()}, **kwargs, rounds=args.rounds,
-                 processes=processes, threads_requested=args.threads,
-                 device_name=torch.cuda.get_device_name() if device == "cuda" else cpu_name(),
-                 torch=torch.__version__, cuda=torch.version.cuda,
-                 pe_plugin_sources=plugin_digest())  # which plugin code: a resumed run must measure the same
-    del fixed["threads"]  # requested: threads_requested; used (what torch ran with): threads, from a measurement
+                 processes=processes, threads_requested=args.threads, device_name=env["device_name"],
+                 torch=env["torch"], cuda=env["cuda"], pe_plugin_sources=plugin_digest())
+    del fixed["threads"]
     keys = [(size, length, pe) for size in sizes for length in lengths for pe in names]
     order = [(*key, k + 1) for k in range(args.rounds) for key in keys]  # round-robin: round 1 of all, then 2, ...
-    # the JSON --resume reads: --json when given (scripts/gpu_benchmarks.sh keeps it, its --out-dir is temporary)
-    out_json = Path(args.json) if args.json else Path(args.out_dir) / f"{OUT_NAME}.json" if args.out_dir else None
     try:
-        progress = Progress.for_args("pe-bench models", order, fixed, out_json, args)
+        progress = Progress.for_args("pe-bench models", order, fixed, output_json(args), args)
     except ResumeError as e:
         return fail(str(e))
     stored = progress.stored.get("settings", {})
     history = stored.get("resumed", []) + ([stored["started"]] if stored.get("started") else [])
 
-    def settings_now():
+    def report():
         first = progress.measurements()[0] if progress.records else {}
         s = dict(fixed, threads=first.get("threads", args.threads), memory_kind="cuda-allocated" if device == "cuda"
-                 else "cpu-rss", python=platform.python_version(), platform=platform.platform(),
-                 cpu_count=os.cpu_count(), started=time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
+                 else "cpu-rss", python=env["python"], platform=env["platform"], cpu_count=os.cpu_count(),
+                 started=time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
                  seconds=round(stored.get("seconds", 0) + time.time() - started, 1), loadavg_start=list(load_start),
                  loadavg_end=list(os.getloadavg()))
         if history:
             s["resumed"] = history  # when the earlier parts of a resumed run started, oldest first
         if s["memory_kind"] == "cpu-rss" and processes == "fresh":
             s["memory_env"] = CPU_MEMORY_ENV
-        return s
-
-    def results_now():
-        """One summary per (size, length, pe) with at least one round; ratios where SAPE is there too."""
-        runs = {}
+        runs = {}  # one summary per (size, length, pe) with at least one round; ratios where SAPE is there too
         for m in progress.measurements():
             runs.setdefault(tuple(m["key"][:3]), []).append(m)
         results = [summarise(runs[key]) for key in keys if key in runs]
-        add_ratios(results)
-        return results
+        add_ratios(results, RATIOS, *AGAINST_SAPE)
+        return s, results, tables(s, results, progress.partial_note())
 
-    def write(complete):
-        if out_json:
-            s, results = settings_now(), results_now()
-            write_outputs(s, results, tables(s, results, progress.partial_note()), args.out_dir, args.json,
-                          args.csv, progress=progress.json_fields(), chart_too=complete, quiet=True)
+    def headed():
+        s, results, text = report()
+        return s, results, header(s) + text
 
-    progress.write = write
+    progress.write = progress.writer(args, headed, "Model benchmark: ratios to SAPE", csv_skip={"rounds"}, chart=chart)
     cache = {}  # --processes one: (pe, size) -> (model on the CPU, args)
     todo = progress.missing()
     if processes == "one" and todo:  # one discarded measurement first: the one-time costs (CUDA context, kernels)
@@ -165,9 +150,6 @@ def run(args) -> int:
                      else measure_isolated(pe, size, one))
         if progress.stop_now():
             break
-    s, results = settings_now(), results_now()
-    print("\n" + tables(s, results, progress.partial_note()))
+    print("\n" + report()[2])
     progress.finish()
-    for path in output_paths(args.out_dir, args.json, args.csv, chart_too=progress.complete):
-        print(f"wrote {path}", file=sys.stderr)
     return 0

@@ -4,8 +4,8 @@ import statistics
 
 from ...machine import cpu_name
 from ...naming import BASELINE
-from .._common import add_ratios as ratios, current_rss_bytes, kernel_summary, peak_rss_bytes, profiler_events, \
-    run_isolated, sync as _sync, timed
+from .._common import current_rss_bytes, kernel_summary, peak_rss_bytes, profiler_events, run_isolated, spread, \
+    sync as _sync, timed
 from .build import PAD, build_model, build_optimizer, model_arch, padded_batch, pe_params, recipe_flags
 
 # the memory interpreter's environment on a CPU (docs/benchmarks.md §CPU memory): glibc only, ignored elsewhere
@@ -15,6 +15,8 @@ RATIOS = {"forward_s": "forward_ratio", "forward_median_s": "forward_median_rati
           "step_s": "step_ratio", "step_median_s": "step_median_ratio", "step_cpu_s": "cpu_ratio",
           "peak_bytes": "peak_ratio", "step_bytes": "step_mem_ratio",
           "kernel_s": "kernel_ratio", "kernels": "kernels_ratio"}  # the last two on CUDA only
+# _common.add_ratios' group and reference: SAPE at the same size and length (older JSON without length: one length)
+AGAINST_SAPE = (lambda r: (r["size"], r.get("length")), lambda r: r["pe"] == BASELINE)
 
 
 def measure(pe: str, size: str, batch: int, length: int, vocab: int, steps: int, warmup: int, forward_passes: int,
@@ -178,36 +180,23 @@ def summarise(runs):
     """One result from the per-round measurements of one (size, length, encoding): fastest and median times,
     median memory; the raw per-round figures are kept under ``rounds``."""
     first = runs[0]
-    r = {k: first[k] for k in ("pe", "size", "length", "batch", "tokens", "src_tokens", "arch", "params",
-                               "pe_params", "memory_kind")}
-    r["max_positions"] = first["max_positions"]  # (source, target): PosNet's and LAPE's L_max
-    r["param_dtypes"], r["master_dtypes"] = first["param_dtypes"], first["master_dtypes"]  # fp16: model, fp32 copy
-    steps = [t for x in runs for t in x["step_wall_s"]]
-    forwards = [x["forward_s"] for x in runs]
-    r.update(
-        forward_s=min(forwards), forward_median_s=statistics.median(forwards),
-        forward_cpu_s=min(x["forward_cpu_s"] for x in runs),
-        step_s=min(steps), step_median_s=statistics.median(steps),
-        step_cpu_s=min(t for x in runs for t in x["step_cpu_s"]),
-        peak_bytes=int(statistics.median(x["peak_bytes"] for x in runs)),
-        step_bytes=int(statistics.median(x["step_bytes"] for x in runs)),
-    )
-    if all("kernel_s" in x for x in runs):  # CUDA: the device's own time, fastest round; launches, most of any round
-        r.update(kernel_s=min(x["kernel_s"] for x in runs), kernels=max(x["kernels"] for x in runs))
-        fastest = min(runs, key=lambda x: x["kernel_s"])
-        if "top_kernels" in fastest:  # (results recorded before it have none)
-            r["top_kernels"] = fastest["top_kernels"]
-    for key in ("malloc_default_peak_bytes", "malloc_default_step_bytes"):  # CPU only
+    r = {k: first[k] for k in ("pe", "size", "length", "batch", "tokens", "src_tokens", "arch", "params", "pe_params",
+                               "memory_kind", "max_positions", "param_dtypes", "master_dtypes")}
+    times = {"forward": [x["forward_s"] for x in runs], "step": [t for x in runs for t in x["step_wall_s"]]}
+    for name, values in times.items():
+        s = spread(values)
+        r.update({f"{name}_s": s["min"], f"{name}_median_s": s["median"]})
+    r.update(forward_cpu_s=min(x["forward_cpu_s"] for x in runs),
+             step_cpu_s=min(t for x in runs for t in x["step_cpu_s"]))
+    for key in ("peak_bytes", "step_bytes", "malloc_default_peak_bytes", "malloc_default_step_bytes"):  # CPU: malloc_*
         if key in first:
             r[key] = int(statistics.median(x[key] for x in runs))
+    if all("kernel_s" in x for x in runs):  # CUDA: the device's own time, fastest round; launches, most of any round
+        fastest = min(runs, key=lambda x: x["kernel_s"])
+        r.update(kernel_s=fastest["kernel_s"], kernels=max(x["kernels"] for x in runs),
+                 **{k: fastest[k] for k in ("top_kernels",) if k in fastest})  # (older results have none)
     if "leftover_bytes" in first:  # --processes one: allocated before the measurement began (0 expected)
         r["leftover_bytes"] = max(x["leftover_bytes"] for x in runs)
     r["fp16_overflows"] = sum(x["fp16_overflows"] for x in runs)  # skipped fp16 steps, warm-up ones included
     r["rounds"] = {k: [x[k] for x in runs] for k in ("forward_s", "step_wall_s", "peak_bytes", "step_bytes")}
     return r
-
-
-def add_ratios(results):
-    """ratio = figure / sape's figure, within each size and length (None where sape's figure is 0, or where sape is
-    not measured yet in a partial run); a result without ``length`` (older JSON) counts as one length."""
-    ratios(results, RATIOS, lambda r: (r["size"], r.get("length")), lambda r: r["pe"] == BASELINE)

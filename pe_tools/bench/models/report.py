@@ -1,47 +1,28 @@
-"""The benchmark's outputs: a markdown table per size and length, a chart of the ratios, and the files of ``--out-dir``
-(benchmark.json, .csv, .md, .png), ``--json`` and ``--csv``, all written at once (file_io.write_all_atomic), after
-every measurement while a run goes (docs/benchmarks.md §Partial runs)."""
-import sys
-from pathlib import Path
-
+"""pe-bench models' report: a markdown table per size and length, the line of its settings and a chart of the
+ratios (the files: _partial_runs.write_outputs)."""
 from ...figures import png_bytes, pyplot
-from ...file_io import csv_text, dumps_json, write_all_atomic
 from ...naming import SUFFIX_OF_CLASS
-from ...tables import markdown_table
-from .build import STOCK
+from .. import _common
+from .._common import times as _x
 
-OUT_NAME = "benchmark"
 MIB = 2 ** 20
-
-
-def _x(v):
-    return "n/a" if v is None else f"{v:.2f}x"
 
 
 def tables(settings, results, partial: str = ""):
     """(markdown text with one table per size and length, each under a line giving its settings); ``partial``: the
     line that says a run is incomplete (_partial_runs.Progress.partial_note), put first and in the legend."""
     n = settings["forward_passes"]
-    headers = ["pe", "params", "pe params", f"forward ms ({n} passes)", "forward", "step ms", "step", "cpu time",
-               "peak MiB", "peak", "step mem"]
-    blocks = []
-    for size in settings["sizes"]:
-        for length in settings["lengths"]:
-            group = [r for r in results if r["size"] == size and r["length"] == length]
-            if not group:  # a partial run: nothing measured here yet
-                continue
-            busy = all("kernel_s" in r for r in group)
-            rows = [[r["pe"], f"{r['params'] / 1e6:.2f}M", f"{r['pe_params']:,}", f"{r['forward_s'] * 1e3:.1f}",
-                     _x(r["forward_ratio"]), f"{r['step_s'] * 1e3:.1f}", _x(r["step_ratio"]), _x(r["cpu_ratio"]),
-                     f"{r['peak_bytes'] / MIB:.0f}", _x(r["peak_ratio"]), _x(r["step_mem_ratio"])]
-                    + ([f"{r['kernel_s'] * 1e3:.1f}", _x(r.get("kernel_ratio")), f"{r['kernels']:,}",
-                        _x(r.get("kernels_ratio"))] if busy else []) for r in group]
-            first = group[0]
-            stock = f", {STOCK} = transformer_{SUFFIX_OF_CLASS[size]}" if STOCK in settings["encodings"] else ""
-            blocks.append(f"{size} size (arch transformer_<pe>_{SUFFIX_OF_CLASS[size]}{stock}), L={length}: "
-                          f"B={first['batch']} sentences, {first['src_tokens']} source and {first['tokens']} target "
-                          f"tokens; {settings_line(settings)}\n\n"
-                          + markdown_table(headers + (BUSY_HEADERS if busy else []), rows))
+    base = ["pe", "params", "pe params", f"forward ms ({n} passes)", "forward", "step ms", "step", "cpu time",
+            "peak MiB", "peak", "step mem"] + (BUSY_HEADERS if any("kernel_s" in r for r in results) else [])
+
+    def row(r):
+        return ([r["pe"], f"{r['params'] / 1e6:.2f}M", f"{r['pe_params']:,}", f"{r['forward_s'] * 1e3:.1f}",
+                 _x(r["forward_ratio"]), f"{r['step_s'] * 1e3:.1f}", _x(r["step_ratio"]), _x(r["cpu_ratio"]),
+                 f"{r['peak_bytes'] / MIB:.0f}", _x(r["peak_ratio"]), _x(r["step_mem_ratio"])]
+                + ([f"{r.get('kernel_s', 0) * 1e3:.1f}", _x(r.get("kernel_ratio")), f"{r.get('kernels', 0):,}",
+                    _x(r.get("kernels_ratio"))] if len(base) > 11 else []))
+
+    blocks = _common.tables(settings, results, lambda group: base, row, lambda first: f"; {settings_line(settings)}")
     overflows = sum(r.get("fp16_overflows", 0) for r in results)
     legend = ("Columns: forward = total of the timed forward passes (eval, no_grad), fastest round; step = one "
               f"training step (forward, cross-entropy, backward, {_optimizer(settings)}), fastest; cpu time = the "
@@ -127,42 +108,7 @@ def chart(settings, results) -> bytes:
     return png_bytes(fig, dpi=130)
 
 
-def output_paths(out_dir=None, json_path=None, csv_path=None, chart_too: bool = True):
-    """The files ``write_outputs`` writes."""
-    out = Path(out_dir) if out_dir else None
-    paths = [out / f"{OUT_NAME}.{ext}" for ext in ("json", "csv", "md") + (("png",) if chart_too else ())] if out else []
-    return paths + [Path(p) for p in (json_path, csv_path) if p]
-
-
-def write_outputs(settings, results, text: str, out_dir=None, json_path=None, csv_path=None, progress=None,
-                  chart_too: bool = True, quiet: bool = False) -> None:
-    """``text`` (the tables) and the results as files: with ``out_dir`` OUT_NAME.json, .csv, .md (the tables under
-    a settings line) and .png; ``json_path``, ``csv_path``: one more JSON or CSV file each. ``progress``: the JSON
-    fields of a run written as it goes (``complete``, ``measurements``, ...: _partial_runs.Progress.json_fields);
-    ``chart_too`` False (a partial run) leaves the chart out and removes an older one, which would not match."""
-    data = {"settings": settings, **({"complete": progress["complete"]} if progress else {}), "results": results}
-    if progress:
-        data.update({k: v for k, v in progress.items() if k != "complete"})
-    payload = dumps_json(data, indent=2)
-    table = csv_text(results, skip={"rounds"}) if results else ""
-    files = {}
-    if out_dir:
-        out, s = Path(out_dir), settings
-        partial = "" if not progress or progress["complete"] else " (PARTIAL)"
-        header = (f"# Model benchmark: ratios to SAPE{partial}\n\n{settings_line(s)}; sizes {' '.join(s['sizes'])}; "
-                  f"lengths {' '.join(map(str, s['lengths']))}; "
-                  f"load average {s['loadavg_start'][0]:.2f} at start, {s['loadavg_end'][0]:.2f} at end\n\n")
-        files.update({out / f"{OUT_NAME}.json": payload, out / f"{OUT_NAME}.csv": table,
-                      out / f"{OUT_NAME}.md": header + text})
-        if chart_too:
-            files[out / f"{OUT_NAME}.png"] = chart(settings, results)
-        else:
-            (out / f"{OUT_NAME}.png").unlink(missing_ok=True)
-    if json_path:
-        files[Path(json_path)] = payload
-    if csv_path:
-        files[Path(csv_path)] = table
-    write_all_atomic(files)
-    if not quiet:
-        for path in files:
-            print(f"wrote {path}", file=sys.stderr)
+def header(s) -> str:
+    """The line above the tables in benchmark.md."""
+    return (f"{settings_line(s)}; sizes {' '.join(s['sizes'])}; lengths {' '.join(map(str, s['lengths']))}; "
+            f"load average {s['loadavg_start'][0]:.2f} at start, {s['loadavg_end'][0]:.2f} at end\n\n")
