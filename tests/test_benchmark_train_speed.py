@@ -222,20 +222,20 @@ def test_fairseqs_logging_is_quiet_during_a_run_and_as_it_was_after(monkeypatch)
     seen = []
 
     def measure(args):
-        seen.append([logging.getLogger(name).level for name in train_speed.QUIET_LOGGERS])
+        seen.append([logging.getLogger(name).level for name in _common.QUIET_LOGGERS])
         if args == "raise":
             raise RuntimeError("stop")
         return 0
 
     monkeypatch.setattr(train_speed, "measure", measure)
-    for name, level in zip(train_speed.QUIET_LOGGERS, (logging.NOTSET, logging.INFO, logging.DEBUG, logging.ERROR)):
+    for name, level in zip(_common.QUIET_LOGGERS, (logging.NOTSET, logging.INFO, logging.DEBUG, logging.ERROR)):
         monkeypatch.setattr(logging.getLogger(name), "level", level)
-    before = [logging.getLogger(name).level for name in train_speed.QUIET_LOGGERS]
-    assert "fairseq_cli" in train_speed.QUIET_LOGGERS and train_speed.run("args") == 0
+    before = [logging.getLogger(name).level for name in _common.QUIET_LOGGERS]
+    assert "fairseq_cli" in _common.QUIET_LOGGERS and train_speed.run("args") == 0
     with pytest.raises(RuntimeError):
         train_speed.run("raise")
     assert seen == [[logging.WARNING] * len(before)] * 2
-    assert [logging.getLogger(name).level for name in train_speed.QUIET_LOGGERS] == before
+    assert [logging.getLogger(name).level for name in _common.QUIET_LOGGERS] == before
 
 
 def test_the_command_is_pe_trains_plus_the_window():

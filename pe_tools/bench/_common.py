@@ -3,6 +3,7 @@ interpreter (``run_isolated``), memory on a CPU (the peak RSS and its reset), th
 (``kernel_summary``), the one ratio function (``add_ratios``), the medians and spreads of rounds (``spread``,
 ``verdict``, ``rotated``) and the shared ``--device`` option. The one JSON writer is ``_partial_runs.write_outputs``.
 """
+import contextlib
 import json
 import os
 import resource
@@ -10,10 +11,14 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Dict, List
+from typing import Dict
 
 _RESULT = "@@bench-result@@"
 TOP = 12  # kernels kept by name in a kernel summary
+
+
+class UsageError(ValueError):
+    """A benchmark cannot run as asked (pe-bench prints the message and exits with status 2)."""
 
 
 def sync(cuda: bool) -> None:
@@ -30,6 +35,52 @@ def timed(fn, cuda: bool = False):
     out = fn()
     sync(cuda)
     return time.perf_counter() - t0, time.process_time() - c0, out
+
+
+def timing(fn, add):
+    """``fn`` wrapped so that the wall seconds of each call go to ``add(seconds)``, whether it returns or raises."""
+    def wrapped(*args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            add(time.perf_counter() - t0)
+
+    return wrapped
+
+
+def op_mode(on_op):
+    """A torch dispatch mode that runs every ATen op dispatched inside it, then calls ``on_op(func, args, kwargs,
+    out)``: what counts a step's ops (cost) and its host syncs (train-speed)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Ops(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            on_op(func, args, kwargs, out)
+            return out
+
+    return Ops()
+
+
+QUIET_LOGGERS = ("fairseq", "fairseq_cli", "train", "pe_plugin")  # a model summary and config a run: noise here
+
+
+@contextlib.contextmanager
+def quiet_fairseq():
+    """QUIET_LOGGERS at WARNING inside, their levels restored after: a benchmark may share its process with other
+    work (the tests, the GPU window's steps), whose fairseq logging must stay as it was."""
+    import logging
+
+    loggers = [logging.getLogger(name) for name in QUIET_LOGGERS]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
 
 
 def current_rss_bytes() -> int:
@@ -214,13 +265,21 @@ def machine(device: str) -> dict:
                 platform=platform.platform())
 
 
+def add_counts(parser, counts) -> None:
+    """Integer options from (flag, lowest, default, help) rows."""
+    from ..command_line import int_at_least
+
+    for flag, low, default, text in counts:
+        parser.add_argument(flag, type=int_at_least(low), default=default, help=f"{text} (default: {default})")
+
+
 def resolve_device(requested: str) -> str:
-    """``--device auto|cpu|cuda`` as a torch device name: auto is cuda where torch sees one. Raises ValueError when
+    """``--device auto|cpu|cuda`` as a torch device name: auto is cuda where torch sees one. Raises UsageError when
     cuda is asked for and torch has none."""
     import torch
 
     if requested == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if requested == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda: CUDA is not available to torch here")
+        raise UsageError("--device cuda: CUDA is not available to torch here")
     return requested

@@ -11,11 +11,12 @@ from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Sequence
 
 from ..file_io import csv_text, dumps_json, to_jsonable, write_all_atomic
+from ._common import UsageError
 
 PROGRAM = "pe-bench"
 
 
-class ResumeError(ValueError):
+class ResumeError(UsageError):
     """``--resume`` cannot continue this output: the message says why (a differing setting, an unreadable file)."""
 
 
@@ -75,32 +76,25 @@ class Progress:
 
     ``settings``: the settings a resumed run must share with the stored one (compared as JSON values); ``path``:
     the output JSON that ``--resume`` reads (None: nothing written, and --resume refused); ``write(complete)``: the
-    benchmark's writer, called after every new measurement and by ``finish``."""
+    benchmark's writer (``writer``), called after every new measurement and by ``finish``."""
 
-    @classmethod
-    def for_args(cls, command: str, keys: Sequence, settings: Dict, path: Optional[Path], args,
-                 what: str = "measurements") -> "Progress":
-        """A Progress from a benchmark's parsed arguments: their --resume and --time-budget, and the argv and start
-        time that pe-bench's dispatcher adds. Raises ResumeError."""
-        return cls(command, keys, settings, path, resume=args.resume, time_budget=args.time_budget,
-                   argv=getattr(args, "argv", None), started=getattr(args, "started", None), what=what)
-
-    def __init__(self, command: str, keys: Sequence, settings: Dict, path: Optional[Path], resume: bool = False,
-                 time_budget: Optional[float] = None, argv: Optional[List[str]] = None, what: str = "measurements",
-                 started: Optional[float] = None):
+    def __init__(self, args, command: str, keys: Sequence, settings: Dict, what: str = "measurements"):
+        """From a benchmark's parsed arguments: their outputs (``output_json``), --resume and --time-budget, and the
+        argv and start time that pe-bench's dispatcher adds. Raises ResumeError."""
+        started = getattr(args, "started", None)
         self.started = time.monotonic() if started is None else started  # time.monotonic() of the run's start
         self.command, self.what = command, what
         self.keys = [key_of(k) for k in keys]
         self.settings = to_jsonable(settings)
-        self.path = Path(path) if path else None
-        self.time_budget = time_budget
-        self.argv = list(argv) if argv is not None else list(sys.argv[1:])
+        self.path = output_json(args)
+        self.time_budget = args.time_budget
+        self.argv = [str(a) for a in getattr(args, "argv", sys.argv[1:])]
         self.records: Dict[tuple, dict] = {}
         self.stored: dict = {}  # the resumed JSON
         self.write: Callable[[bool], list] = lambda complete: []
-        if time_budget is not None and time_budget < 0:
-            raise ResumeError(f"--time-budget must be 0 or more seconds (got {time_budget:g})")
-        if resume:
+        if self.time_budget is not None and self.time_budget < 0:
+            raise ResumeError(f"--time-budget must be 0 or more seconds (got {self.time_budget:g})")
+        if args.resume:
             self._load()
 
     # --------------------------------------------------------------------------------------------- resume

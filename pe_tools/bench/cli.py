@@ -15,6 +15,10 @@ import time
 
 STARTED = time.monotonic()  # --time-budget counts from here: the imports of torch and fairseq are part of a run
 
+from ..command_line import fail
+from ._common import UsageError
+
+
 def discover():
     from pe_tools import bench
 
@@ -42,7 +46,10 @@ def main(argv=None) -> int:
         for name, mod in benches.items():
             print(f"{name:24s} {mod.HELP}")
         return 0
-    return benches[args.name].run(args)
+    try:
+        return benches[args.name].run(args)
+    except UsageError as e:
+        return fail(str(e))
 
 
 if __name__ == "__main__":

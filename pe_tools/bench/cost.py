@@ -13,10 +13,9 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from ..command_line import fail, int_at_least
+from ..command_line import fail
 from ..fairseq_plugin import plugin_digest
-from ..naming import BASELINE, SUFFIX_OF_CLASS
-from ..recipes import recipe_names
+from ..naming import BASELINE
 from . import _common
 from ._common import add_ratios, machine, times
 from ._partial_runs import add_args as add_output_args, write_outputs
@@ -41,8 +40,6 @@ class StepCounter:
 
     def __init__(self, params=(), batch: int = 0, heads: int = 0, lengths=()):
         import torch
-        from torch.utils._python_dispatch import TorchDispatchMode
-        from torch.utils._pytree import tree_flatten
         from torch.utils.flop_counter import FlopCounterMode
 
         self.param_storages = {p.untyped_storage().data_ptr() for p in params}
@@ -51,25 +48,8 @@ class StepCounter:
         self.attn_bytes = self.attn_tensors = 0
         self.attn_ops = Counter()  # op -> bytes of the (B,H,Tq,Tk)-sized outputs it allocated
         self.in_backward = False
-        queries = set(lengths)
-        keys = range(min(lengths), _round8(max(lengths)) + 1) if lengths else range(0)
-        counter = self
-
-        class _Ops(TorchDispatchMode):
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                out = func(*args, **(kwargs or {}))
-                (counter.backward_ops if counter.in_backward else counter.forward_ops)[str(func.overloadpacket)] += 1
-                if not any(r.alias_info is not None for r in func._schema.returns):  # not a view nor in place
-                    inputs = {t.untyped_storage().data_ptr() for t in tree_flatten((args, kwargs))[0]
-                              if isinstance(t, torch.Tensor)}  # _unsafe_view returns its input's storage unannotated
-                    for t in (out if isinstance(out, (tuple, list)) else (out,)):
-                        if (isinstance(t, torch.Tensor) and t.dim() >= 3 and t.shape[-2] in queries
-                                and t.untyped_storage().data_ptr() not in inputs
-                                and t.shape[-1] in keys and t.numel() >= batch * heads * t.shape[-2] * t.shape[-1]):
-                            counter.attn_bytes += t.numel() * t.element_size()
-                            counter.attn_tensors += 1
-                            counter.attn_ops[str(func.overloadpacket)] += t.numel() * t.element_size()
-                return out
+        self.batch_heads, self.queries = batch * heads, set(lengths)
+        self.keys = range(min(lengths), _round8(max(lengths)) + 1) if lengths else range(0)
 
         self.flop_mode = FlopCounterMode(display=False)
         registry = self.flop_mode.flop_registry  # CPU SDPA has no formula of its own: count it as flash
@@ -77,8 +57,26 @@ class StepCounter:
         registry[aten._scaled_dot_product_flash_attention_for_cpu] = registry[aten._scaled_dot_product_flash_attention]
         registry[aten._scaled_dot_product_flash_attention_for_cpu_backward] = \
             registry[aten._scaled_dot_product_flash_attention_backward]
-        self.ops_mode = _Ops()
+        self.ops_mode = _common.op_mode(self._op)
         self.hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)
+
+    def _op(self, func, args, kwargs, out):
+        import torch
+        from torch.utils._pytree import tree_flatten
+
+        name = str(func.overloadpacket)
+        (self.backward_ops if self.in_backward else self.forward_ops)[name] += 1
+        if any(r.alias_info is not None for r in func._schema.returns):  # a view or in place
+            return
+        inputs = {t.untyped_storage().data_ptr() for t in tree_flatten((args, kwargs))[0]
+                  if isinstance(t, torch.Tensor)}  # _unsafe_view returns its input's storage unannotated
+        for t in (out if isinstance(out, (tuple, list)) else (out,)):
+            if (isinstance(t, torch.Tensor) and t.dim() >= 3 and t.shape[-2] in self.queries and t.shape[-1] in
+                    self.keys and t.untyped_storage().data_ptr() not in inputs
+                    and t.numel() >= self.batch_heads * t.shape[-2] * t.shape[-1]):
+                self.attn_bytes += t.numel() * t.element_size()
+                self.attn_tensors += 1
+                self.attn_ops[name] += t.numel() * t.element_size()
 
     def _pack(self, t):
         if not self.in_backward:
@@ -198,40 +196,22 @@ def settings_line(s) -> str:
 
 
 def add_args(parser):
-    from pe_plugin.encodings import PE_REGISTRY
+    from .models.build import STOCK, add_model_args
 
-    from .models.build import STOCK
-
-    names = list(PE_REGISTRY) + [STOCK]
-    parser.add_argument("--sizes", nargs="+", choices=list(SUFFIX_OF_CLASS), default=["base"], metavar="SIZE",
-                        help=f"model sizes from {', '.join(SUFFIX_OF_CLASS)} (default: base)")
-    parser.add_argument("--pe", nargs="+", choices=names, metavar="PE",
-                        help=f"rows, from {', '.join(names)} (default: all; sape and {STOCK} are always added)")
-    parser.add_argument("--lengths", nargs="+", type=int_at_least(1), default=DEFAULT_LENGTHS, metavar="L",
-                        help=f"padded batch lengths (default: {' '.join(map(str, DEFAULT_LENGTHS))})")
-    parser.add_argument("--max-tokens", type=int_at_least(1), default=4096,
-                        help="padded tokens per batch: max_tokens // L sentences at length L (default: 4096)")
-    parser.add_argument("--vocab", type=int_at_least(5), default=40000,
-                        help="joined dictionary size, fairseq's 4 specials included (default: 40000)")
-    parser.add_argument("--recipe", choices=recipe_names("methods") + ["none"], default="wmt14",
-                        help="build each encoding with its entry's flags in the recipe's methods.toml (default: wmt14)")
-    parser.add_argument("--threads", type=int_at_least(0), default=1,
-                        help="torch threads (the counts do not depend on it; default: 1)")
-    add_output_args(parser, "cost", resume=False)
+    add_model_args(parser, ["base"], DEFAULT_LENGTHS, 1, always=(BASELINE, STOCK))
     parser.add_argument("--check", metavar="JSON",
                         help="a recorded STEM.json: exit 1 when any count exceeds its recorded one (a regression guard)")
     parser.add_argument("--merge", nargs="+", metavar="JSON",
                         help="measure nothing: write one table of these runs' rows (e.g. lengths measured in separate "
                              "processes, `--lengths 20 200 --stem a` and `--lengths 50 100 --stem b`); they must share "
                              "their settings and pe_plugin sources")
+    add_output_args(parser, "cost", resume=False)
 
 
 def run(args) -> int:
     import torch
 
-    from pe_plugin.encodings import PE_REGISTRY
-
-    from .models.build import STOCK, batch_size
+    from .models.build import STOCK, rows_and_batches
 
     if args.merge:
         try:
@@ -241,19 +221,13 @@ def run(args) -> int:
         return write_results(args, results, time.time(), merged)
     if args.threads:
         torch.set_num_threads(args.threads)
-    short = [n for n in args.lengths if n > args.max_tokens]
-    if short:
-        return fail(f"--max-tokens {args.max_tokens} is smaller than --lengths {' '.join(map(str, short))}")
-    wanted = set(args.pe or [*PE_REGISTRY, STOCK]) | {BASELINE, STOCK}
-    names = [pe for pe in [*PE_REGISTRY, STOCK] if pe in wanted]
-    sizes, lengths = list(dict.fromkeys(args.sizes)), list(dict.fromkeys(args.lengths))
-    started = time.time()
-    results = []
+    names, sizes, batches = rows_and_batches(args, always=(BASELINE, STOCK))
+    started, results = time.time(), []
     for size in sizes:
-        for length in lengths:
+        for length, batch in batches.items():
             for pe in names:
                 print(f"[cost] {size} L={length} {pe}", file=sys.stderr, flush=True)
-                results.append(measure(pe, size, length, batch_size(args.max_tokens, length), args.vocab, args.recipe))
+                results.append(measure(pe, size, length, batch, args.vocab, args.recipe))
                 gc.collect()  # one row's model, batch and saved tensors are gone before the next is built
     return write_results(args, results, started)
 

@@ -8,10 +8,10 @@ an encoding passes within ``--tolerance`` (log-probabilities) and 5 % (gradients
 """
 import sys
 
-from ..command_line import fail
 from ..naming import SUFFIX_OF_CLASS
+from . import _common
 from ._common import add_device_arg, machine, resolve_device
-from ._partial_runs import Progress, ResumeError, add_args as add_output_args, output_json
+from ._partial_runs import Progress, add_args as add_output_args
 
 NAME = "fp16"
 HELP = "fp16 against the fp32 reference: every encoding's fast attention path in half precision"
@@ -70,25 +70,19 @@ def add_args(parser):
 
 
 def run(args) -> int:
-    import logging
+    with _common.quiet_fairseq():  # one model summary per build is noise here
+        return check(args)
 
+
+def check(args) -> int:
     from pe_plugin.encodings import PE_REGISTRY
 
     from .models.build import shortest_length
 
-    try:
-        args.device = resolve_device(args.device)
-    except ValueError as e:
-        return fail(str(e))
-    logging.getLogger("fairseq").setLevel(logging.WARNING)  # one model summary per build is noise here
-    logging.getLogger("pe_plugin").setLevel(logging.WARNING)
+    args.device = resolve_device(args.device)
     fixed = dict({k: v for k, v in vars(args).items() if k in SETTINGS}, methods=list(args.methods or PE_REGISTRY),
                  **{k: machine(args.device)[k] for k in ("torch", "device_name")})
-    try:
-        progress = Progress.for_args("pe-bench fp16", [(pe,) for pe in fixed["methods"]], fixed, output_json(args),
-                                     args, what="encodings")
-    except ResumeError as e:
-        return fail(str(e))
+    progress = Progress(args, "pe-bench fp16", [(pe,) for pe in fixed["methods"]], fixed, what="encodings")
 
     def report():
         rows = [{k: v for k, v in m.items() if k != "key"} for m in progress.measurements()]

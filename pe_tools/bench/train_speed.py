@@ -9,7 +9,6 @@ update inside fairseq's own loop (``Window``): words, wall time, the host's spli
 import argparse
 import gc
 import json
-import logging
 import statistics
 import sys
 import tempfile
@@ -21,14 +20,14 @@ from ..command_line import fail, int_at_least
 from ..naming import BASELINE
 from ..tables import markdown_table
 from . import _common
-from ._common import add_device_arg, add_ratios, kernel_summary, machine, profiler_events, resolve_device, rotated, \
-    spread, verdict
-from ._partial_runs import Progress, ResumeError, add_args as add_output_args, output_json
+from ._common import add_counts, add_device_arg, add_ratios, kernel_summary, machine, profiler_events, \
+    resolve_device, rotated, spread, verdict
+from ._partial_runs import Progress, add_args as add_output_args
+from .models.build import STOCK
 
 NAME = "train-speed"
 HELP = ("real fairseq-train with pe-train's command, in rounds: words/s, time per update and its host split, "
         "per-update peak memory, the GPU's busy fraction; ratios to SAPE with their spread")
-STOCK = "stock"
 HOST = ("wait_s", "fwd_bwd_s", "optimizer_s", "bookkeeping_s")
 
 
@@ -77,19 +76,11 @@ def sync_counter():
     bool(), nonzero, equal): each is a host sync on CUDA. Enter it around an update; ``.counts`` is a Counter."""
     from collections import Counter
 
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class SyncCounter(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.counts = Counter()
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if func.overloadpacket.__name__ in SYNC_OPS:
-                self.counts[func.overloadpacket.__name__] += 1
-            return func(*args, **(kwargs or {}))
-
-    return SyncCounter()
+    counts = Counter()
+    mode = _common.op_mode(lambda func, *_: counts.update([func.overloadpacket.__name__] if
+                                                          func.overloadpacket.__name__ in SYNC_OPS else []))
+    mode.counts = counts
+    return mode
 
 
 class Window:
@@ -102,7 +93,7 @@ class Window:
         self.compile_backend = compile_backend
         self.syncs = sync_counter() if count_syncs else None
         self.meter = PeakMeter.for_device(cuda)
-        self.updates, self.shape, self.top = [], {}, {}
+        self.updates, self.shape, self.events = [], {}, []
         self.last_end = self.t0 = None
         self.wait = self.fwd_bwd = self.optimizer = 0.0
         self.prof = None
@@ -140,14 +131,7 @@ class Window:
         self.t0 = time.perf_counter()
 
     def timer(self, fn, slot: str):
-        def wrapped(*args, **kwargs):
-            t0 = time.perf_counter()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                setattr(self, slot, getattr(self, slot) + time.perf_counter() - t0)
-
-        return wrapped
+        return _common.timing(fn, lambda seconds: setattr(self, slot, getattr(self, slot) + seconds))
 
     def end(self, samples, out) -> None:
         if self.syncs is not None:
@@ -165,12 +149,10 @@ class Window:
             u["syncs"] = dict(self.syncs.counts)
         if self.prof is not None:
             self.prof.stop()
-            summary = kernel_summary(profiler_events(self.prof, self.cuda))
-            self.prof = None
+            events, self.prof = profiler_events(self.prof, self.cuda), None
+            summary = kernel_summary(events)
             u.update(busy_s=summary["busy_s"], kernels=summary["kernels"])
-            for name, count, seconds in summary["top_kernels"]:
-                c, s = self.top.get(name, (0, 0.0))
-                self.top[name] = (c + count, s + seconds)
+            self.events += events
         self.updates.append(u)
         self.wait = 0.0
         if self.done:
@@ -185,7 +167,6 @@ class Window:
         med = lambda us, k: statistics.median(u[k] for u in us) if us else None  # noqa: E731
         step = med(timed, "wall_s")
         busy = med(prof, "busy_s")
-        top = sorted(self.top.items(), key=lambda kv: (-kv[1][1], kv[0]))[:_common.TOP]
         return {**self.shape, "activity": "cuda" if self.cuda else "cpu", "wps": words / wall if wall else None,
                 "words_per_update": words / len(timed) if timed else None, "step_s": step,
                 **{k: med(timed, k) for k in HOST}, "peak_bytes": max((u["peak_bytes"] for u in timed), default=None),
@@ -194,7 +175,7 @@ class Window:
                 else None,
                 "busy_unprofiled": busy / step if busy is not None and step else None,
                 "busy_profiled": busy / med(prof, "wall_s") if busy is not None else None,
-                "top_kernels": [[n, c, s] for n, (c, s) in top], "updates": self.updates}
+                "top_kernels": kernel_summary(self.events)["top_kernels"], "updates": self.updates}
 
 
 def compile_layers(model, backend: str) -> int:
@@ -236,16 +217,12 @@ def install(window: Window) -> None:
         w.end(samples, out)
         return out
 
-    def next_group(self):
-        t0 = time.perf_counter()
-        try:
-            return grouped_next(self)
-        finally:
-            if _CURRENT[0] is not None:
-                _CURRENT[0].wait += time.perf_counter() - t0
+    def waited(seconds):
+        if _CURRENT[0] is not None:
+            _CURRENT[0].wait += seconds
 
     fairseq_trainer.Trainer.train_step = train_step
-    iterators.GroupedIterator.__next__ = next_group
+    iterators.GroupedIterator.__next__ = _common.timing(grouped_next, waited)
 
 
 def run_in_process(argv, warmup: int, timed: int, profiled: int, cuda: bool, count_syncs: bool = False,
@@ -462,10 +439,8 @@ def add_args(parser):
     parser.add_argument("--fp16", dest="fp16", action="store_true", default=None,
                         help="fp16 off CUDA too (with --fp16-no-flatten-grads --fp16-init-scale 4); on CUDA pe-train's "
                              "command has --fp16 already")
-    ints = [("--warmup", 0, 3, "updates before anything is measured"), ("--timed", 1, 8, "updates timed"),
-            ("--profiled", 1, 2, "updates under the profiler"), ("--rounds", 1, 3, "rounds")]
-    for flag, low, default, text in ints:
-        parser.add_argument(flag, type=int_at_least(low), default=default, help=f"{text} (default: {default})")
+    add_counts(parser, [("--warmup", 0, 3, "updates before anything is measured"), ("--timed", 1, 8, "updates timed"),
+                        ("--profiled", 1, 2, "updates under the profiler"), ("--rounds", 1, 3, "rounds")])
     parser.add_argument("--goals", help="a JSON of bounds (speedup, busy, step, peak) the report checks")
     parser.add_argument("--compile", nargs="?", const="inductor", metavar="BACKEND",
                         help="torch.compile every encoder and decoder layer (default backend: inductor); a "
@@ -477,21 +452,9 @@ def add_args(parser):
     add_output_args(parser, "train_speed")
 
 
-QUIET_LOGGERS = ("fairseq", "fairseq_cli", "train", "pe_plugin")  # a model summary and config a run: the JSON has it
-
-
 def run(args) -> int:
-    """``measure(args)`` with QUIET_LOGGERS at WARNING, their levels restored after: the call may share its process
-    with other work (the tests, the GPU window's steps), whose fairseq logging must stay as it was."""
-    loggers = [logging.getLogger(name) for name in QUIET_LOGGERS]
-    levels = [logger.level for logger in loggers]
-    for logger in loggers:
-        logger.setLevel(logging.WARNING)
-    try:
+    with _common.quiet_fairseq():
         return measure(args)
-    finally:
-        for logger, level in zip(loggers, levels):
-            logger.setLevel(level)
 
 
 def measure(args) -> int:
@@ -528,11 +491,7 @@ def measure(args) -> int:
                     device_name=env["device_name"], fp16=fp16, warmup=args.warmup, timed=args.timed,
                     profiled=args.profiled, rounds=args.rounds, goals=goals, extra=args.extra, torch=env["torch"],
                     cuda=env["cuda"])
-    try:
-        progress = Progress.for_args("pe-bench train-speed", rotated(labels, args.rounds), settings, output_json(args),
-                                     args, what="runs")
-    except ResumeError as e:
-        return fail(str(e))
+    progress = Progress(args, "pe-bench train-speed", rotated(labels, args.rounds), settings, what="runs")
     started = time.time()
     settings.update(python=env["python"], started=progress.stored.get("settings", {}).get("started")
                     or time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)))

@@ -5,8 +5,9 @@ with ``fp16``); and one padded batch per length, as fairseq batches sentences (d
 import tempfile
 from pathlib import Path
 
-from ...naming import SUFFIX_OF_CLASS, arch_name
-from ...recipes import load_table
+from ...command_line import int_at_least
+from ...naming import BASELINE, SUFFIX_OF_CLASS, arch_name
+from ...recipes import load_table, recipe_names
 
 STOCK = "stock"  # the row of stock fairseq's transformer_<arch> (no plugin, no flags)
 PAD, EOS = 1, 2  # fairseq's Dictionary: <s> 0, <pad> 1, </s> 2, <unk> 3; ordinary symbols from 4
@@ -123,3 +124,52 @@ def padded_batch(batch: int, length: int, vocab: int, device: str, seed: int = 0
         target[b, :m] = tgt
         prev[b, 0], prev[b, 1:m] = EOS, tgt[:-1]
     return src.to(device), src_len.to(device), prev.to(device), target.to(device)
+
+
+def add_model_args(parser, sizes, lengths, threads: int, always=(BASELINE,), batch: bool = False) -> None:
+    """The options of a benchmark of the models on padded batches (models, cost): sizes, rows, lengths, batch,
+    vocabulary, recipe and torch threads (``batch``: a fixed ``--batch`` instead of ``--max-tokens``)."""
+    from pe_plugin.encodings import PE_REGISTRY
+
+    from .._common import add_counts
+
+    names = list(PE_REGISTRY) + [STOCK]
+    parser.add_argument("--sizes", nargs="+", choices=list(SUFFIX_OF_CLASS), default=sizes, metavar="SIZE",
+                        help=f"model sizes from {', '.join(SUFFIX_OF_CLASS)} (default: {' '.join(sizes)})")
+    parser.add_argument("--pe", nargs="+", choices=names, metavar="PE",
+                        help=f"rows, from {', '.join(names)}; {STOCK}: stock fairseq's transformer_<size> without the "
+                             f"plugin (default: all; {' and '.join(always)} always added)")
+    parser.add_argument("--lengths", nargs="+", type=int_at_least(1), default=lengths, metavar="L",
+                        help="padded batch lengths: sentences of [0.7 L, L] tokens, the longest L (default: "
+                             f"{' '.join(map(str, lengths))})")
+    group = parser.add_mutually_exclusive_group() if batch else parser
+    group.add_argument("--max-tokens", type=int_at_least(1), default=4096,
+                       help="padded tokens per batch: max_tokens // L sentences at length L (default: 4096)")
+    if batch:
+        group.add_argument("--batch", type=int_at_least(1),
+                           help="a fixed number of sentences at every length instead of --max-tokens")
+    add_counts(parser, [("--vocab", 5, 40000, "joined dictionary size, fairseq's 4 specials included"),
+                        ("--threads", 0, threads, "torch threads (0: torch's choice)")])
+    parser.add_argument("--recipe", choices=recipe_names("methods") + ["none"], default="wmt14",
+                        help="build each encoding with its entry's flags in pe_tools/recipes/RECIPE/methods.toml, e.g. "
+                             "PosNet's L_max (default: wmt14); none: the architectures' defaults")
+
+
+def rows_and_batches(args, always=(BASELINE,)) -> tuple:
+    """(rows in registry order, STOCK last, with ``always``; sizes; {length: sentences}) of parsed model
+    arguments. Raises UsageError when a length exceeds --max-tokens."""
+    from pe_plugin.encodings import PE_REGISTRY
+
+    from .._common import UsageError
+
+    wanted = set(args.pe or [*PE_REGISTRY, STOCK]) | set(always)
+    lengths = list(dict.fromkeys(args.lengths))
+    short = [n for n in lengths if n > args.max_tokens]
+    if getattr(args, "batch", None):
+        batches = {n: args.batch for n in lengths}
+    elif short:
+        raise UsageError(f"--max-tokens {args.max_tokens} is smaller than --lengths {' '.join(map(str, short))}: not "
+                         "one sentence fits; raise --max-tokens" + (" or use --batch" if "batch" in args else ""))
+    else:
+        batches = {n: batch_size(args.max_tokens, n) for n in lengths}
+    return [pe for pe in [*PE_REGISTRY, STOCK] if pe in wanted], list(dict.fromkeys(args.sizes)), batches

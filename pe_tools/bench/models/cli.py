@@ -5,13 +5,12 @@ import os
 import sys
 import time
 
-from ...command_line import fail, int_at_least
+from ...command_line import int_at_least
 from ...fairseq_plugin import plugin_digest
-from ...naming import BASELINE, SUFFIX_OF_CLASS
-from ...recipes import recipe_names
-from .._common import add_device_arg, add_ratios, machine, resolve_device
-from .._partial_runs import Progress, ResumeError, add_args as add_output_args, output_json
-from .build import STOCK, batch_size
+from ...naming import SUFFIX_OF_CLASS
+from .._common import add_counts, add_device_arg, add_ratios, machine, resolve_device
+from .._partial_runs import Progress, add_args as add_output_args
+from .build import add_model_args, rows_and_batches
 from .measure import AGAINST_SAPE, CPU_MEMORY_ENV, RATIOS, measure_in_process, measure_isolated, summarise
 from .report import chart, header, tables
 
@@ -28,18 +27,13 @@ class _One(argparse.Action):
 
 
 def add_args(parser):
-    from pe_plugin.encodings import PE_REGISTRY
     from pe_plugin.models.pe_transformer import ATTENTION_IMPLS
 
-    names = list(PE_REGISTRY) + [STOCK]
-    parser.add_argument("--sizes", nargs="+", choices=list(SUFFIX_OF_CLASS), default=["tiny", "base"], metavar="SIZE",
-                        help=f"model sizes, all measured in this run, from {', '.join(SUFFIX_OF_CLASS)} "
-                             "(default: tiny base)")
+    add_model_args(parser, ["tiny", "base"], DEFAULT_LENGTHS, 0, batch=True)
     parser.add_argument("--size", choices=list(SUFFIX_OF_CLASS), action=_One, dest="sizes",
                         help="alias of --sizes SIZE")
-    parser.add_argument("--pe", nargs="+", choices=names, metavar="PE",
-                        help=f"rows to measure, from {', '.join(names)}; {STOCK}: stock fairseq's transformer_<size> "
-                             "without the plugin (default: all; sape is always added)")
+    parser.add_argument("--length", type=int_at_least(1), action=_One, dest="lengths", metavar="L",
+                        help="alias of --lengths L")
     add_device_arg(parser)
     parser.add_argument("--processes", choices=["auto", "one", "fresh"], default="auto",
                         help="one: every measurement in this process (each model built once, a copy per "
@@ -48,26 +42,10 @@ def add_args(parser):
     parser.add_argument("--fp16", action="store_true",
                         help="train as fairseq --fp16 does: fp16 model, fp32 master weights in fairseq's "
                              "FP16Optimizer, dynamic loss scaling (non-flattened fp32 copy off CUDA)")
-    parser.add_argument("--lengths", nargs="+", type=int_at_least(1), default=DEFAULT_LENGTHS, metavar="L",
-                        help="padded batch lengths, all measured in this run: sentences of [0.7 L, L] tokens, "
-                             f"the longest L (default: {' '.join(map(str, DEFAULT_LENGTHS))})")
-    parser.add_argument("--length", type=int_at_least(1), action=_One, dest="lengths", metavar="L",
-                        help="alias of --lengths L")
-    batch = parser.add_mutually_exclusive_group()
-    batch.add_argument("--max-tokens", type=int_at_least(1), default=4096,
-                       help="padded tokens per batch: max_tokens // L sentences at length L (default: 4096)")
-    batch.add_argument("--batch", type=int_at_least(1),
-                       help="a fixed number of sentences at every length instead of --max-tokens")
-    ints = [("--vocab", 5, 40000, "joined dictionary size, fairseq's 4 specials included"),
-            ("--steps", 1, 3, "timed training steps per round"), ("--warmup", 0, 1,
-             "untimed training steps, and untimed forward passes, before the timed ones"),
-            ("--forward-passes", 1, 10, "timed consecutive forward passes per round"),
-            ("--rounds", 1, 3, "round-robin repetitions"), ("--threads", 0, 0, "torch threads (0: torch's choice)")]
-    for flag, low, default, text in ints:
-        parser.add_argument(flag, type=int_at_least(low), default=default, help=f"{text} (default: {default})")
-    parser.add_argument("--recipe", choices=recipe_names("methods") + ["none"], default="wmt14",
-                        help="build each encoding with its entry's flags in pe_tools/recipes/RECIPE/methods.toml, e.g. "
-                             "PosNet's L_max (default: wmt14); none: the architectures' defaults")
+    add_counts(parser, [("--steps", 1, 3, "timed training steps per round"),
+                        ("--warmup", 0, 1, "untimed training steps, and untimed forward passes, before the timed ones"),
+                        ("--forward-passes", 1, 10, "timed consecutive forward passes per round"),
+                        ("--rounds", 1, 3, "round-robin repetitions")])
     parser.add_argument("--attention-impl", choices=ATTENTION_IMPLS, default="auto",
                         help="--pe-attention-impl of the plugin's rows (default: auto; stock has none), e.g. triton "
                              "to time Shaw's fused kernels on CUDA")
@@ -75,26 +53,9 @@ def add_args(parser):
 
 
 def run(args) -> int:
-    import torch
-
-    from pe_plugin.encodings import PE_REGISTRY
-
-    try:
-        device = resolve_device(args.device)
-    except ValueError as e:
-        return fail(str(e))
-    wanted = set(args.pe or [*PE_REGISTRY, STOCK]) | {BASELINE}
-    names = [pe for pe in [*PE_REGISTRY, STOCK] if pe in wanted]  # registry order, sape always in, stock last
-    sizes = list(dict.fromkeys(args.sizes))
-    lengths = list(dict.fromkeys(args.lengths))
-    if args.batch:
-        batches = {length: args.batch for length in lengths}
-    else:
-        short = [length for length in lengths if length > args.max_tokens]
-        if short:
-            return fail(f"--max-tokens {args.max_tokens} is smaller than --lengths {' '.join(map(str, short))}: "
-                        "not one sentence fits; raise --max-tokens or use --batch")
-        batches = {length: batch_size(args.max_tokens, length) for length in lengths}
+    device = resolve_device(args.device)
+    names, sizes, batches = rows_and_batches(args)
+    lengths = list(batches)
     processes = args.processes if args.processes != "auto" else "one" if device == "cuda" else "fresh"
     kwargs = dict(vocab=args.vocab, steps=args.steps, warmup=args.warmup, forward_passes=args.forward_passes,
                   threads=args.threads, device=device, recipe=args.recipe, fp16=args.fp16, impl=args.attention_impl)
@@ -108,10 +69,7 @@ def run(args) -> int:
     del fixed["threads"]
     keys = [(size, length, pe) for size in sizes for length in lengths for pe in names]
     order = [(*key, k + 1) for k in range(args.rounds) for key in keys]  # round-robin: round 1 of all, then 2, ...
-    try:
-        progress = Progress.for_args("pe-bench models", order, fixed, output_json(args), args)
-    except ResumeError as e:
-        return fail(str(e))
+    progress = Progress(args, "pe-bench models", order, fixed)
     stored = progress.stored.get("settings", {})
     history = stored.get("resumed", []) + ([stored["started"]] if stored.get("started") else [])
 
