@@ -136,10 +136,7 @@ def requeue_job(tmp_path, monkeypatch):
     handlers = {s: signal.getsignal(s) for s in (signal.SIGUSR1, signal.SIGTERM)}
 
     def job(stdout, stderr, capsys):
-        scontrol = bin_dir / "scontrol"
-        scontrol.write_text(f"#!/bin/sh\nprintf '%s' {shlex.quote(stdout)}\nprintf '%s' {shlex.quote(stderr)} >&2\n"
-                            "exit 1\n")
-        scontrol.chmod(0o755)
+        fake_program(bin_dir, "scontrol", stdout, stderr)
         capsys.readouterr()
         assert slurm.job_main([str(snapshot), "--line", "1", "--code", str(code)]) == 0
         return capsys.readouterr().out
@@ -160,6 +157,56 @@ def test_a_refused_requeue_shows_scontrols_reason_from_stderr_else_stdout(requeu
     stderr is empty (some versions and wrappers print the refusal there), never an empty pair of brackets."""
     out = requeue_job(stdout, stderr, capsys)
     assert f"could not requeue job 8 ({reason}); the time limit will end it" in out, out
+
+
+
+def fake_program(bin_dir: Path, name: str, stdout: str, stderr: str, status: int = 1) -> None:
+    """``name`` on PATH (``bin_dir``): prints ``stdout`` and ``stderr`` and exits with ``status``."""
+    bin_dir.mkdir(exist_ok=True)
+    program = bin_dir / name
+    program.write_text(f"#!/bin/sh\nprintf '%s' {shlex.quote(stdout)}\nprintf '%s' {shlex.quote(stderr)} >&2\n"
+                       f"exit {status}\n")
+    program.chmod(0o755)
+
+
+@pytest.mark.parametrize("stdout,stderr,reason", [
+    ("sinfo: error: from stdout\n", "", "sinfo: error: from stdout"),
+    ("chatter\n", "sinfo: error: from stderr\n", "sinfo: error: from stderr"),
+])
+def test_a_failed_slurm_query_names_its_reason_from_stderr_else_stdout(stdout, stderr, reason, tmp_path,
+                                                                        monkeypatch):
+    """A SLURM program that fails (sinfo for the cluster's size, squeue for the jobs' states) is named with its
+    reason: its stderr, or its stdout when stderr is empty. The programs are stand-ins on PATH."""
+    from pe_tools.recipes import slurm
+
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    fake_program(tmp_path / "bin", "sinfo", stdout, stderr)
+    with pytest.raises(slurm.SlurmError) as e:
+        slurm._slurm("sinfo", "-h", what="--partition")
+    assert str(e.value) == f"--partition: `sinfo -h` failed: {reason}"
+    fake_program(tmp_path / "bin", "squeue", stdout.replace("sinfo", "squeue"), stderr.replace("sinfo", "squeue"))
+    with pytest.raises(slurm.NoAnswer) as e:
+        slurm.job_states(["5"])
+    assert str(e.value) == f"`squeue` failed: {reason.replace('sinfo', 'squeue')}"
+
+
+
+@pytest.mark.parametrize("stdout,stderr,reason", [
+    ("scancel: error: from stdout\n", "", "scancel: error: from stdout"),
+    ("chatter\n", "scancel: error: from stderr\n", "scancel: error: from stderr"),
+])
+def test_a_failed_cancel_names_scancels_reason_from_stderr_else_stdout(stdout, stderr, reason, tmp_path, monkeypatch,
+                                                                       capsys):
+    """pe-queue cancel, when scancel fails: the error names scancel's reason, its stderr or, when that is empty,
+    its stdout. The queue's job and its live task are stand-ins; scancel a stand-in on PATH."""
+    from pe_tools.recipes import slurm
+
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    fake_program(tmp_path / "bin", "scancel", stdout, stderr)
+    monkeypatch.setattr(slurm, "load_jobs", lambda queue_path: [{"job": "9"}])
+    monkeypatch.setattr(slurm, "live_states", lambda jobs: {"9_1": "RUNNING"})
+    assert slurm.cancel(tmp_path / "q.txt") == 2
+    assert capsys.readouterr().err == f"error: scancel 9 failed: {reason}\n"
 
 
 # ---- the language check (pe_tools/scoring/language.py) ------------------------------------------------------
