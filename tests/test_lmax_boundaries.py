@@ -121,6 +121,7 @@ def test_the_hub_translates_exactly_the_source_limit_and_names_one_more(built):
         h.check_lengths([fits, over])
     own = decode_limits.model_limits(model).encoder  # L_max is blamed when it sets the limit (LAPE: equal)
     assert (f"has L_max = {own} positions" in str(e.value)) == (own is not None and own <= L_SRC), str(e.value)
+    assert "fairseq's learned positions" not in str(e.value)  # ours; fairseq's: tests/test_mutation_kills_plugin.py
     with pytest.raises(ValueError, match=rf"sentence 0 is {L_SRC + 1} tokens"):
         h.generate([over], beam=1, max_len_b=3, max_len_a=0)
 

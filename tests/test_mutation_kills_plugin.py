@@ -1,0 +1,316 @@
+"""Behaviours of pe_plugin's encodings, attention and hub that a one-line slip (a limit off by one, a condition
+dropped from a guard, a dtype cast left out) changes while the encodings' value tests still pass. Each test has an
+independent reference: closed-form math, fairseq's stock MultiheadAttention, PyTorch's own
+scaled_dot_product_attention, a float64 computation, or the same encoding with its tables already in the compute
+dtype."""
+import copy
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import pe_testing
+from pe_plugin.encoding_parts.base import Dims, Positions
+from pe_plugin.encodings import PE_REGISTRY
+
+POSNETS = ["posnet_embed", "posnet_attn"]
+
+
+# ---- PosNet: the cap on L_max and what the two sides share ---------------------------------------------------
+@pytest.mark.parametrize("name", POSNETS)
+def test_posnet_max_positions_takes_one_kernel_and_refuses_none(name):
+    """--posnet-max-positions 1 is the smallest cap: L_max = 1, a one-token input is encoded and a two-token one
+    refused; 0 is refused when the encoding is built."""
+    pe = pe_testing.make_pe(name, max_positions=16, posnet_max_positions=1)
+    assert pe.max_positions == 1 and pe.kernels["phi"].size(-3) == 1
+    pe.check_length(Positions.from_mask(None, 1, 1, "cpu"))
+    with pytest.raises(ValueError, match="of length 2 exceeds the 1 positions"):
+        pe.check_length(Positions.from_mask(None, 2, 2, "cpu"))
+    if name == "posnet_embed":  # x + ReLU(x W1 phi_0) W2 at the one position, in float64
+        pe = pe.double()
+        x = torch.randn(3, 1, pe.dims.embed_dim, dtype=torch.float64)
+        k = pe.kernels
+        want = x + F.relu(x @ k["w1"] @ k["phi"][0]) @ k["w2"]
+        torch.testing.assert_close(pe.embed(x, Positions.from_mask(None, 1, 1, "cpu")), want)
+    with pytest.raises(ValueError, match=r"--posnet-max-positions must be at least 1 \(got 0\)"):
+        pe_testing.make_pe(name, max_positions=16, posnet_max_positions=0)
+
+
+@pytest.mark.parametrize("share", ["enc-dec", "none"])
+@pytest.mark.parametrize("name", POSNETS)
+def test_posnet_hands_the_other_side_its_kernels_only_when_shared(name, share):
+    """``build``'s per-model dict holds the modules the encoder and the decoder share: with --posnet-share
+    enc-dec the one kernel module (the decoder's is the encoder's), with none nothing (each side owns its own)."""
+    cls = PE_REGISTRY[name]
+    cfg, shared = cls.config_cls(posnet_share=share), {}
+    enc = cls.build(cfg, Dims(16, 2, 2, 32, 1, "encoder", 32), shared)
+    dec = cls.build(cfg, Dims(16, 2, 2, 32, 1, "decoder", 32), shared)
+    if share == "enc-dec":
+        assert dec.kernels is enc.kernels and list(shared.values()) == [enc.kernels]
+    else:
+        assert shared == {} and dec.kernels is not enc.kernels
+
+
+@pytest.mark.parametrize("per_layer,share,dec_layers,ok", [
+    (True, "enc-dec", 2, True),  # the same layer count: kernel i serves layer i on both sides
+    (True, "enc-dec", 1, False),  # the decoder would take the encoder's first layer's kernels
+    (True, "enc-dec", 3, False),  # ... or index a kernel that does not exist
+    (False, "enc-dec", 3, True),  # one kernel for every layer: any count
+    (True, "none", 3, True),  # each side its own per-layer kernels
+])
+def test_posnet_attn_shares_per_layer_kernels_only_between_stacks_of_one_depth(per_layer, share, dec_layers, ok):
+    """PosNet-Attn with --posnet-attn-per-layer and kernels shared by the encoder (2 layers) and the decoder:
+    refused, naming --posnet-share none, when the decoder's layer count differs; the other settings build."""
+    cls = PE_REGISTRY["posnet_attn"]
+    cfg, shared = cls.config_cls(posnet_attn_per_layer=per_layer, posnet_share=share), {}
+    enc = cls.build(cfg, Dims(16, 2, 2, 32, 1, "encoder", 32), shared)
+    build_decoder = lambda: cls.build(cfg, Dims(16, 2, dec_layers, 32, 1, "decoder", 32), shared)  # noqa: E731
+    if ok:
+        dec = build_decoder()
+        assert dec.kernels["phi"].size(0) in (1, dec_layers)
+        assert (dec.kernels is enc.kernels) == (share == "enc-dec")
+    else:
+        with pytest.raises(ValueError, match=f"do not fit the decoder's {dec_layers} layers .* --posnet-share none"):
+            build_decoder()
+
+
+# ---- RoPE: the angles in the compute dtype ----------------------------------------------------------------
+@pytest.mark.parametrize("padded", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_rope_rotates_in_the_compute_dtype_whatever_its_tables_dtype(dtype, padded):
+    """A float32 model computing in half precision (autocast: --amp, or bfloat16 on a CPU) rotates q and k exactly
+    as the same model converted to that dtype: ``prepare(pos, dtype)`` hands the layers cos and sin in the compute
+    dtype, the closed-form cos / sin of p theta_i rounded to it."""
+    pe = pe_testing.make_pe("rope", dim=16, heads=2, max_positions=32)
+    converted = copy.deepcopy(pe).to(dtype)  # its tables in the compute dtype: nothing to cast
+    b, t = 3, 7
+    mask = None
+    if padded:
+        mask = torch.ones(b, t, dtype=torch.bool)
+        mask[0, :2] = False  # two left pads
+    pos = Positions.from_mask(mask, t, t, "cpu")
+    angles = pe.prepare(pos, dtype)
+    assert pe.cos.dtype == torch.float32 and [a.dtype for a in angles] == [dtype, dtype]
+    r = pe.rotary_dim
+    theta = 10000.0 ** (-torch.arange(0, r, 2, dtype=torch.float64) / r)
+    p = pos.q.double().unsqueeze(-1) * theta  # (B|1,T,r/2)
+    torch.testing.assert_close(angles[0].squeeze(1), torch.cos(p).to(dtype), rtol=0, atol=1e-3)
+    torch.testing.assert_close(angles[1].squeeze(1), torch.sin(p).to(dtype), rtol=0, atol=1e-3)
+    torch.manual_seed(0)
+    q, k = torch.randn(2, b, 2, t, 8).to(dtype)
+    got = pe.transform_qk(q, k, angles, 0)
+    want = converted.transform_qk(q, k, converted.prepare(pos, dtype), 0)
+    for g, w in zip(got, want):
+        assert g.dtype == dtype
+        torch.testing.assert_close(g, w, rtol=0, atol=0)
+
+
+# ---- RPE (Shaw): per-head or shared tables -----------------------------------------------------------------
+@pytest.mark.parametrize("per_head,shared_heads,heads", [(False, False, 1), (True, False, 4), (True, True, 1),
+                                                         (False, True, 1)])
+def test_rpe_builds_per_head_tables_unless_told_to_share(per_head, shared_heads, heads):
+    """Shaw's tables (L, H|1, 2k+1, d): one per layer and head with --rpe-per-head, one per layer shared by the
+    heads without it or with --rpe-shared-heads (which wins, and the built encoding's config says so): 2 L H
+    (2k+1) d parameters for the two tables."""
+    pe = pe_testing.make_pe("rpe", dim=16, heads=4, layers=2, rpe_max_relative_position=3, rpe_per_head=per_head,
+                            rpe_shared_heads=shared_heads)
+    assert tuple(pe.key_table.shape) == tuple(pe.value_table.shape) == (2, heads, 7, 4)
+    assert sum(p.numel() for p in pe.parameters()) == 2 * 2 * heads * 7 * 4
+    assert pe.cfg.rpe_per_head == (heads > 1)
+
+
+# ---- SAPE: the table is grown, never rebuilt for a call it covers ------------------------------------------------
+def test_sape_reuses_its_table_for_inputs_it_covers_and_grows_it_once_for_longer_ones():
+    """The sinusoid table is built once and grown on demand: a call whose positions it covers reuses it (no sine
+    computed, the same buffer), a longer one grows it, and a shorter one afterwards keeps the grown table. The
+    rows against the closed form P(p + padding_idx + 1), sines then cosines."""
+    pe = pe_testing.make_pe("sape", dim=8, max_positions=8)  # padding_idx 1: rows 0..9
+
+    def closed_form(n):  # rows 2..n+1: positions 0..n-1
+        half = 4
+        omega = [math.exp(-m * math.log(10000) / (half - 1)) for m in range(half)]
+        return torch.tensor([[math.sin((p + 2) * w) for w in omega] + [math.cos((p + 2) * w) for w in omega]
+                             for p in range(n)])
+
+    def embed(n):
+        with pe_testing.OpLog() as log:
+            out = pe.embed(torch.zeros(1, n, 8), Positions.from_mask(None, n, n, "cpu"))
+        torch.testing.assert_close(out[0], closed_form(n), rtol=0, atol=1e-4)
+        return log.ops["sin"]
+
+    table = pe.table
+    assert embed(5) == 0 and embed(8) == 0 and pe.table is table
+    assert embed(30) > 0 and pe.table.size(0) >= 32  # grown
+    grown = pe.table
+    assert embed(3) == 0 and pe.table is grown and grown.size(0) >= 32
+
+
+# ---- T5: the bias in the table's dtype -----------------------------------------------------------------------
+def t5_reference(pe, tq, tk):
+    """E[bucket(j - i), h] as T5 reads, (1,H,Tq,Tk), in the table's dtype."""
+    from pe_plugin.encoding_parts.relative import t5_bucket
+
+    rel = torch.arange(tk).unsqueeze(0) - torch.arange(tk - tq, tk).unsqueeze(1)  # (Tq,Tk) j - i
+    bucket = t5_bucket(rel, not pe.dims.causal, pe.cfg.t5_num_buckets, pe.cfg.t5_max_distance)
+    return pe.table[bucket].permute(2, 0, 1).unsqueeze(0)
+
+
+def test_t5_bias_of_a_model_built_in_float64_is_float64():
+    """A T5 encoding built under torch.set_default_dtype(torch.float64) (its table float64, its constant one-hot
+    float32) computes its bias in float64, the table's values at each pair's bucket."""
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        pe = pe_testing.make_pe("t5", "encoder", dim=16, heads=2, t5_num_buckets=8, t5_max_distance=6)
+        assert pe.table.dtype == torch.float64
+        bias = pe.position_bias(Positions.from_mask(None, 9, 9, "cpu"))
+    finally:
+        torch.set_default_dtype(before)
+    assert bias.dtype == torch.float64
+    torch.testing.assert_close(bias, t5_reference(pe, 9, 9), rtol=0, atol=1e-12)
+
+
+def test_t5_bias_follows_a_table_loaded_in_half_precision():
+    """A T5 table assigned from a float16 state dict (``load_state_dict(assign=True)``, as a checkpoint saved by a
+    --fp16 run is loaded onto a model built on the meta device) gives a float16 bias, the table's values."""
+    pe = pe_testing.make_pe("t5", "decoder", dim=16, heads=2, t5_num_buckets=8, t5_max_distance=6)
+    pe.load_state_dict({"table": torch.randn(8, 2).half()}, assign=True)
+    bias = pe.position_bias(Positions.from_mask(None, 5, 5, "cpu"))
+    assert bias.dtype == torch.float16
+    torch.testing.assert_close(bias, t5_reference(pe, 5, 5), rtol=0, atol=0)
+
+
+# ---- the hub: why a sentence is too long ---------------------------------------------------------------------
+@pytest.mark.parametrize("learned", [False, True])
+def test_the_hub_blames_learned_positions_only_for_stock_learned_models(data_bin, learned):
+    """A source sentence one token over the limit of a stock fairseq transformer: with learned positions
+    (--encoder-learned-pos) the hub says they have one row per position; with sinusoids it says a larger limit
+    loads. pe_plugin encodings without a limit of their own: tests/test_lmax_boundaries.py."""
+    from test_lmax_boundaries import LIMS, L_SRC, TINY, hub, tokens
+
+    extra = TINY + LIMS + (["--encoder-learned-pos", "--decoder-learned-pos"] if learned else [])
+    task, model, args = pe_testing.build_model(data_bin, "transformer_wmt_en_de", extra)
+    assert not hasattr(model.encoder, "pe")  # fairseq's own model
+    with pytest.raises(ValueError) as e:
+        hub(task, model, args).check_lengths([tokens(task, L_SRC + 1)[0]])
+    message = str(e.value)
+    assert f"is {L_SRC + 1} tokens long" in message
+    assert ("fairseq's learned positions have one row per position" in message) == learned, message
+    assert (f"max_source_positions={2 * L_SRC}" in message) == (not learned), message
+
+
+# ---- attention: the causal flag and the masks' dtype ---------------------------------------------------------
+def stock_twin(attn):
+    """fairseq's own MultiheadAttention with ``attn``'s weights (self-attention), in eval mode."""
+    from fairseq.modules import MultiheadAttention
+
+    stock = MultiheadAttention(attn.embed_dim, attn.num_heads, self_attention=True)
+    stock.load_state_dict(attn.state_dict())
+    return stock.eval()
+
+
+@pytest.mark.parametrize("name", ["nope", "rope", "sape"])
+def test_self_attention_without_a_causal_mask_sees_every_key(name):
+    """Encoder self-attention of a batch without padding (fairseq passes no mask at all) attends to every key, the
+    later ones too: what fairseq's stock attention computes (RoPE: with q and k rotated alike, a function of j - i;
+    checked against the stock module for the encodings that leave attention alone, and for RoPE through the first
+    query's dependence on the last token)."""
+    pe = pe_testing.make_pe(name, dim=16, heads=2)
+    attn = pe_testing.make_attention(pe)
+    torch.manual_seed(0)
+    x = torch.randn(6, 3, 16)  # (T, B, C)
+    with torch.no_grad():
+        out, _ = attn(x, x, x, need_weights=False)
+        if name != "rope":
+            want, _ = stock_twin(attn)(x, x, x, need_weights=False)
+            torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-6)
+        moved = x.clone()
+        moved[-1] += 1.0  # the last token changes: the first query's output must change too
+        out2, _ = attn(moved, moved, moved, need_weights=False)
+    assert (out2[0] - out[0]).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("call", ["full-pass-padded", "incremental"])
+def test_a_causal_mask_of_another_float_dtype_is_taken_in_the_layers_dtype(call):
+    """A layer called alone with fairseq's causal mask in float64 on a float32 layer: over a padded batch (the
+    padding and the causal mask together), and in incremental decoding with two new queries over five keys (a
+    (Tq, Tk) mask): the mask is taken in the layer's dtype (PyTorch's fused kernel refuses a mask of a wider dtype
+    than the queries'), and the output is fairseq's stock attention's for the same calls with the same mask in
+    float32."""
+    pe = pe_testing.make_pe("nope", dim=16, heads=2, side="decoder")
+    attn = pe_testing.make_attention(pe)
+    stock = stock_twin(attn)
+    torch.manual_seed(0)
+    x = torch.randn(5, 2, 16)  # (T, B, C)
+    causal = torch.triu(torch.full((5, 5), float("-inf"), dtype=torch.float64), 1)
+    pads = torch.zeros(2, 5, dtype=torch.bool)
+    pads[1, 3:] = True  # the second sentence: two pads at the end (every query still sees a real key)
+    outs = []
+    with torch.no_grad():
+        for module, causal in ((attn, causal), (stock, causal.float())):
+            if call == "full-pass-padded":
+                out, _ = module(x, x, x, key_padding_mask=pads, attn_mask=causal, need_weights=False)
+            else:
+                state = {}
+                module(x[:3], x[:3], x[:3], incremental_state=state, attn_mask=causal[:3, :3].float(),
+                       need_weights=False)
+                out, _ = module(x[3:], x[3:], x[3:], incremental_state=state, attn_mask=causal[3:, :],
+                                need_weights=False)
+            outs.append(out)
+    assert outs[0].dtype == torch.float32
+    torch.testing.assert_close(outs[0], outs[1], rtol=1e-5, atol=1e-6)
+
+
+def test_the_reference_attention_differentiates_its_softmax_in_float32_under_fp16():
+    """--pe-attention-impl reference in float16 takes the softmax, and so its backward, in float32: the gradient
+    of the logits is the exact (float64) one rounded once to float16. One head of 16 dimensions over 16 tokens
+    whose keys, values and output projection are the identity, so that q's gradient is the logits' gradient
+    times the scaling 1/4 (exact in float16)."""
+    c = 16
+    pe = pe_testing.make_pe("nope", dim=c, heads=1)
+    pe.attention_impl = "reference"
+    attn = pe_testing.make_attention(pe)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for proj in (attn.k_proj, attn.v_proj, attn.out_proj):
+            proj.weight.copy_(torch.eye(c))
+            proj.bias.zero_()
+        attn.q_proj.weight.normal_(0, 2.0)
+        attn.q_proj.bias.zero_()
+    attn = attn.half()
+    x = torch.eye(c).unsqueeze(1).half()  # (T=C, B=1, C): q = W_q^T / 4, k = v = I
+    grad_out = torch.randn(c, 1, c).half()
+    out, _ = attn(x, x, x)
+    out.backward(grad_out)
+    logits = (attn.q_proj.weight.t().double() * attn.scaling)  # (T, C) = q k^T with k = I
+    p = torch.softmax(logits, dim=-1)
+    g = grad_out[:, 0].double()
+    dlogits = p * (g - (p * g).sum(-1, keepdim=True))  # the softmax's backward, exact
+    want = (dlogits * attn.scaling).t().half()  # W_q's gradient: x = I, q = x W_q^T * scaling
+    got = attn.q_proj.weight.grad
+    off = (got != want).sum().item()
+    assert off <= 0.02 * got.numel(), f"{off} of {got.numel()} gradients are not the exact one rounded once"
+    torch.testing.assert_close(got.double(), want.double(), rtol=2e-3, atol=1e-6)
+
+
+def test_the_masked_cpu_attention_refuses_a_mask_with_the_causal_flag_as_pytorch_does():
+    """modules/sdpa.attention with a float mask that needs a gradient: without the causal flag it is PyTorch's
+    scaled_dot_product_attention (output and gradients); with it (a mask and is_causal together) it is refused
+    as PyTorch refuses it, never computed without the causal part."""
+    from pe_plugin.modules.sdpa import attention
+
+    torch.manual_seed(0)
+    q, k, v = torch.randn(3, 2, 2, 5, 4).unbind(0)
+    mask = torch.randn(1, 2, 5, 5, requires_grad=True)
+    got = attention(q, k, v, mask)
+    (g_mine,) = torch.autograd.grad(got.sum(), mask)
+    want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=1.0)
+    (g_torch,) = torch.autograd.grad(want.sum(), mask)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(g_mine, g_torch)
+    with pytest.raises(RuntimeError) as torch_error:
+        F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=True, scale=1.0)
+    with pytest.raises(RuntimeError) as mine:
+        attention(q, k, v, mask, is_causal=True)
+    assert str(mine.value) == str(torch_error.value)
