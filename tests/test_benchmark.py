@@ -18,7 +18,7 @@ LENGTHS = [6, 10]
 MAX_TOKENS = 40  # batches of 40 // 6 = 6 and 40 // 10 = 4 sentences
 VOCAB = 100
 FILES = {"benchmark.json", "benchmark.csv", "benchmark.md", "benchmark.png"}
-# raw figure -> its ratio to SAPE (pe_tools/bench/models/measure.py RATIOS, restated so a renamed key fails here)
+# raw figure -> its ratio to SAPE (pe_tools/bench/models.py RATIOS, restated so a renamed key fails here)
 RATIOS = {"forward_s": "forward_ratio", "forward_median_s": "forward_median_ratio", "step_s": "step_ratio",
           "step_median_s": "step_median_ratio", "step_cpu_s": "cpu_ratio", "peak_bytes": "peak_ratio",
           "step_bytes": "step_mem_ratio"}
@@ -138,7 +138,7 @@ def test_stock_fairseq_is_built_without_the_plugin():
     the same names, and under seed 1 the same values (the two models are byte-identical)."""
     import torch
 
-    from pe_tools.bench.models.build import STOCK, build_model
+    from pe_tools.bench._build import STOCK, build_model
 
     stock, args = build_model(STOCK, "tiny", VOCAB, "wmt14", "cpu")
     sape, _ = build_model("sape", "tiny", VOCAB, "wmt14", "cpu")
@@ -150,7 +150,7 @@ def test_stock_fairseq_is_built_without_the_plugin():
 
 
 def test_padded_batch_is_left_padded_on_the_source():
-    from pe_tools.bench.models.build import EOS, PAD, padded_batch
+    from pe_tools.bench._build import EOS, PAD, padded_batch
 
     batch, length = 12, 20
     src, src_len, prev, target = padded_batch(batch, length, VOCAB, "cpu")
@@ -169,7 +169,7 @@ def test_padded_batch_is_left_padded_on_the_source():
 
 
 def test_batch_size_is_max_tokens_over_length():
-    from pe_tools.bench.models.build import batch_size
+    from pe_tools.bench._build import batch_size
 
     assert [batch_size(4096, n) for n in (20, 50, 100, 200)] == [204, 81, 40, 20]
     assert batch_size(30, 30) == 1
@@ -184,7 +184,7 @@ def test_fp16_step_is_fairseqs_with_fp32_master_weights():
     after a step the fp16 weights are the updated masters rounded to half."""
     import torch
 
-    from pe_tools.bench.models.build import build_model, build_optimizer
+    from pe_tools.bench._build import build_model, build_optimizer
     from fairseq.optim.fp16_optimizer import FP16Optimizer
 
     model, args = build_model("sape", "tiny", VOCAB, "wmt14", "cpu", fp16=True)
@@ -223,7 +223,7 @@ def test_fp16_run_and_the_old_batch_length_flags(tmp_path):
 def test_ratios_of_fixed_figures():
     """The models' ratios: the one ratio function, against SAPE at the same size and length."""
     from pe_tools.bench._common import add_ratios
-    from pe_tools.bench.models.measure import AGAINST_SAPE, RATIOS as MODEL_RATIOS
+    from pe_tools.bench.models import AGAINST_SAPE, RATIOS as MODEL_RATIOS
 
     assert MODEL_RATIOS.items() >= RATIOS.items()
     figures = dict.fromkeys(RATIOS, 1.0)
@@ -292,7 +292,7 @@ def test_one_process_measures_every_row_and_moves_one_model_copy_at_a_time(tmp_p
     measurement; the same rows, parameter counts and weights as the fresh-interpreter path."""
     import torch
 
-    from pe_tools.bench.models import build, measure
+    from pe_tools.bench import _build as build, models as measure
 
     built = []
     real_build = build.build_model

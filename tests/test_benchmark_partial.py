@@ -22,7 +22,7 @@ ENV = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
 # the discarded warm-up measurement and N - 1 kept ones, each written before the next begins
 KILLER = """
 import os, signal, sys
-from pe_tools.bench.models import cli
+from pe_tools.bench import models as cli
 real, calls = cli.measure_in_process, [0]
 def measure(*args, **kwargs):
     calls[0] += 1

@@ -17,6 +17,7 @@ from ..command_line import fail
 from ..fairseq_plugin import plugin_digest
 from ..naming import BASELINE
 from . import _common
+from ._build import PAD, STOCK, add_model_args, batch_size, build_model, model_arch, padded_batch, rows_and_batches
 from ._common import add_ratios, machine, times
 from ._partial_runs import add_args as add_output_args, write_outputs
 
@@ -112,8 +113,6 @@ def count_step(model, src, lengths, prev, target, heads: int) -> dict:
     """The counts of one training step of ``model`` (a fairseq encoder-decoder) on one padded batch."""
     import torch.nn.functional as F
 
-    from .models.build import PAD
-
     model.train()
     model.zero_grad(set_to_none=True)
     ntokens = int(target.ne(PAD).sum())
@@ -132,12 +131,10 @@ def count_step(model, src, lengths, prev, target, heads: int) -> dict:
 
 
 def measure(pe: str, size: str, length: int, batch: int, vocab: int, recipe: str, change=None) -> dict:
-    """One row: ``pe`` (or models.build.STOCK) at ``size`` on the padded batch of ``batch`` sentences of at most
+    """One row: ``pe`` (or STOCK) at ``size`` on the padded batch of ``batch`` sentences of at most
     ``length`` tokens, in float32 on the CPU. ``change(model)``, if given, alters the built model first (the tests'
     negative control)."""
     import torch
-
-    from .models.build import PAD, build_model, model_arch, padded_batch
 
     model, args = build_model(pe, size, vocab, recipe, "cpu")
     if change is not None:
@@ -168,8 +165,6 @@ def over_recorded(results, recorded) -> list:
 
 
 def tables(settings, results) -> str:
-    from .models.build import STOCK
-
     headers = ["pe", "saved MiB", "saved/sape", "saved/stock", "ops (fwd+bwd)", "ops/sape", "ops/stock", "GFLOP",
                "flops/sape", "flops/stock", "BHTT MiB", "BHTT/sape", "BHTT/stock"]
 
@@ -196,8 +191,6 @@ def settings_line(s) -> str:
 
 
 def add_args(parser):
-    from .models.build import STOCK, add_model_args
-
     add_model_args(parser, ["base"], DEFAULT_LENGTHS, 1, always=(BASELINE, STOCK))
     parser.add_argument("--check", metavar="JSON",
                         help="a recorded STEM.json: exit 1 when any count exceeds its recorded one (a regression guard)")
@@ -210,8 +203,6 @@ def add_args(parser):
 
 def run(args) -> int:
     import torch
-
-    from .models.build import STOCK, rows_and_batches
 
     if args.merge:
         try:
@@ -256,8 +247,6 @@ def write_results(args, results, started: float, merged=None) -> int:
     """Ratios, tables and files of ``results`` (every row of one run, or of the ``merged`` runs' settings)."""
     import fairseq
     import torch
-
-    from .models.build import STOCK, batch_size
 
     lengths = sorted({r["length"] for r in results})
     for ref in (BASELINE, STOCK):

@@ -10,6 +10,7 @@ import sys
 
 from ..naming import SUFFIX_OF_CLASS
 from . import _common
+from ._build import PAD, build_model, padded_batch, shortest_length
 from ._common import add_device_arg, machine, resolve_device
 from ._partial_runs import Progress, add_args as add_output_args
 
@@ -21,8 +22,6 @@ HEADER = "| pe | max abs log-prob diff | argmax agreement | gradient rel. diff |
 
 def compare(pe: str, size: str, batch: int, length: int, vocab: int, device: str, impl: str = "auto") -> dict:
     import torch
-
-    from .models.build import PAD, build_model, padded_batch
 
     src, lengths, prev, target = padded_batch(batch, length, vocab, device)  # as fairseq batches them
     real = target.ne(PAD)  # (B,T) real target tokens
@@ -76,8 +75,6 @@ def run(args) -> int:
 
 def check(args) -> int:
     from pe_plugin.encodings import PE_REGISTRY
-
-    from .models.build import shortest_length
 
     args.device = resolve_device(args.device)
     fixed = dict({k: v for k, v in vars(args).items() if k in SETTINGS}, methods=list(args.methods or PE_REGISTRY),

@@ -22,9 +22,8 @@ from ..tables import markdown_table
 from . import _common
 from ._common import add_counts, add_device_arg, add_ratios, kernel_summary, machine, profiler_events, \
     resolve_device, rotated, spread, verdict
+from ._build import STOCK
 from ._partial_runs import Progress, add_args as add_output_args
-from .models.build import STOCK
-
 NAME = "train-speed"
 HELP = ("real fairseq-train with pe-train's command, in rounds: words/s, time per update and its host split, "
         "per-update peak memory, the GPU's busy fraction; ratios to SAPE with their spread")

@@ -5,9 +5,10 @@ with ``fp16``); and one padded batch per length, as fairseq batches sentences (d
 import tempfile
 from pathlib import Path
 
-from ...command_line import int_at_least
-from ...naming import BASELINE, SUFFIX_OF_CLASS, arch_name
-from ...recipes import load_table, recipe_names
+from ..command_line import int_at_least
+from ..naming import BASELINE, SUFFIX_OF_CLASS, arch_name
+from ..recipes import load_table, recipe_names
+from ._common import UsageError, add_counts
 
 STOCK = "stock"  # the row of stock fairseq's transformer_<arch> (no plugin, no flags)
 PAD, EOS = 1, 2  # fairseq's Dictionary: <s> 0, <pad> 1, </s> 2, <unk> 3; ordinary symbols from 4
@@ -38,7 +39,7 @@ def build_model(pe: str, size: str, vocab: int, recipe: str, device: str, fp16: 
     import torch
     from fairseq import options, tasks
 
-    from ...fairseq_plugin import plugin_dir
+    from ..fairseq_plugin import plugin_dir
 
     with tempfile.TemporaryDirectory() as data:
         for lang in ("src", "tgt"):  # fairseq's Dictionary adds its 4 special symbols to these vocab - 4
@@ -131,8 +132,6 @@ def add_model_args(parser, sizes, lengths, threads: int, always=(BASELINE,), bat
     vocabulary, recipe and torch threads (``batch``: a fixed ``--batch`` instead of ``--max-tokens``)."""
     from pe_plugin.encodings import PE_REGISTRY
 
-    from .._common import add_counts
-
     names = list(PE_REGISTRY) + [STOCK]
     parser.add_argument("--sizes", nargs="+", choices=list(SUFFIX_OF_CLASS), default=sizes, metavar="SIZE",
                         help=f"model sizes from {', '.join(SUFFIX_OF_CLASS)} (default: {' '.join(sizes)})")
@@ -159,8 +158,6 @@ def rows_and_batches(args, always=(BASELINE,)) -> tuple:
     """(rows in registry order, STOCK last, with ``always``; sizes; {length: sentences}) of parsed model
     arguments. Raises UsageError when a length exceeds --max-tokens."""
     from pe_plugin.encodings import PE_REGISTRY
-
-    from .._common import UsageError
 
     wanted = set(args.pe or [*PE_REGISTRY, STOCK]) | set(always)
     lengths = list(dict.fromkeys(args.lengths))
