@@ -75,7 +75,7 @@ def steps(out: Path, work: Path, data: Path, p: dict) -> list:
                                *outputs("speed_splits")]),
         ("speed_all", "b", [*speed, "--rows", "all", "--goals", str(GOALS), *outputs("speed_all")]),
         ("fp16_triton", "c", ["fp16", "--device", p["device"], *p["fp16"], "--methods", "rpe", "--impl", "triton",
-                              "--json", str(out / "fp16_triton.json")]),
+                              *outputs("fp16_triton")]),
         ("speed_triton", "c", [*speed, "--rows", "rpe", "rpe:triton", "--goals", str(GOALS), *outputs("speed_triton"),
                                *p["triton"]]),
     ]

@@ -72,15 +72,14 @@ def quiet_fairseq():
     work (the tests, the GPU window's steps), whose fairseq logging must stay as it was."""
     import logging
 
-    loggers = [logging.getLogger(name) for name in QUIET_LOGGERS]
-    levels = [logger.level for logger in loggers]
-    for logger in loggers:
-        logger.setLevel(logging.WARNING)
+    levels = {name: logging.getLogger(name).level for name in QUIET_LOGGERS}
     try:
+        for name in levels:
+            logging.getLogger(name).setLevel(logging.WARNING)
         yield
     finally:
-        for logger, level in zip(loggers, levels):
-            logger.setLevel(level)
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
 
 
 def current_rss_bytes() -> int:
@@ -118,15 +117,11 @@ def reset_peak_rss() -> bool:
 
 def run_isolated(module: str, func: str, kwargs: Dict, timeout: float = None, env: Dict = None) -> Dict:
     """``module.func(**kwargs)`` in a fresh interpreter (``module`` an importable module, e.g.
-    ``pe_tools.bench.models.measure``), with ``env`` added to its environment; returns its JSON-serialisable result.
+    ``pe_tools.bench.models``), with ``env`` added to its environment; returns its JSON-serialisable result.
     Raises with the child's output on failure."""
-    code = (
-        "import json, sys; import importlib; "
-        f"r = getattr(importlib.import_module({module!r}), {func!r})(**json.loads(sys.argv[1])); "
-        f"print({_RESULT!r} + json.dumps(r), flush=True)"
-    )
-    argv = [sys.executable, "-c", code, json.dumps(kwargs)]
-    proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout,
+    code = (f"import importlib, json, sys; r = getattr(importlib.import_module({module!r}), {func!r})"
+            f"(**json.loads(sys.argv[1])); print({_RESULT!r} + json.dumps(r), flush=True)")
+    proc = subprocess.run([sys.executable, "-c", code, json.dumps(kwargs)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout,
                           env=dict(os.environ, **env) if env else None)
     for line in reversed(proc.stdout.splitlines()):
         if line.startswith(_RESULT):
@@ -137,16 +132,10 @@ def run_isolated(module: str, func: str, kwargs: Dict, timeout: float = None, en
 # ------------------------------------------------------------------------------------------ device activity
 def union_seconds(intervals) -> float:
     """The length of the union of ``(start, end)`` intervals (any unit; seconds here)."""
-    total, cur_start, cur_end = 0.0, None, None
+    total, reached = 0.0, float("-inf")
     for start, end in sorted(intervals):
-        if cur_end is None or start > cur_end:
-            if cur_end is not None:
-                total += cur_end - cur_start
-            cur_start, cur_end = start, end
-        elif end > cur_end:
-            cur_end = end
-    if cur_end is not None:
-        total += cur_end - cur_start
+        if end > reached:
+            total, reached = total + end - max(start, reached), end
     return total
 
 
@@ -201,7 +190,7 @@ def times(v, digits: int = 2) -> str:
 
 def tables(settings, results, headers, row, note=lambda first: "") -> list:
     """One markdown table per size and length of ``settings`` that has results (a partial run may lack some), under
-    a caption naming the architectures, the batch and ``note(first row)``; ``headers(group)``: its header row."""
+    a caption naming the architectures, the batch and ``note(first row)``."""
     from ..naming import SUFFIX_OF_CLASS
     from ..tables import markdown_table
 
@@ -214,7 +203,7 @@ def tables(settings, results, headers, row, note=lambda first: "") -> list:
                 stock = f", stock = transformer_{suffix}" if "stock" in settings["encodings"] else ""
                 blocks.append(f"{size} (transformer_<pe>_{suffix}{stock}), L={length}: B={first['batch']} sentences, "
                               f"{first['src_tokens']} source and {first['tokens']} target tokens{note(first)}\n\n"
-                              + markdown_table(headers(group), [row(r) for r in group]))
+                              + markdown_table(headers, [row(r) for r in group]))
     return blocks
 
 
@@ -231,12 +220,8 @@ def verdict(s: dict, bound: float, at_least: bool) -> str:
     "meets" when every round does, "misses" when none does, "within noise" when the spread covers the bound."""
     if not s:
         return "n/a"
-    ok = (lambda v: v >= bound) if at_least else (lambda v: v <= bound)
-    if ok(s["min"]) and ok(s["max"]):
-        return "meets"
-    if not ok(s["min"]) and not ok(s["max"]):
-        return "misses"
-    return "within noise"
+    ok = [v >= bound if at_least else v <= bound for v in (s["min"], s["max"])]
+    return "meets" if all(ok) else "within noise" if any(ok) else "misses"
 
 
 def rotated(keys: list, rounds: int) -> list:

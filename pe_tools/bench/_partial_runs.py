@@ -127,13 +127,6 @@ class Progress:
         print(f"{self.command}: --resume: {len(self.records)} of {len(self.keys)} {self.what} kept from {self.path}",
               file=sys.stderr)
 
-    # ------------------------------------------------------------------------------------------ measuring
-    def has(self, key) -> bool:
-        return key_of(key) in self.records
-
-    def get(self, key) -> Optional[dict]:
-        return self.records.get(key_of(key))
-
     def add(self, key, record: dict) -> None:
         """Keep ``record`` (its ``key`` field set) and rewrite the outputs, partial unless every key is done."""
         key = key_of(key)
@@ -151,13 +144,9 @@ class Progress:
     def missing(self) -> List[tuple]:
         return [k for k in self.keys if k not in self.records]
 
-    def over_budget(self) -> bool:
-        """True once the time budget is spent (never without one)."""
-        return self.time_budget is not None and time.monotonic() - self.started >= self.time_budget
-
     def stop_now(self) -> bool:
         """After a measurement: stop here (budget spent and keys left)? Says so on stderr."""
-        if self.complete or not self.over_budget():
+        if self.complete or self.time_budget is None or time.monotonic() - self.started < self.time_budget:
             return False
         print(f"{self.command}: --time-budget {self.time_budget:g} s spent after "
               f"{time.monotonic() - self.started:.0f} s; stopping", file=sys.stderr, flush=True)

@@ -5,7 +5,8 @@
 
 Each benchmark is one module of pe_tools/bench/ (not cli, not _private) exposing NAME, HELP, add_args(parser) and
 run(args) -> int; they are discovered automatically. What they share (timer, runner, kernel summary, ratios, rounds,
---device) is _common.py; the JSON they write, --resume and --time-budget, _partial_runs.py.
+--device, UsageError) is _common.py; the files they write, the output options, --resume and --time-budget,
+_partial_runs.py; the models and padded batches of models, cost and fp16, _build.py.
 """
 import argparse
 import importlib

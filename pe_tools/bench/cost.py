@@ -174,7 +174,7 @@ def tables(settings, results) -> str:
         return [r["pe"]] + [c for f, cell in zip(FIGURES, cells)
                             for c in (cell, times(r[f"{f}_to_sape"], 3), times(r[f"{f}_to_{STOCK}"], 3))]
 
-    blocks = _common.tables(settings, results, lambda group: headers, row, lambda first: f", H={first['heads']}")
+    blocks = _common.tables(settings, results, headers, row, lambda first: f", H={first['heads']}")
     legend = ("One training step in float32 on the CPU: forward (training mode), cross-entropy over the real target "
               "tokens, backward; no optimizer step. saved = bytes autograd keeps for backward (distinct storages, "
               "parameters excluded); ops = ATen ops dispatched (forward + backward); GFLOP = torch.utils.flop_counter "

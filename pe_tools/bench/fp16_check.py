@@ -89,14 +89,11 @@ def check(args) -> int:
     print(f"fp16 ({args.impl}) vs fp32 (reference): device {args.device} "
           f"({fixed['device_name']}), torch {fixed['torch']}, "
           f"size {args.size}, batch {args.batch}, lengths {shortest_length(args.length)}-{args.length}, vocab {args.vocab}")
-    print(HEADER, end="")
-    for pe in fixed["methods"]:
-        if progress.has((pe,)):
-            row = progress.get((pe,))
-        else:
-            row = compare(pe, args.size, args.batch, args.length, args.vocab, args.device, args.impl)
-            row["ok"] = row["max_abs_lprob_diff"] <= args.tolerance and row["grad_rel_diff"] <= 0.05
-            progress.add((pe,), row)
+    print(HEADER + "".join(line(r) for r in progress.measurements()), end="")  # those a --resume keeps
+    for (pe,) in progress.missing():
+        row = compare(pe, args.size, args.batch, args.length, args.vocab, args.device, args.impl)
+        row["ok"] = row["max_abs_lprob_diff"] <= args.tolerance and row["grad_rel_diff"] <= 0.05
+        progress.add((pe,), row)
         print(line(row), end="", flush=True)
         if progress.stop_now():
             break

@@ -16,7 +16,6 @@ import time
 from ..command_line import int_at_least
 from ..fairseq_plugin import plugin_digest
 from ..figures import png_bytes, pyplot
-from ..machine import cpu_name
 from ..naming import BASELINE, SUFFIX_OF_CLASS
 from . import _common
 from ._build import PAD, add_model_args, build_model, build_optimizer, model_arch, padded_batch, pe_params, \
@@ -100,13 +99,9 @@ def run(args) -> int:
             runs.setdefault(tuple(m["key"][:3]), []).append(m)
         results = [summarise(runs[key]) for key in keys if key in runs]
         add_ratios(results, RATIOS, *AGAINST_SAPE)
-        return s, results, tables(s, results, progress.partial_note())
+        return s, results, header(s) + tables(s, results, progress.partial_note())
 
-    def headed():
-        s, results, text = report()
-        return s, results, header(s) + text
-
-    progress.write = progress.writer(args, headed, "Model benchmark: ratios to SAPE", csv_skip={"rounds"}, chart=chart)
+    progress.write = progress.writer(args, report, "Model benchmark: ratios to SAPE", csv_skip={"rounds"}, chart=chart)
     cache = {}  # --processes one: (pe, size) -> (model on the CPU, args)
     todo = progress.missing()
     if processes == "one" and todo:  # one discarded measurement first: the one-time costs (CUDA context, kernels)
@@ -158,9 +153,6 @@ def measure(pe: str, size: str, batch: int, length: int, vocab: int, steps: int,
     ntokens = int(target.ne(PAD).sum())
     overflows = 0
 
-    def sync():
-        _sync(cuda)
-
     # 1. training steps; memory baseline taken first, after the model, its optimizer and the batch exist
     def step():
         nonlocal overflows
@@ -185,7 +177,7 @@ def measure(pe: str, size: str, batch: int, length: int, vocab: int, steps: int,
     model.train()
     gc.collect()
     if cuda:
-        sync()
+        _sync(cuda)
         torch.cuda.reset_peak_memory_stats()
         before = torch.cuda.memory_allocated()
     else:
@@ -222,18 +214,14 @@ def measure(pe: str, size: str, batch: int, length: int, vocab: int, steps: int,
         "master_dtypes": sorted({str(p.dtype) for p in master}), "fp16_overflows": overflows,
         "step_wall_s": list(wall), "step_cpu_s": list(cpu), "forward_s": forward, "forward_cpu_s": forward_cpu,
         "peak_bytes": peak, "step_bytes": peak - before, **busy,
-        "memory_kind": "cuda-allocated" if cuda else "cpu-rss", "device": device,
-        "device_name": torch.cuda.get_device_name() if cuda else cpu_name(),
-        "threads": torch.get_num_threads(), "torch": torch.__version__, "cuda": torch.version.cuda,
+        "memory_kind": "cuda-allocated" if cuda else "cpu-rss", "threads": torch.get_num_threads(),
+        **{k: v for k, v in machine(device).items() if k in ("device", "device_name", "torch", "cuda")},
     }
 
 
 def device_activity(step) -> dict:
-    """What the GPU itself did in one more training step, whatever the host's speed: ``kernel_s``, the summed
-    durations of the device activities (kernels, copies, memsets) that torch.profiler (CUPTI) records, and
-    ``kernels``, how many there were (each one a launch by the host). A base-size step of 4,096 tokens on an H100
-    is host-bound (its wall time is several times its kernel time), so the wall time measures the host and these
-    two measure the device. {} with ``kernel_error`` when the profiler cannot record the device."""
+    """What the GPU itself did in one more training step, whatever the host's speed (_common.kernel_summary's
+    ``kernel_s``, ``kernels`` and ``top_kernels``); ``kernel_error`` alone when the profiler cannot record it."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -246,8 +234,7 @@ def device_activity(step) -> dict:
         return {"kernel_error": f"{type(e).__name__}: {e}"}
     if not events:
         return {"kernel_error": "the profiler recorded no device activity"}
-    k = kernel_summary(events)
-    return {"kernel_s": k["kernel_s"], "kernels": k["kernels"], "top_kernels": k["top_kernels"]}
+    return {k: v for k, v in kernel_summary(events).items() if k != "busy_s"}
 
 
 def measure_isolated(pe: str, size: str, kwargs: dict) -> dict:
@@ -337,7 +324,7 @@ def tables(settings, results, partial: str = ""):
                 + ([f"{r.get('kernel_s', 0) * 1e3:.1f}", _x(r.get("kernel_ratio")), f"{r.get('kernels', 0):,}",
                     _x(r.get("kernels_ratio"))] if len(base) > 11 else []))
 
-    blocks = _common.tables(settings, results, lambda group: base, row, lambda first: f"; {settings_line(settings)}")
+    blocks = _common.tables(settings, results, base, row, lambda first: f"; {settings_line(settings)}")
     overflows = sum(r.get("fp16_overflows", 0) for r in results)
     legend = ("Columns: forward = total of the timed forward passes (eval, no_grad), fastest round; step = one "
               f"training step (forward, cross-entropy, backward, {_optimizer(settings)}), fastest; cpu time = the "
