@@ -385,3 +385,129 @@ def test_a_run_whose_command_names_no_max_update_is_not_finished(tmp_path):
     assert (state.top, state.reached, state.trained, state.done) == (None, 6, False, False)
     assert state.why_not() == f"{run}: its command names no --max-update"
     assert not run_state.finished(run, ["data"]) and run_state.finished(run, ["data", "--max-update", "6"])
+
+
+# ---- what pe-queue status tells a user to paste (pe_tools/recipes/slurm.py, ``forgotten``) ----------------
+NASTY = "a b'c\"d;touch PWNED1;e$(touch PWNED2)f`touch PWNED3`g"  # each payload leaves a PWNED* file if run
+
+
+def bash_argv(line: str, cwd: Path) -> list:
+    """The argument vector bash reads from ``line`` (printf of each word, nothing run but printf)."""
+    out = subprocess.run(["bash", "-c", "printf '%s\\0' " + line], cwd=cwd, capture_output=True, check=True)
+    return out.stdout.decode().split("\0")[:-1]
+
+
+@pytest.mark.parametrize("with_log", [False, True])
+def test_the_resubmit_command_of_a_forgotten_job_pastes_back_as_its_queue_file(with_log, tmp_path):
+    """A job SLURM has forgotten (NEVER-RAN without a SLURM log, DIED with one): pe-queue status's note ends with
+    ``pe-queue run QUEUE --slurm submits it again``. For a queue file whose folder and name hold a space, both
+    quotes, `;`, `$(...)` and backquotes, that command reads back (shlex, and bash itself) as exactly pe-queue,
+    run, the queue file's path and --slurm, and pasting it runs none of the payloads."""
+    from pe_tools.recipes import slurm
+
+    folder = tmp_path / NASTY
+    folder.mkdir()
+    queue_path = folder / f"queue {NASTY}.txt"
+    run = SimpleNamespace(name="sape.en-de.mini.seed1", run_dir=tmp_path / "runs" / "sape.en-de.mini.seed1")
+    if with_log:
+        logs = slurm.submit_dir(queue_path) / "logs"
+        logs.mkdir(parents=True)
+        (logs / "pe-q-0_7_1.out").write_text("[queue] sape.en-de.mini.seed1\nKilled\n")
+    notes = []
+    assert slurm.forgotten(queue_path, run, "7_1", notes) == ("DIED" if with_log else "NEVER-RAN")
+    (note,) = notes
+    assert note.endswith(" submits it again") and note.count("pe-queue run ") == 1, note
+    command = note[note.index("pe-queue run "):-len(" submits it again")]
+    want = ["pe-queue", "run", str(queue_path), "--slurm"]
+    assert shlex.split(command) == want
+    assert bash_argv(command, tmp_path) == want
+    assert not list(tmp_path.rglob("PWNED*"))
+
+
+# ---- pe-train's command lines and its launch (pe_tools/recipes/train.py) ------------------------------------
+def pe_train(tmp_path, monkeypatch, *flags, folder="d", runs="runs"):
+    """pe-train sape (multi30k) in this process, fairseq-train never started (train.tee a stand-in recording the
+    command it would run); data and runs under ``tmp_path / folder``. Returns (status, launched commands, the
+    run's directory)."""
+    from pe_tools.recipes import launch, run_state, train
+
+    data = tmp_path / folder / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    (data / "dict.en.txt").write_text("")
+    launched = []
+    monkeypatch.setattr(run_state, "LOCK_TRIES", 1)
+    monkeypatch.setattr(train, "tee", lambda cmd, log, **kw: launched.append(list(cmd)) or 0)
+    runs_dir = tmp_path / folder / runs
+    rc = launch.main(["train", "sape", "--recipe", "multi30k", "--data", str(data), "--runs-dir", str(runs_dir),
+                      *flags, "--", "--max-update", "4", "--cpu"])
+    return rc, launched, runs_dir / "sape.en-de.small.seed1"
+
+
+def test_pe_trains_printed_and_recorded_commands_paste_back_as_the_command_it_runs(tmp_path, monkeypatch, capsys):
+    """pe-train prints the fairseq-train command it runs and writes it to RUN/command.txt as a shell line: for a
+    data folder and a runs folder holding a space, both quotes, `;`, `$(...)` and backquotes, each reads back
+    (shlex, and bash itself) as exactly the argument vector started (and recorded in command.json), and running
+    bash on them runs no payload. Once the run is finished, the pe-generate command pe-train suggests reads back
+    as pe-generate and the run's folder."""
+    from test_results import stand_in_checkpoint
+
+    rc, launched, run = pe_train(tmp_path, monkeypatch, folder=NASTY, runs=f"runs {NASTY}")
+    assert rc == 0
+    (cmd,) = launched
+    assert cmd[:3] == [sys.executable, "-m", "fairseq_cli.train"] and cmd[3] == str(tmp_path / NASTY / "data")
+    assert str(run) in cmd  # --save-dir
+    assert json.loads((run / "command.json").read_text())["argv"] == cmd
+    printed = capsys.readouterr().out.splitlines()[0]
+    recorded = (run / "command.txt").read_text()
+    assert recorded.endswith("\n") and recorded.count("\n") == 1
+    for line in (printed, recorded[:-1]):
+        assert shlex.split(line) == cmd
+        assert bash_argv(line, tmp_path) == cmd
+    stand_in_checkpoint(run / "checkpoint_last.pt", 4)
+    rc, launched, _ = pe_train(tmp_path, monkeypatch, folder=NASTY, runs=f"runs {NASTY}")
+    assert rc == 0 and not launched
+    out = capsys.readouterr().out
+    assert "nothing to do. Decode it with pe-generate " in out, out
+    command = out[out.index("pe-generate "):].rstrip("\n")
+    assert shlex.split(command) == ["pe-generate", str(run)]
+    assert bash_argv(command, tmp_path) == ["pe-generate", str(run)]
+    assert not list(tmp_path.rglob("PWNED*"))
+
+
+@pytest.mark.parametrize("gpus,allocation,by_srun", [(1, True, False), (2, True, True), (2, False, False)])
+def test_pe_train_starts_one_srun_task_per_rank_only_for_several_gpus_inside_slurm(gpus, allocation, by_srun,
+                                                                                    tmp_path, monkeypatch, capsys):
+    """pe-train --gpus N inside a SLURM allocation (SLURM_JOB_ID set; 2 tasks) runs fairseq-train as N srun tasks
+    (``srun --ntasks=N ... python -m pe_tools.recipes.srun -- CMD``) only when N > 1; with one GPU, in an
+    allocation or not, and with two outside one, it runs the command itself: no srun step, no distributed
+    rendezvous, no "[train] N ranks under SLURM" line."""
+    for name in ("SLURM_JOB_ID", "SLURM_NTASKS", "SLURM_CPUS_PER_TASK"):
+        monkeypatch.delenv(name, raising=False)
+    if allocation:
+        monkeypatch.setenv("SLURM_JOB_ID", "5")
+        monkeypatch.setenv("SLURM_NTASKS", "2")
+    rc, (launched,), run = pe_train(tmp_path, monkeypatch, "--gpus", str(gpus))
+    assert rc == 0
+    cmd = json.loads((run / "command.json").read_text())["argv"]
+    assert cmd[:3] == [sys.executable, "-m", "fairseq_cli.train"]
+    out = capsys.readouterr().out
+    if by_srun:
+        assert launched == ["srun", "--kill-on-bad-exit=1", f"--ntasks={gpus}", sys.executable, "-m",
+                            "pe_tools.recipes.srun", "--", *cmd]
+        assert f"[train] {gpus} ranks under SLURM: srun --kill-on-bad-exit=1 --ntasks={gpus} ..." in out
+    else:
+        assert launched == cmd
+        assert "ranks under SLURM" not in out
+
+
+@pytest.mark.parametrize("seconds,shown", [
+    (59, "59 s"), (60, "1 min"), (59 * 60, "59 min"), (59 * 60 + 29, "59 min"), (60 * 60 - 31, "59 min"),
+    (60 * 60 - 29, "1 h 00 min"), (60 * 60, "1 h 00 min"), (61 * 60, "1 h 01 min"), (125 * 60, "2 h 05 min"),
+])
+def test_a_time_left_of_an_hour_or_more_is_shown_in_hours_and_minutes(seconds, shown):
+    """pe-train's progress note gives the time left as seconds under a minute, whole minutes under an hour (59
+    min), and hours with two-digit minutes from a rounded 60 minutes on (``1 h 00 min``, never ``60 min``); the
+    rounding to the nearest minute decides on which side a time just under the hour falls."""
+    from pe_tools.recipes import train
+
+    assert train._duration(seconds) == shown

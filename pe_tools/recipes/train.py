@@ -255,5 +255,6 @@ def nothing_to_do(run_dir: Path, argv) -> int:
     # fairseq-train resumed at its --max-update still trains one more update (and overwrites the checkpoints)
     top = results.max_update_of(argv)
     print(f"{run_dir} has finished training (update {top} of {top}, "
-          f"checkpoint_last.pt saved); nothing to do. Decode it with pe-generate {run_dir}", flush=True)
+          f"checkpoint_last.pt saved); nothing to do. Decode it with pe-generate {shlex.quote(str(run_dir))}",
+          flush=True)
     return 0
