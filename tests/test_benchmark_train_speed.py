@@ -171,6 +171,21 @@ def test_the_cpu_peak_is_the_updates_own_high_water_mark():
 # ------------------------------------------------------------------------------------------------
 # rounds, ratios and verdicts
 
+def test_the_one_timer_charges_each_call_returned_or_raised(monkeypatch):
+    """_common.timing (the host split's and the batch wait's timer): every call's seconds reach its slot."""
+    clock = iter([0.0, 0.25, 1.0, 1.5])
+    monkeypatch.setattr(_common.time, "perf_counter", lambda: next(clock))
+    spent = []
+
+    def fail():
+        raise KeyError("x")
+
+    assert _common.timing(lambda: 7, spent.append)() == 7
+    with pytest.raises(KeyError):
+        _common.timing(fail, spent.append)()
+    assert spent == [0.25, 0.5]
+
+
 def test_rounds_rotate_the_order():
     assert _common.rotated(["a", "b", "c"], 3) == [("a", 1), ("b", 1), ("c", 1), ("b", 2), ("c", 2), ("a", 2),
                                                    ("c", 3), ("a", 3), ("b", 3)]

@@ -180,12 +180,12 @@ class Progress:
     def writer(self, args, report: Callable, title: str, rows: str = "results", csv_skip: Iterable[str] = (),
                chart: Optional[Callable] = None) -> Callable[[bool], List[Path]]:
         """The ``write(complete)`` of a benchmark whose ``report()`` returns (settings, result rows, markdown):
-        ``write_outputs`` of the settings, the rows, this progress and the markdown under ``# title``; ``chart(settings,
-        rows)``, if given, draws STEM.png once the run is complete."""
+        ``write_outputs`` of the settings, the rows, this progress and the markdown under ``# title`` (and the
+        ``partial_note``); ``chart(settings, rows)``, if given, draws STEM.png once the run is complete."""
         def write(complete: bool) -> List[Path]:
             settings, results, text = report()
             data = {"settings": settings, "complete": complete, rows: results, **self.json_fields()}
-            markdown = f"# {title}" + ("" if complete else " (PARTIAL)") + "\n\n" + text
+            markdown = f"# {title}" + ("" if complete else f" (PARTIAL)\n\n**{self.partial_note()}**") + "\n\n" + text
             return write_outputs(args, data, markdown, rows, csv_skip,
                                  chart(settings, results) if chart and complete else None, chart is not None)
 

@@ -312,7 +312,7 @@ MIB = 2 ** 20
 
 def tables(settings, results, partial: str = ""):
     """(markdown text with one table per size and length, each under a line giving its settings); ``partial``: the
-    line that says a run is incomplete (_partial_runs.Progress.partial_note), put first and in the legend."""
+    run is incomplete (_partial_runs.Progress.partial_note), said in the legend."""
     n = settings["forward_passes"]
     base = ["pe", "params", "pe params", f"forward ms ({n} passes)", "forward", "step ms", "step", "cpu time",
             "peak MiB", "peak", "step mem"] + (BUSY_HEADERS if any("kernel_s" in r for r in results) else [])
@@ -327,11 +327,11 @@ def tables(settings, results, partial: str = ""):
     blocks = _common.tables(settings, results, base, row, lambda first: f"; {settings_line(settings)}")
     overflows = sum(r.get("fp16_overflows", 0) for r in results)
     legend = ("Columns: forward = total of the timed forward passes (eval, no_grad), fastest round; step = one "
-              f"training step (forward, cross-entropy, backward, {_optimizer(settings)}), fastest; cpu time = the "
-              "step's process CPU time; peak = training peak memory; step mem = peak minus memory after building "
-              "the model; GPU busy = the summed durations of the device's kernels, copies and memsets in one more "
-              "step (torch.profiler), and kernels = how many (CUDA only); every `x` column is the ratio to sape at "
-              "the same size and length."
+              f"training step (forward, cross-entropy, backward, {OPTIMIZER[bool(settings.get('fp16'))]}), fastest; "
+              "cpu time = the step's process CPU time; peak = training peak memory; step mem = peak minus memory "
+              "after building the model; GPU busy = the summed durations of the device's kernels, copies and memsets "
+              "in one more step (torch.profiler), and kernels = how many (CUDA only); every `x` column is the ratio "
+              "to sape at the same size and length."
               + (" Measured in one process on a CPU: its peak RSS only grows, so the memory columns are not "
                  "comparable between rows." if settings.get("processes") == "one" and settings["memory_kind"] ==
                  "cpu-rss" else "")
@@ -340,35 +340,23 @@ def tables(settings, results, partial: str = ""):
     if partial:
         legend += (" A partial run: tables hold the rounds measured so far (fewer rounds than the settings say "
                    "where a round is missing), and a ratio is n/a until sape is measured at its size and length.")
-        blocks.insert(0, f"**{partial}**")
     return "\n\n".join(blocks) + "\n\n" + legend + "\n"
 
 
 BUSY_HEADERS = ["GPU busy ms", "busy", "kernels", "kernels x"]
-
-
-def _optimizer(s):
-    return ("fairseq's FP16Optimizer: fp16 model, fp32 master weights, Adam, loss scaling" if s.get("fp16")
-            else "Adam")
+OPTIMIZER = ("Adam", "fairseq's FP16Optimizer: fp16 model, fp32 master weights, Adam, loss scaling")  # fp32, fp16
 
 
 def settings_line(s):
     """One line of the settings a table was measured under (the batch of each length is on its table's line)."""
     batch = f"max tokens {s['max_tokens']}" if s.get("max_tokens") else "fixed batch"
+    processes = {"one": "one process, ", "fresh": "a fresh interpreter per measurement, "}.get(s.get("processes"), "")
+    env = " ({})".format(" ".join(f"{k}={v}" for k, v in s["memory_env"].items())) if s.get("memory_env") else ""
     return (f"{batch}, padded batches, vocab {s['vocab']}, {'fp16' if s.get('fp16') else 'fp32'}, "
-            f"device {s['device']} ({s['device_name']}), {_processes(s)}memory {s['memory_kind']}{_memory_env(s)}, "
+            f"device {s['device']} ({s['device_name']}), {processes}memory {s['memory_kind']}{env}, "
             f"{s['threads']} threads, fastest of {s['steps']} steps and of {s['forward_passes']}-pass forward blocks "
             f"x {s['rounds']} round(s), warmup {s['warmup']}, torch {s['torch']}, CUDA {s.get('cuda') or 'none'}; "
             f"models as in recipe {s.get('recipe', 'none')}; ratios to sape on fairseq's stock fused attention")
-
-
-def _processes(s):
-    return {"one": "one process, ", "fresh": "a fresh interpreter per measurement, "}.get(s.get("processes"), "")
-
-
-def _memory_env(s):
-    env = s.get("memory_env")
-    return f" ({' '.join(f'{k}={v}' for k, v in env.items())})" if env else ""
 
 
 def chart(settings, results) -> bytes:

@@ -271,11 +271,10 @@ def parse_row(spec: str, size: str, names, sizes) -> list:
         if p == STOCK and impl != "auto":
             raise ValueError(f"row {spec!r}: stock fairseq has no --pe-attention-impl")
     if split != "auto":
-        try:
-            split = tuple(int(x) for x in split.lower().split("x"))
-            assert len(split) == 2
-        except (ValueError, AssertionError):
-            raise ValueError(f"row {spec!r}: split {split!r} is not MAXTOKENSxUPDATEFREQ (e.g. 4096x8) or auto") from None
+        m, x, f = split.lower().partition("x")
+        if not (x and m.isdigit() and f.isdigit()):
+            raise ValueError(f"row {spec!r}: split {split!r} is not MAXTOKENSxUPDATEFREQ (e.g. 4096x8) or auto")
+        split = (int(m), int(f))
     return [(p, impl, row_size, split) for p in pes]
 
 
@@ -393,7 +392,7 @@ def firsts_of(runs):
     return firsts
 
 
-def report_text(results, settings, note: str) -> str:
+def report_text(results, settings) -> str:
     def med(r, k, fmt, scale=1.0):
         s = r.get(k)
         if not s:
@@ -409,8 +408,7 @@ def report_text(results, settings, note: str) -> str:
              med(r, "peak_to_sape", "{:.3f}x"), med(r, "wps_to_first_split", "{:.2f}x"),
              "; ".join(f"{g} {v['verdict']}" for g, v in r["goals"].items()) or "-"] for r in results]
     s = settings
-    return ((f"**{note}**\n\n" if note else "")
-            + f"fairseq-train as pe-train runs it (recipe {s['recipe']}, {s['tokens_per_update']:,} tokens per update), "
+    return (f"fairseq-train as pe-train runs it (recipe {s['recipe']}, {s['tokens_per_update']:,} tokens per update), "
             f"{s['device']} ({s['device_name']}), torch {s['torch']}, {s['rounds']} round(s), order rotated each round; "
             f"{s['warmup']} warm-up, {s['timed']} timed and {s['profiled']} profiled updates a run. Each cell: the "
             "median over the rounds (lowest-highest); ratios are taken within a round. busy = the device's busy time "
@@ -498,7 +496,7 @@ def measure(args) -> int:
     def report():
         results = summarise(round_ratios(progress.measurements()), goals)
         return (dict(settings, seconds=round(time.time() - started, 1)), results,
-                report_text(results, settings, progress.partial_note()))
+                report_text(results, settings))
 
     progress.write = progress.writer(args, report, "Training speed: fairseq-train as pe-train runs it",
                                      csv_skip={"top_kernels"})
