@@ -257,7 +257,7 @@ def write_results(args, results, started: float, merged=None) -> int:
                     vocab=args.vocab, recipe=args.recipe, dtype="float32", **machine("cpu"),
                     threads=torch.get_num_threads(), batches={str(n): batch_size(args.max_tokens, n) for n in lengths},
                     fairseq=fairseq.__version__, pe_plugin_sources=plugin_digest(),
-                    command="pe-bench cost " + shlex.join(sys.argv[2:] if sys.argv[1:2] == [NAME] else sys.argv[1:]),
+                    command=shlex.join(["pe-bench", *getattr(args, "argv", [NAME, *sys.argv[1:]])]),
                     started=time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
                     seconds=round(time.time() - started, 1))
     if merged:  # the measuring runs' own settings and commands
