@@ -511,3 +511,57 @@ def test_a_time_left_of_an_hour_or_more_is_shown_in_hours_and_minutes(seconds, s
     from pe_tools.recipes import train
 
     assert train._duration(seconds) == shown
+
+
+# ---- what pe-record and pe-queue run tell a user to paste (results.record, queue_cli) ------------------------
+@pytest.mark.parametrize("decoded", [False, True])
+def test_pe_records_decode_command_pastes_back_as_its_run_folder(decoded, tmp_path):
+    """pe-record of a run not decoded yet (no hypotheses), and of one decoded before its training finished: the
+    message ends with the pe-generate command to run, which for a run folder holding a space, both quotes, `;`,
+    `$(...)` and backquotes reads back (shlex, and bash itself) as exactly pe-generate and that folder, and
+    pasting it runs none of the payloads."""
+    from pe_tools.recipes import results
+
+    run = tmp_path / NASTY / "sape.en-de.annealed.seed1"
+    run.mkdir(parents=True)
+    (run / "command.json").write_text(json.dumps({"pair": "en-de", "argv": ["d", "--max-update", "6"],
+                                                  "extra": []}))
+    if decoded:
+        (run / "gen").mkdir()
+        (run / "gen" / "hyp.detok.de").write_text("x\n")
+        (run / "gen" / "hyp.detok.de.meta.json").write_text("{}")
+    with pytest.raises(results.RecordError) as e:
+        results.record(run, tmp_path / "into")
+    message = str(e.value)
+    command = message[message.rindex("pe-generate "):]
+    want = ["pe-generate", str(run)]
+    assert shlex.split(command) == want, message
+    assert bash_argv(command, tmp_path) == want
+    assert ("decode it again" in message) == decoded
+    assert not list(tmp_path.rglob("PWNED*"))
+
+
+def test_a_busy_queues_status_command_pastes_back_as_its_queue_file(data_bin, tmp_path, capsys):
+    """pe-queue run on a queue file another pe-queue runs (it holds QUEUE.lock): refused, naming the pe-queue
+    status command to see it, which for a queue file whose folder holds a space, quotes, `;`, `$(...)` and
+    backquotes reads back (shlex and bash) as pe-queue, status and that file."""
+    import fcntl
+
+    from pe_tools.recipes import queue_cli
+
+    folder = tmp_path / NASTY
+    folder.mkdir()
+    q = folder / "q.txt"
+    q.write_text(f"multi30k sape en-de annealed 1 data={data_bin} runs-dir={tmp_path / 'runs'}\n")
+    code = tmp_path / "code"
+    (code / "pe_tools" / "recipes").mkdir(parents=True)
+    (code / "pe_tools" / "recipes" / "launch.py").write_text("")
+    with open(folder / "q.txt.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        assert queue_cli.main(["run", str(q), "--code", str(code)]) == 2
+    err = capsys.readouterr().err.strip()
+    command = err[err.index("pe-queue status "):-len(" shows it")]
+    want = ["pe-queue", "status", str(q)]
+    assert shlex.split(command) == want, err
+    assert bash_argv(command, tmp_path) == want
+    assert not list(tmp_path.rglob("PWNED*")) and not (tmp_path / "runs").exists()

@@ -3,6 +3,7 @@ its status, its check and, on SLURM, its cancellation. ``pe-queue --help`` print
 import argparse
 import fcntl
 import os
+import shlex
 import signal
 import sys
 from pathlib import Path
@@ -83,7 +84,8 @@ def main(argv=None) -> int:
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        return fail(f"another pe-queue runs {a.queue} (it holds {lock.name}); pe-queue status {a.queue} shows it")
+        return fail(f"another pe-queue runs {a.queue} (it holds {lock.name}); "
+                    f"pe-queue status {shlex.quote(str(a.queue))} shows it")
     queue = Queue(a.queue, runs, Path(code).resolve(), a.jobs, a.threads)
     print(f"[queue] {len(runs)} runs, {a.jobs} at a time, code {queue.commit} ({queue.code})", flush=True)
     signal.signal(signal.SIGTERM, queue.stop)

@@ -31,6 +31,7 @@ updates, its changed flags) stops the report (with -- --allow-mismatch, pe-evalu
 import json
 import os
 import re
+import shlex
 import shutil
 from datetime import datetime
 from pathlib import Path
@@ -269,14 +270,14 @@ def record(run_dir: Path, into: Path, allow_changed: bool = False) -> Path:
     tgt = command["pair"].split("-")[1]
     gen = run_dir / "gen"
     hyp, meta_file = gen / f"hyp.detok.{tgt}", gen / f"hyp.detok.{tgt}.meta.json"
+    decode = f"pe-generate {shlex.quote(str(run_dir))}"  # a command to paste, whatever the folder's name holds
     if not (hyp.is_file() and meta_file.is_file()):
-        raise RecordError(f"{run_dir}: no {hyp.name} and {meta_file.name} in {gen}; decode it first with "
-                          f"pe-generate {run_dir}")
+        raise RecordError(f"{run_dir}: no {hyp.name} and {meta_file.name} in {gen}; decode it first with {decode}")
     meta = json.loads(meta_file.read_text(encoding="utf-8"))
     state = training_state(run_dir, command.get("argv", []))
     if not state.done:
         raise RecordError(f"{state.why_not()}; finish it (re-run its pe-train command, it resumes; or wait for its "
-                          f"trainer) and decode it again with pe-generate {run_dir}")
+                          f"trainer) and decode it again with {decode}")
     log = _read(str(run_dir / "train.log"))
     training = training_summary(log, command)  # the log and command as they are now
     if training.get("updates") is None or training.get("updates") != training.get("max_update"):
@@ -289,7 +290,7 @@ def record(run_dir: Path, into: Path, allow_changed: bool = False) -> Path:
     for name in [None, *named]:
         d = decode_dir(run_dir, name)
         h = d / hyp.name
-        again = f"pe-generate {run_dir}" + (f" --name {name}" if name else "")
+        again = decode + (f" --name {shlex.quote(name)}" if name else "")
         decoded = meta if name is None else json.loads((d / meta_file.name).read_text(encoding="utf-8"))
         ends = decode_updates({"checkpoints": decoded.get("checkpoints")}) if decoded.get("checkpoints") else None
         if decoded.get("partial") or ends != state.reached:
