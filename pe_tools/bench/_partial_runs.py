@@ -1,6 +1,6 @@
 """The one writer of a benchmark's files (``write_outputs``), results written as a benchmark goes (``Progress``),
 ``--resume`` and ``--time-budget`` (docs/benchmarks.md §Partial runs). A benchmark names each measurement by a key
-(e.g. (size, length, pe, round)), skips those ``Progress.has``, and hands each result to ``Progress.add``, which
+(e.g. (size, length, pe, round)), measures those ``Progress.missing``, and hands each result to ``Progress.add``, which
 rewrites every output file at once, so a run killed at any point leaves valid files marked ``complete: false``.
 """
 import json
@@ -20,15 +20,14 @@ class ResumeError(UsageError):
     """``--resume`` cannot continue this output: the message says why (a differing setting, an unreadable file)."""
 
 
-def add_args(parser, stem: str, csv: bool = True, resume: bool = True) -> None:
+def add_args(parser, stem: str, resume: bool = True) -> None:
     """The output options every benchmark shares (``--out-dir``, ``--stem``, ``--json``, ``--csv``: what
     ``write_outputs`` writes) and, with ``resume`` (a benchmark that writes as it goes), --resume and --time-budget."""
     parser.add_argument("--out-dir", help="write STEM.json (settings and results), STEM.csv, STEM.md (and a "
-                                                 "benchmark's chart, STEM.png) here")
+                        "benchmark's chart, STEM.png) here")
     parser.add_argument("--stem", default=stem, help=f"their file name stem (default: {stem})")
     parser.add_argument("--json", help="also write the JSON here (what --resume reads when given)")
-    if csv:
-        parser.add_argument("--csv", help="also write the CSV here")
+    parser.add_argument("--csv", help="also write the CSV here")
     if not resume:
         return
     parser.add_argument("--resume", action="store_true",
@@ -60,7 +59,7 @@ def write_outputs(args, data: dict, markdown: str, rows: str = "results", csv_sk
             files[path["png"]] = chart
         elif charted:
             path["png"].unlink(missing_ok=True)
-    files.update({Path(p): body for p, body in ((args.json, payload), (getattr(args, "csv", None), table)) if p})
+    files.update({Path(p): body for p, body in ((args.json, payload), (args.csv, table)) if p})
     if files:
         write_all_atomic(files)
     return list(files)

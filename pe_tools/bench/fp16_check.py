@@ -65,7 +65,7 @@ def add_args(parser):
     parser.add_argument("--methods", nargs="+", default=None, choices=list(PE_REGISTRY), metavar="PE")
     parser.add_argument("--impl", default="auto", choices=[i for i in ATTENTION_IMPLS if i != "reference"],
                         help="the fp16 run's --pe-attention-impl (default: auto; triton: Shaw's fused kernels)")
-    add_output_args(parser, "fp16_check", csv=False)
+    add_output_args(parser, "fp16_check")
 
 
 def run(args) -> int:
