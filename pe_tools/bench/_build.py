@@ -72,6 +72,16 @@ def build_optimizer(model, args, fp16: bool):
     return FP16Optimizer.build_optimizer(convert_namespace_to_omegaconf(args), params)
 
 
+def summed_loss(model, src, lengths, prev, target):
+    """The cross-entropy of one teacher-forced forward of ``model``, summed over the real target tokens, in fp32
+    (fairseq's criteria upcast the logits before log_softmax)."""
+    import torch.nn.functional as F
+
+    logits, _ = model(src, lengths, prev)  # (B, T, V)
+    return F.cross_entropy(logits.float().view(-1, logits.size(-1)), target.view(-1), ignore_index=PAD,
+                           reduction="sum")
+
+
 def pe_params(model, pe: str) -> int:
     """Parameters of the positional encodings: the plugin's ``pe_parameter_count``, or for STOCK those of its
     ``embed_positions`` (0: sinusoids are a buffer)."""

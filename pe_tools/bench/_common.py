@@ -121,7 +121,8 @@ def run_isolated(module: str, func: str, kwargs: Dict, timeout: float = None, en
     Raises with the child's output on failure."""
     code = (f"import importlib, json, sys; r = getattr(importlib.import_module({module!r}), {func!r})"
             f"(**json.loads(sys.argv[1])); print({_RESULT!r} + json.dumps(r), flush=True)")
-    proc = subprocess.run([sys.executable, "-c", code, json.dumps(kwargs)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout,
+    proc = subprocess.run([sys.executable, "-c", code, json.dumps(kwargs)], stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=timeout,
                           env=dict(os.environ, **env) if env else None)
     for line in reversed(proc.stdout.splitlines()):
         if line.startswith(_RESULT):

@@ -17,7 +17,8 @@ from ..command_line import fail
 from ..fairseq_plugin import plugin_digest
 from ..naming import BASELINE
 from . import _common
-from ._build import PAD, STOCK, add_model_args, batch_size, build_model, model_arch, padded_batch, rows_and_batches
+from ._build import PAD, STOCK, add_model_args, batch_size, build_model, model_arch, padded_batch, \
+    rows_and_batches, summed_loss
 from ._common import add_ratios, machine, times
 from ._partial_runs import add_args as add_output_args, write_outputs
 
@@ -111,17 +112,13 @@ class StepCounter:
 
 def count_step(model, src, lengths, prev, target, heads: int) -> dict:
     """The counts of one training step of ``model`` (a fairseq encoder-decoder) on one padded batch."""
-    import torch.nn.functional as F
-
     model.train()
     model.zero_grad(set_to_none=True)
     ntokens = int(target.ne(PAD).sum())
     counter = StepCounter(list(model.parameters()), batch=src.size(0), heads=heads,
                           lengths=(src.size(1), prev.size(1)))
     with counter:
-        logits, _ = model(src, lengths, prev)  # (B, T, V)
-        loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), target.view(-1), ignore_index=PAD,
-                               reduction="sum") / ntokens
+        loss = summed_loss(model, src, lengths, prev, target) / ntokens
         counter.backward_started()
         loss.backward()
     try:

@@ -19,7 +19,7 @@ from ..figures import png_bytes, pyplot
 from ..naming import BASELINE, SUFFIX_OF_CLASS
 from . import _common
 from ._build import PAD, add_model_args, build_model, build_optimizer, model_arch, padded_batch, pe_params, \
-    recipe_flags, rows_and_batches
+    recipe_flags, rows_and_batches, summed_loss
 from ._common import add_counts, add_device_arg, add_ratios, current_rss_bytes, kernel_summary, machine, \
     peak_rss_bytes, profiler_events, resolve_device, run_isolated, spread, sync as _sync, timed, times as _x
 from ._partial_runs import Progress, add_args as add_output_args
@@ -142,7 +142,6 @@ def measure(pe: str, size: str, batch: int, length: int, vocab: int, steps: int,
     import gc
 
     import torch
-    import torch.nn.functional as F
 
     if threads:
         torch.set_num_threads(threads)
@@ -157,10 +156,7 @@ def measure(pe: str, size: str, batch: int, length: int, vocab: int, steps: int,
     def step():
         nonlocal overflows
         opt.zero_grad()  # torch's Adam: grads set to None; FP16Optimizer: fp16 grads None, fp32 ones zeroed
-        logits, _ = model(src, lengths, prev)  # (B, T, V)
-        # summed over the real target tokens, in fp32 (fairseq's criteria upcast the logits before log_softmax)
-        loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), target.view(-1), ignore_index=PAD,
-                               reduction="sum")
+        loss = summed_loss(model, src, lengths, prev, target)
         if not fp16:
             (loss / ntokens).backward()
             opt.step()
