@@ -104,6 +104,23 @@ def test_a_report_compares_over_seeds_only_when_the_baseline_has_several(n_seeds
         assert out["results_seeds"] == {m: [Path(f"{m}1"), Path(f"{m}2")] for m in runs}
 
 
+@pytest.mark.parametrize("with_both", [(), ("rope",), ("rope", "alibi")])
+def test_a_report_over_seeds_needs_a_method_recorded_with_every_seed_of_the_baseline(with_both):
+    """Two baseline seeds: ``results_seeds`` holds the baseline and each method recorded with both of its seeds,
+    and is left out when no method is (a table of the baseline alone compares nothing)."""
+    from pe_tools.naming import BASELINE
+    from pe_tools.recipes.results import tables
+
+    runs = {BASELINE: {1: Path("b1"), 2: Path("b2")}, "rope": {1: Path("r1")}, "alibi": {2: Path("a2")}}
+    for m in with_both:
+        runs[m] = {1: Path(f"{m}1"), 2: Path(f"{m}2")}
+    out = tables(runs)
+    if not with_both:
+        assert set(out) == {"results"}
+    else:
+        assert out["results_seeds"] == {m: [runs[m][1], runs[m][2]] for m in (BASELINE, *with_both)}
+
+
 # ---- a SLURM job's refused requeue (pe_tools/recipes/slurm.py) ----------------------------------------------
 @pytest.fixture
 def requeue_job(tmp_path, monkeypatch):
