@@ -582,3 +582,22 @@ def test_a_busy_queues_status_command_pastes_back_as_its_queue_file(data_bin, tm
     assert shlex.split(command) == want, err
     assert bash_argv(command, tmp_path) == want
     assert not list(tmp_path.rglob("PWNED*")) and not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("update, paced", [(19, False), (20, False), (21, True)])
+def test_a_progress_line_at_or_before_the_resumed_update_gives_no_pace(update, paced):
+    """pe-train's progress note of a run resumed at update 20: a line at update 20 (or an earlier one) has no
+    update since the mark to pace by, so the note gives the count alone and never divides by zero; at 21, the pace
+    is the seconds since the launch, 10 s for one update."""
+    from pe_tools.recipes import train
+
+    now = [1_000_000.0]
+    p = train.Progress(100, 20, clock=lambda: now[0])
+    now[0] += 10
+    line = f"2026-01-01 10:00:10 | INFO | train_inner | epoch 001:  1 / 9 loss=5.0, num_updates={update}, wall=0"
+    done = f"[pe-train] update {update} of 100 ({update}%)"
+    note = p.note(line)
+    if paced:
+        assert note.startswith(f"{done}, 10.00 s/update, finish ~ "), note
+    else:
+        assert note == done
