@@ -5,6 +5,8 @@ scaled_dot_product_attention, a float64 computation, or the same encoding with i
 dtype."""
 import copy
 import math
+import sys
+import types
 
 import pytest
 import torch
@@ -314,3 +316,66 @@ def test_the_masked_cpu_attention_refuses_a_mask_with_the_causal_flag_as_pytorch
     with pytest.raises(RuntimeError) as mine:
         attention(q, k, v, mask, is_causal=True)
     assert str(mine.value) == str(torch_error.value)
+
+
+# ---- python -m pe_plugin: one line per encoding ----------------------------------------------------------------
+# the first sentence of each encoding module's docstring, written out: a citation's "et al. 2017" or "Eq. 22/24"
+# ends no sentence, a sentence ending inside a wrapped line (KERPLE's) does
+FIRST_SENTENCES = {
+    "lape": "LAPE: learned absolute positions (Gehring et al. 2017; fairseq ``--encoder/decoder-learned-pos``).",
+    "posnet_embed": "PosNet-Embed: weight concatenation as positional kernels on the embeddings (Zhang et al., ACL "
+                    "2023, Eq. 22/24).",
+    "kerple": "KERPLE: kernelized relative positional embedding, logarithmic variant (Chi et al., NeurIPS 2022), in "
+              "self-attention only.",
+    "t5": "T5: a bucketed scalar bias per head on the attention logits (Raffel et al., 2020).",
+}
+
+
+def test_the_module_cli_describes_each_encoding_by_its_modules_first_sentence(capsys):
+    """``python -m pe_plugin`` lists each encoding with the first sentence of its module's docstring (one line,
+    wrapped lines joined), not its bare name; an encoding class whose module has no docstring is described by its
+    name."""
+    from pe_plugin.__main__ import describe, main
+
+    for name, sentence in FIRST_SENTENCES.items():
+        assert describe(PE_REGISTRY[name]) == sentence
+    assert main([]) == 0
+    out = capsys.readouterr().out.splitlines()
+    for name, sentence in FIRST_SENTENCES.items():
+        cls = PE_REGISTRY[name]
+        assert f"{name:13s} {cls.level:9s} {sentence}" in out
+    bare = types.ModuleType("pe_plugin_test_bare_encoding")  # no docstring
+    cls = type("Bare", (), {"__module__": bare.__name__, "name": "bare"})
+    sys.modules[bare.__name__] = bare
+    try:
+        assert describe(cls) == "bare"
+    finally:
+        del sys.modules[bare.__name__]
+
+
+# ---- fairseq's size error: which flag to raise -----------------------------------------------------------------
+@pytest.mark.parametrize("side", ["source", "target"])
+def test_the_length_hint_names_the_training_limit_when_it_is_fairseqs_limit(data_bin, side):
+    """fairseq's size error for a model whose encoding has no limit of its own (RoPE) trained with
+    --max-source-positions 7 and --max-target-positions 9: when fairseq-generate's limit is the training limit
+    (the equal case) the model's own --max-*-positions must grow, so the hint names the training value and the
+    override; when the limit is one below it (a smaller --max-*-positions at decoding), raising the decoding
+    flag is enough and the hint says that alone."""
+    from test_lmax_boundaries import LIMS, L_SRC, L_TGT, TINY
+
+    from pe_plugin.cli_errors import length_hint
+
+    _, model, _ = pe_testing.build_model(data_bin, "transformer_rope_wmt_en_de", TINY + LIMS)
+    trained = L_SRC if side == "source" else L_TGT
+    for limit in (trained, trained - 1):
+        lims = (limit, L_TGT) if side == "source" else (L_SRC, limit)
+        n = limit + 1
+        sizes = (n, 2) if side == "source" else (2, n)
+        error = Exception(f"Size of sample #4 is invalid (=({sizes[0]}, {sizes[1]})) since max_positions={lims}")
+        hint = length_hint(error, [model])
+        assert hint.startswith(f"pe_plugin: test sentence #4 has {n} {side} tokens"), hint
+        at_training = f"(--max-{side}-positions {trained} at training)" in hint
+        override = f"--model-overrides \"{{'max_{side}_positions': {2 * n}}}\" and --max-{side}-positions {2 * n}"
+        assert at_training == (override in hint) == (limit == trained), hint
+        assert (f"(its --max-{side}-positions, 1024 unless given). Fix: pass --max-{side}-positions {2 * n};"
+                in hint) == (limit < trained), hint
