@@ -379,3 +379,25 @@ def test_the_length_hint_names_the_training_limit_when_it_is_fairseqs_limit(data
         assert at_training == (override in hint) == (limit == trained), hint
         assert (f"(its --max-{side}-positions, 1024 unless given). Fix: pass --max-{side}-positions {2 * n};"
                 in hint) == (limit < trained), hint
+
+
+# ---- Positions: j - i computed once a call ---------------------------------------------------------------------
+def test_positions_compute_the_relative_matrix_once_and_reuse_it():
+    """``Positions.rel`` (Tq, Tk) is computed on its first read and every later read hands back the same tensor
+    without dispatching an op: the per-pass context gives one ``Positions`` to every layer (AT5 in training and
+    the reference attention build their bias per layer from it). Its values: the column difference j - i of the
+    last Tq of Tk columns for positions made from a padding mask (left pads included), k - q of the first row for
+    positions given as values."""
+    mask = torch.ones(2, 5, dtype=torch.bool)
+    mask[1, :2] = False  # two left pads
+    columns = torch.tensor([[c - r for c in range(5)] for r in range(2, 5)])  # queries: the last 3 columns
+    q, k = torch.tensor([[4, 6], [0, 1]]), torch.tensor([[1, 2, 7], [0, 0, 0]])
+    given = torch.tensor([[1 - 4, 2 - 4, 7 - 4], [1 - 6, 2 - 6, 7 - 6]])
+    cases = [(Positions.from_mask(mask, 3, 5, "cpu"), columns), (Positions.from_mask(None, 3, 5, "cpu"), columns),
+             (Positions(q, k), given)]
+    for pos, want in cases:
+        first = pos.rel
+        assert torch.equal(first, want)
+        with pe_testing.OpLog() as log:
+            again = [pos.rel for _ in range(3)]
+        assert sum(log.ops.values()) == 0 and all(r is first for r in again)
