@@ -601,3 +601,83 @@ def test_a_progress_line_at_or_before_the_resumed_update_gives_no_pace(update, p
         assert note.startswith(f"{done}, 10.00 s/update, finish ~ "), note
     else:
         assert note == done
+
+
+# ---- the validation curves' figure (pe_tools/recipes/curves.py) ---------------------------------------------
+@pytest.mark.parametrize("points,top", [
+    ([(100, 9.0), (500, 4.0)], 4.0 * 1.05),  # only the point at exactly 500 counts: the axis ends above it
+    ([(100, 9.0), (500, 4.0), (1000, 3.0)], 4.0 * 1.05),  # 500 and 1000: the higher of the two
+    ([(100, 9.0), (499, 4.0)], None),  # none from update 500 on: matplotlib's own limits, the first point shown
+])
+def test_the_curves_y_axis_ends_above_the_highest_loss_from_update_500_on(points, top, monkeypatch):
+    """The curves' figure cuts its y axis at 1.05 x the highest validation nll at update 500 or later (the first
+    updates' 8-10 bits would squash the rest); a validation at exactly update 500 is one of them. With none
+    from 500 on, matplotlib's own limits hold and the point at update 100 (nll 9) is inside the axis."""
+    from pe_tools.recipes import curves
+
+    figures = []
+    monkeypatch.setattr(curves, "png_bytes", lambda fig, **kw: figures.append(fig) or b"")
+    rows = [{"updates": u, "nll_loss": nll, "size": "small", "method": "sape"} for u, nll in points]
+    curves.plot(rows, ["small"], ["sape"])
+    (fig,) = figures
+    bottom, ceiling = fig.axes[0].get_ylim()
+    curves.pyplot().close(fig)
+    if top is None:
+        assert ceiling > 9.0
+    else:
+        assert ceiling == pytest.approx(top)
+
+
+# ---- pe-generate's position override (pe_tools/recipes/generate.py) ----------------------------------------
+@pytest.mark.parametrize("mode,pe,overridden", [
+    ("clamp", "rope", True), ("clamp", "fairseq", False), ("error", "rope", False), ("error", "fairseq", False),
+])
+def test_generate_asks_for_clamped_positions_only_of_a_pe_plugin_model(mode, pe, overridden, tmp_path, monkeypatch,
+                                                                        capsys):
+    """pe-generate --pe-beyond-max clamp decodes a pe_plugin model with ``--model-overrides "{'pe_beyond_max':
+    'clamp'}"``; a stock fairseq model (the position check's pe ``fairseq``, pe_plugin.decode_limits.STOCK) has no
+    such option and gets no override, nor does any model under --pe-beyond-max error. Checked in the command
+    fairseq-generate is given and in the one pe-generate prints."""
+    from pe_plugin.decode_limits import STOCK
+    from pe_tools.recipes import generate
+
+    assert STOCK == "fairseq"
+    run = generate_run(tmp_path, 1)
+    decoded = []
+    monkeypatch.setattr(generate, "average_into", lambda paths, avg: 0)
+    monkeypatch.setattr(generate, "check_positions", lambda *args: {"pe": pe, "decoder_limit": None})
+    monkeypatch.setattr(generate, "fairseq_generate", lambda args: decoded.append(list(args)) or (5, ""))
+    a = generate_args(run, 1)
+    a.pe_beyond_max = mode
+    assert generate.generate(a) == 5
+    (args,) = decoded
+    printed = shlex.split(capsys.readouterr().out.splitlines()[-1])
+    assert printed[3:] == args
+    override = ["--model-overrides", "{'pe_beyond_max': 'clamp'}"]
+    assert (args[-2:] == override) == overridden and ("--model-overrides" in args) == overridden
+
+
+# ---- the console scripts' names (pe_tools/recipes/launch.py) ------------------------------------------------
+@pytest.mark.parametrize("cmd", ["train", "generate", "record", "report"])
+def test_each_console_scripts_usage_names_it(cmd, monkeypatch, capsys):
+    """pe-train, pe-generate, pe-record and pe-report (setup.py's console scripts) show their own name in their
+    help and in an error's usage line (``usage: pe-train ...``, ``pe-train: error: ...``), not the launcher's
+    ``launch.py train``; ``launch.main`` called without names keeps argparse's own (the program, then the
+    sub-command)."""
+    from pe_tools.recipes import launch
+
+    entry = getattr(launch, f"{cmd}_main")
+    monkeypatch.setattr(sys, "argv", [f"/somewhere/pe-{cmd}", "--help"])
+    with pytest.raises(SystemExit) as e:
+        entry()
+    assert e.value.code == 0
+    assert capsys.readouterr().out.startswith(f"usage: pe-{cmd} [-h] ")
+    monkeypatch.setattr(sys, "argv", [f"/somewhere/pe-{cmd}", "--no-such-flag"])
+    with pytest.raises(SystemExit) as e:
+        entry()
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.startswith(f"usage: pe-{cmd} [-h] ") and f"\npe-{cmd}: error: " in err, err
+    monkeypatch.setattr(sys, "argv", ["/somewhere/launch.py"])
+    with pytest.raises(SystemExit):
+        launch.main([cmd, "--help"])
+    assert capsys.readouterr().out.startswith(f"usage: launch.py {cmd} ")
