@@ -681,3 +681,52 @@ def test_each_console_scripts_usage_names_it(cmd, monkeypatch, capsys):
     with pytest.raises(SystemExit):
         launch.main([cmd, "--help"])
     assert capsys.readouterr().out.startswith(f"usage: launch.py {cmd} ")
+
+
+# ---- pe-queue's rehearsal queue file (pe_tools/recipes/queue.py, ``rehearsal``) ------------------------------
+def test_a_rehearsal_queue_file_in_a_hostile_folder_reads_back_as_its_folders(tmp_path, monkeypatch):
+    """pe-queue run --rehearse writes FOLDER/NAME: each run of the queue at the rehearsal size with data=, runs-dir=
+    and into= under FOLDER (and the line's cpus=). For a FOLDER holding a space, both quotes, `;`, `$(...)` and
+    backquotes, the file reads back (pe-queue's own parser) as exactly those folders, one run a line. The
+    synthetic corpus is a stand-in (its folder, not made)."""
+    from pe_tools.recipes import queue
+
+    made = []
+    monkeypatch.setattr(queue, "synthetic_data", lambda pair, dest, log: made.append(pair) or dest)
+    q = tmp_path / "q.txt"
+    q.write_text("wmt14 sape en-de base 1 cpus=3\nwmt14 rope en-fr base 2\n")
+    folder = tmp_path / NASTY
+    out = queue.rehearsal(q, folder)
+    assert out == folder.resolve() / "q.txt" and made == ["en-de", "en-fr"]
+    runs = queue.parse_queue(out, data=False)
+    assert [(r.recipe, r.method, r.pair, r.size, r.seed) for r in runs] == [
+        ("wmt14", "sape", "en-de", queue.REHEARSAL_SIZE, 1), ("wmt14", "rope", "en-fr", queue.REHEARSAL_SIZE, 2)]
+    root = folder.resolve()
+    for r, pair, cpus in zip(runs, ("en_de", "en_fr"), ({"cpus": "3"}, {})):
+        assert r.options == {"data": str(root / "data" / f"synthetic_{pair}"), "runs-dir": str(root / "runs"),
+                             "into": str(root / "results"), **cpus}
+    assert not list(tmp_path.rglob("PWNED*"))
+
+
+@pytest.mark.parametrize("steps,pace", [
+    ([(0, 10)], None),  # one line: nothing to pace by
+    ([(0, 10), (5, 20)], 0.5),  # exactly two: 5 s for 10 updates
+    ([(0, 10), (5, 20), (9, 40)], 0.2),  # the last two: 4 s for 20 updates
+    ([(0, 10), (5, 20), (9, 20)], None),  # a resumed log repeating update 20: no update between them
+])
+def test_pe_queue_status_paces_a_run_by_its_last_two_training_lines(steps, pace, tmp_path):
+    """pe-queue status's seconds per update of a run: the time between the last two train_inner lines of its
+    train.log over the updates between them, from two lines on (a log of exactly two is paced); none from one
+    line, nor when the last line's update is not past the one before."""
+    from pe_tools.recipes import queue
+
+    run = queue.Run(1, "multi30k", "sape", "en-de", "annealed", 1, {"runs-dir": str(tmp_path)})
+    run.run_dir.mkdir(parents=True)
+    line = "2026-01-01 10:00:{s:02d} | INFO | train_inner | epoch 001: loss=5.0, num_updates={u}, wall=0\n"
+    (run.run_dir / "train.log").write_text("".join(line.format(s=s, u=u) for s, u in steps))
+    got = queue.progress(run)
+    assert got["updates"] == steps[-1][1]
+    if pace is None:
+        assert "sec_per_update" not in got
+    else:
+        assert got["sec_per_update"] == pytest.approx(pace)
