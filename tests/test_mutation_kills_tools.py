@@ -730,3 +730,36 @@ def test_pe_queue_status_paces_a_run_by_its_last_two_training_lines(steps, pace,
         assert "sec_per_update" not in got
     else:
         assert got["sec_per_update"] == pytest.approx(pace)
+
+
+# ---- pe-queue status's notes (pe_tools/recipes/queue_cli.py) ------------------------------------------------
+@pytest.mark.parametrize("submitted", [False, True])
+def test_status_notes_a_failed_step_from_the_runs_log_only_for_a_local_queue(submitted, tmp_path, monkeypatch,
+                                                                              capsys):
+    """pe-queue status under its table: for a queue run here, a note per run whose last step failed, read from
+    RUN/queue.log; for a queue submitted to SLURM, SLURM's notes alone (the job's own reason, which says more),
+    never the run's queue.log line beside them. SLURM's columns and notes are a stand-in."""
+    from pe_tools.recipes import queue_cli, slurm
+
+    data = tmp_path / "data"
+    data.mkdir()
+    for lang in ("en", "de"):
+        (data / f"dict.{lang}.txt").write_text("")
+    qfile = tmp_path / "q.txt"
+    qfile.write_text(f"multi30k sape en-de annealed 1 data={data} runs-dir={tmp_path / 'runs'}\n")
+    (run,) = queue_cli.parse_queue(qfile)
+    failed = f"train failed (exit 1): see {run.run_dir / 'train.log'}"
+    run.run_dir.mkdir(parents=True)
+    (run.run_dir / "queue.log").write_text(f"[queue] python -m pe_tools.recipes.launch train sape\n[queue] {failed}\n")
+    slurm_note = f"{run.name}: FAILED: the job's own reason"
+
+    def columns(queue_path, runs, notes, resuming):
+        if not submitted:
+            return None
+        notes.append(slurm_note)
+        return {"job": ["5_1"], "state": ["FAILED"], "requeues": ["0"]}
+
+    monkeypatch.setattr(slurm, "status_columns", columns)
+    assert queue_cli.main(["status", str(qfile)]) == 0
+    notes = capsys.readouterr().out.splitlines()[2:]  # after the heading and the row
+    assert notes == ([slurm_note] if submitted else [f"{run.name}: {failed}"])
