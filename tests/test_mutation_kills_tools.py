@@ -763,3 +763,52 @@ def test_status_notes_a_failed_step_from_the_runs_log_only_for_a_local_queue(sub
     assert queue_cli.main(["status", str(qfile)]) == 0
     notes = capsys.readouterr().out.splitlines()[2:]  # after the heading and the row
     assert notes == ([slurm_note] if submitted else [f"{run.name}: {failed}"])
+
+
+# ---- what pe-record takes (pe_tools/recipes/results.py, ``record``) -----------------------------------------
+@pytest.mark.parametrize("missing", ["hyp.detok.de", "hyp.detok.de.meta.json"])
+def test_record_refuses_a_decode_missing_either_of_its_two_files(missing, tmp_path):
+    """pe-record needs both files of a decode, RUN/gen/hyp.detok.TGT and its meta file: a run missing either one
+    is refused with the pe-generate command that makes them (not a traceback of the file it could not read), and
+    nothing is recorded."""
+    from test_results import GOOD, write_run
+
+    from pe_tools.recipes import results
+
+    run = write_run(tmp_path, "sape", 1, GOOD, 60)
+    (run / "gen" / missing).unlink()
+    with pytest.raises(results.RecordError) as e:
+        results.record(run, tmp_path / "recorded")
+    assert str(e.value) == (f"{run}: no hyp.detok.de and hyp.detok.de.meta.json in {run / 'gen'}; decode it first "
+                            f"with pe-generate {shlex.quote(str(run))}")
+    assert not (tmp_path / "recorded").exists()
+
+
+@pytest.mark.parametrize("name", [None, "last"])
+@pytest.mark.parametrize("seconds,taken", [(0, True), (1, True), (-1, False)])
+def test_record_takes_a_decode_as_new_as_its_last_checkpoint(name, seconds, taken, tmp_path):
+    """pe-record refuses a decode older than the run's checkpoint_last.pt (it may not be of the last weights) and
+    takes one written in the same instant as it or after: the decode's mtime set to the checkpoint's, one second
+    after it and one second before it (nanoseconds exact), for the default decode and for a named one."""
+    from test_results import GOOD, write_run
+
+    from pe_tools.recipes import results
+
+    run = write_run(tmp_path, "sape", 1, GOOD, 60)
+    gen = run / "gen"
+    if name:
+        (gen / name).mkdir()
+        for f in ("hyp.detok.de", "hyp.detok.de.meta.json"):
+            (gen / name / f).write_bytes((gen / f).read_bytes())
+    t = 1_700_000_000 * 10**9
+    os.utime(run / "checkpoint_last.pt", ns=(t, t))
+    for d in {gen, results.decode_dir(run, name)}:
+        os.utime(d / "hyp.detok.de", ns=(t, t))
+    h = results.decode_dir(run, name) / "hyp.detok.de"
+    os.utime(h, ns=(t + seconds * 10**9,) * 2)
+    if taken:
+        dest = results.record(run, tmp_path / "recorded")
+        assert (dest / "hyp.detok.de").is_file() and (not name or (dest / name / "hyp.detok.de").is_file())
+    else:
+        with pytest.raises(results.RecordError, match="is older than checkpoint_last.pt"):
+            results.record(run, tmp_path / "recorded")
