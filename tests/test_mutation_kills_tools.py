@@ -812,3 +812,71 @@ def test_record_takes_a_decode_as_new_as_its_last_checkpoint(name, seconds, take
     else:
         with pytest.raises(results.RecordError, match="is older than checkpoint_last.pt"):
             results.record(run, tmp_path / "recorded")
+
+
+# ---- a SLURM job's count of starts without a new checkpoint (pe_tools/recipes/slurm.py) ---------------------
+@pytest.mark.parametrize("state,counted", [
+    ("RUNNING", True), ("REQUEUEING", True), ("ENDED", True),  # the start before worked, or SLURM ended it
+    ("FAILED", False), ("RECORDED", False), ("SUBMITTED", False), (None, False),  # its chain ended, or never ran
+])
+def test_a_start_counts_as_stalled_only_after_a_start_that_worked_on_the_same_checkpoint(state, counted):
+    """A job's start is one more in a row without a new checkpoint (stalled 2 -> 3) when RUN/slurm.json is this
+    job's own from a start that was working or that SLURM ended (RUNNING, REQUEUEING, ENDED), with a lower
+    restart count and the same checkpoint resumed from. After the job's own final word (FAILED, e.g. stopped for
+    stalling, then requeued by hand; RECORDED), the submitter's SUBMITTED, or no word, the count starts again
+    (0); so does it for another job, a restart count not above the file's, or another checkpoint."""
+    from pe_tools.recipes.slurm import stalled_starts
+
+    previous = {"job": "7_1", "restarts": 1, "resumed_from": 10, "stalled": 2,
+                **({"state": state} if state else {})}
+    assert stalled_starts(previous, "7_1", 2, 10) == (3 if counted else 0)
+    if counted:  # the other conditions, each on its own
+        assert stalled_starts(previous, "8_1", 2, 10) == 0
+        assert stalled_starts(previous, "7_1", 1, 10) == 0
+        assert stalled_starts(previous, "7_1", 2, 12) == 0
+        assert stalled_starts(dict(previous, resumed_from=None), "7_1", 2, None) == 3  # no checkpoint yet, again
+
+
+# ---- the pe-train command of a SLURM job (pe_tools/recipes/slurm.py, ``job_main``) --------------------------
+@pytest.mark.parametrize("gpus", [1, 2])
+def test_a_slurm_job_runs_its_lines_pe_train_command_adding_gpus_only_for_several(gpus, requeue_job, tmp_path,
+                                                                                   monkeypatch, capsys):
+    """A SLURM array task (``slurm job SNAPSHOT --line N --gpus G``) trains its line with the pe-train arguments a
+    queue run here gives that line, plus ``--gpus G`` only for G > 1: with one GPU, the same command as the local
+    queue's, pe-train's own default of one rank."""
+    from pe_tools.recipes import queue, slurm
+
+    snapshot = tmp_path / "queue.txt"
+    (line,) = queue.parse_queue(snapshot)
+    trained = []
+    monkeypatch.setattr(slurm.JobQueue, "process", lambda self, run: trained.append(run.train_args()) or "recorded")
+    assert slurm.job_main([str(snapshot), "--line", "1", "--code", str(tmp_path / "code"), "--gpus", str(gpus)]) == 0
+    assert trained == [line.train_args() + (["--gpus", str(gpus)] if gpus > 1 else [])]
+    assert "--gpus" not in line.train_args()
+
+
+# ---- the rendezvous of srun tasks (pe_tools/recipes/srun.py) -------------------------------------------------
+@pytest.mark.parametrize("given", [False, True])
+def test_an_srun_tasks_rendezvous_is_pe_master_addr_else_the_first_nodes_address(given, tmp_path, monkeypatch):
+    """Each srun task's --distributed-init-method is tcp://HOST:PORT with PORT 20000 + job id mod 20000 and HOST
+    PE_MASTER_ADDR when set (scontrol not asked), else the NodeAddr scontrol gives for the first node of
+    SLURM_JOB_NODELIST. scontrol is a stand-in on PATH that logs each call."""
+    from pe_tools.recipes import srun
+
+    calls = tmp_path / "calls"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    scontrol = bin_dir / "scontrol"
+    scontrol.write_text(f"#!/bin/sh\necho \"$*\" >> {shlex.quote(str(calls))}\n"
+                        "case \"$2\" in hostnames) printf 'node1\\nnode2\\n';; "
+                        "node) echo \"NodeName=$4 Arch=x86_64 NodeAddr=10.1.2.$4x State=IDLE\";; esac\n")
+    scontrol.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    env = {"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_JOB_ID": "20123", "SLURM_LOCALID": "1",
+           "SLURM_JOB_NODELIST": "node[1-2]", **({"PE_MASTER_ADDR": "10.9.9.9"} if given else {})}
+    flags = srun.rank_flags(["python", "-m", "fairseq_cli.train", "data"], env)
+    host = "10.9.9.9" if given else "10.1.2.node1x"
+    assert flags[flags.index("--distributed-init-method") + 1] == f"tcp://{host}:20123"
+    assert flags[:5] == ["--distributed-world-size", "2", "--distributed-rank", "1", "--distributed-no-spawn"]
+    said = calls.read_text().splitlines() if calls.exists() else []
+    assert said == ([] if given else ["show hostnames node[1-2]", "show node -o node1"])
