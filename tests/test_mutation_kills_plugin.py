@@ -441,3 +441,14 @@ def test_t5_buckets_distances_of_any_real_dtype_as_long(side, dtype):
     rows = torch.tensor([[t5_bucket_reference(j - i, bidirectional, 8, 20) for j in k[0].tolist()]
                          for i in q[0].tolist()])
     torch.testing.assert_close(want, pe.table[rows].permute(2, 0, 1).unsqueeze(0), rtol=0, atol=0)
+
+
+# ---- the registry: the method table's order --------------------------------------------------------------------
+def test_the_registry_lists_the_encodings_in_the_method_tables_order():
+    """PE_REGISTRY, and so every list derived from it (the README's and the reports' method tables, the --pe
+    choices, python -m pe_plugin), runs in each encoding's ``order``: no encoding, the absolute ones, then the
+    relative ones, PosNet and RoPE, ALiBi and KERPLE, not alphabetically."""
+    want = ["nope", "sape", "lape", "rpe", "t5", "at5", "posnet_embed", "posnet_attn", "rope", "alibi", "kerple"]
+    assert list(PE_REGISTRY) == want
+    orders = [cls.order for cls in PE_REGISTRY.values()]
+    assert orders == sorted(orders) and len(set(orders)) == len(orders)
