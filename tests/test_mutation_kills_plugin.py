@@ -452,3 +452,25 @@ def test_the_registry_lists_the_encodings_in_the_method_tables_order():
     assert list(PE_REGISTRY) == want
     orders = [cls.order for cls in PE_REGISTRY.values()]
     assert orders == sorted(orders) and len(set(orders)) == len(orders)
+
+
+# ---- AT5: the distances in the slopes' dtype -------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float64])
+@pytest.mark.parametrize("side", ["encoder", "decoder"])
+def test_at5_bias_of_an_old_checkpoint_assigned_in_another_dtype_is_in_its_parameters_dtype(side, dtype):
+    """An AT5 state dict in float16 or float64 saved before the slope divisor was (no ``slope_scale``: loading
+    restores the old divisor, here --at5-max-length 300, as a float32 tensor), assigned onto the encoding
+    (``load_state_dict(assign=True)``): the distances are taken in the slopes' dtype, so the bias is in that dtype
+    and equals, bit for bit, that of the same encoding converted to it (its divisor in that dtype too: |r| / 300
+    rounds differently in float32), over a full pass and a decoding step."""
+    pe = pe_testing.make_pe("at5", side, dim=16, heads=2, at5_max_length=300)
+    converted = copy.deepcopy(pe).to(dtype)
+    old = {k: v.to(dtype) for k, v in pe.state_dict().items() if k != "slope_scale"}
+    loaded = copy.deepcopy(pe)
+    loaded.load_state_dict(old, assign=True)
+    assert loaded.slope.dtype == dtype and loaded.slope_scale.dtype == torch.float32 and loaded.max_length == 300
+    for tq, tk in ((9, 9), (1, 300)):
+        pos = Positions.from_mask(None, tq, tk, "cpu")
+        got, want = loaded.position_bias(pos), converted.position_bias(pos)
+        assert got.dtype == want.dtype == dtype
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
