@@ -104,3 +104,43 @@ def test_pe_trains_first_progress_note_paces_from_the_checkpoints_update_or_zero
     (note,) = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("[pe-train] ")]
     assert note.startswith(f"[pe-train] update 3 of 4 (75%), {pace:.2f} s/update, finish ~ "), note
     assert json.loads((run / "command.json").read_text())["method"] == "sape"
+
+
+# ---- pe-evaluate's options (pe_tools/scoring/cli.py) --------------------------------------------------------
+@pytest.mark.parametrize("n_samples,refused", [(None, False), (2, False), (1, False), (0, True), (-1, True)])
+def test_pe_evaluate_takes_one_resample_or_more(n_samples, refused, tmp_path, capsys):
+    """pe-evaluate --n-samples N: N = 1 is the least it takes (one resample or trial); 0 and below are refused
+    before any file is read, with status 2 and the option named; without the option, the test's default."""
+    from pe_tools.scoring import cli
+    from pe_tools.scoring.inputs import InputError
+
+    argv = ["--ref", str(tmp_path / "missing.ref"), "--baseline", "base=b.de", "--system", "sys=s.de",
+            "--trg-lang", "de", "--out-dir", str(tmp_path / "out")]
+    if n_samples is not None:
+        argv += ["--n-samples", str(n_samples)]
+    args = cli.build_parser().parse_args(argv)
+    if refused:
+        with pytest.raises(InputError, match=f"^--n-samples {n_samples}: must be at least 1$"):
+            cli.check_options(args)
+        assert cli.main(argv) == 2
+        assert f"error: --n-samples {n_samples}: must be at least 1" in capsys.readouterr().err
+    else:
+        assert cli.check_options(args) is None
+
+
+@pytest.mark.parametrize("paired,signature", [("bs", "|bs:1|"), ("ar", "|ar:1|")])
+def test_pe_evaluate_scores_with_a_single_resample(paired, signature, tmp_path, capsys):
+    """The least --n-samples taken, 1, runs through: pe-evaluate writes its report, whose signatures name one
+    resample (bs) or one trial (ar)."""
+    from pe_tools.scoring import cli
+
+    ref = [f"die katze {i} ist sehr klein und der hund ist gross" for i in range(12)]
+    (tmp_path / "ref.de").write_text("\n".join(ref) + "\n")
+    for name, drop in (("b", "klein"), ("s", "gross")):
+        (tmp_path / f"{name}.de").write_text("\n".join(r.replace(drop, "x") for r in ref) + "\n")
+    out = tmp_path / "out"
+    assert cli.main(["--ref", str(tmp_path / "ref.de"), "--trg-lang", "de", "--out-dir", str(out), "--baseline",
+                     f"b={tmp_path / 'b.de'}", "--system", f"s={tmp_path / 's.de'}", "--paired", paired,
+                     "--n-samples", "1", "--no-language-check"]) == 0
+    assert signature in capsys.readouterr().out
+    assert json.loads((out / "results.json").read_text())["test"]["n_samples"] == 1
