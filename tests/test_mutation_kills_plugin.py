@@ -474,3 +474,32 @@ def test_at5_bias_of_an_old_checkpoint_assigned_in_another_dtype_is_in_its_param
         got, want = loaded.position_bias(pos), converted.position_bias(pos)
         assert got.dtype == want.dtype == dtype
         torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+# ---- ALiBi: the slopes in float32 ------------------------------------------------------------------------------
+@pytest.mark.parametrize("default", [torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("side,directional", [("encoder", False), ("encoder", True), ("decoder", False)])
+def test_alibi_bias_is_float32_whatever_the_default_dtype(side, directional, default):
+    """ALiBi's bias is computed in float32 from the slopes rounded once to float32, then cast to the attention's
+    dtype: under torch.set_default_dtype(float64 or bfloat16), where the encoding is built and called, its
+    12 heads' slopes (1/2, 1/4, ..., 1/256, then 2^-1/2, 2^-3/2, ...: not all powers of two) are the float32 ones
+    and the bias is -m_h |j - i| in float32 (directional: m_{H+1-h} to the right), the closed form."""
+    from pe_plugin.encodings.alibi import alibi_slopes
+
+    heads = 12
+    slopes = [2 ** (-h) for h in range(1, 9)] + [2 ** (-(2 * h - 1) / 2) for h in range(1, 5)]
+    assert alibi_slopes(heads) == pytest.approx(slopes, rel=1e-15)
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(default)
+    try:
+        pe = pe_testing.make_pe("alibi", side, dim=24, heads=heads,
+                                alibi_encoder="directional" if directional else "symmetric")
+        bias = pe.position_bias(Positions.from_mask(None, 6, 6, "cpu"))
+    finally:
+        torch.set_default_dtype(before)
+    left = torch.tensor(slopes, dtype=torch.float32)
+    right = left.flip(0) if directional else left
+    want = torch.tensor([[[-(right[h] if j > i else left[h]).item() * abs(j - i) for j in range(6)]
+                          for i in range(6)] for h in range(heads)], dtype=torch.float32).unsqueeze(0)
+    assert bias.dtype == torch.float32
+    torch.testing.assert_close(bias, want, rtol=0, atol=0)
