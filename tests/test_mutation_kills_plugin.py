@@ -524,3 +524,21 @@ def test_kerple_bias_of_positions_given_as_values_is_in_its_parameters_dtype(sid
     dist = (k[0].unsqueeze(0) - q[0].unsqueeze(1)).abs().double()
     tol = {torch.float16: 2e-2, torch.float32: 1e-5, torch.float64: 1e-12}[model_dtype]
     torch.testing.assert_close(want.double(), -r1 * torch.log1p(r2 * dist), rtol=tol, atol=tol)
+
+
+# ---- RoPE: the base ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("base,ok", [(1.0, False), (0.5, False), (1.0 + 1e-6, True), (2.0, True)])
+def test_rope_base_must_be_above_one(base, ok):
+    """--rope-base is refused at 1 and below (base 1 gives every pair the frequency theta_i = 1: one rotation
+    for all, as if the encoding had one pair) and taken just above it: the frequencies base^(-2i/r), i = 0..r/2-1,
+    are then strictly decreasing from 1."""
+    build = lambda: pe_testing.make_pe("rope", dim=16, heads=2, max_positions=8, rope_base=base)  # noqa: E731
+    if not ok:
+        with pytest.raises(ValueError, match=rf"--rope-base must be above 1 \(RoFormer: 10000\), got {base}"):
+            build()
+        return
+    pe = build()
+    r = pe.rotary_dim
+    theta = base ** (-torch.arange(0, r, 2, dtype=torch.float64) / r)
+    torch.testing.assert_close(pe.cos[1].double(), torch.cos(theta), rtol=0, atol=1e-6)  # position 1: cos theta_i
+    assert theta[0] == 1 and bool((theta[1:] < theta[:-1]).all())
