@@ -880,21 +880,3 @@ def test_an_srun_tasks_rendezvous_is_pe_master_addr_else_the_first_nodes_address
     assert flags[:5] == ["--distributed-world-size", "2", "--distributed-rank", "1", "--distributed-no-spawn"]
     said = calls.read_text().splitlines() if calls.exists() else []
     assert said == ([] if given else ["show hostnames node[1-2]", "show node -o node1"])
-
-
-# ---- pe-evaluate's options (pe_tools/scoring/cli.py) ----------------------------------------------------------
-@pytest.mark.parametrize("n,refused", [(1, False), (2, False), (0, True), (-3, True)])
-def test_evaluate_takes_one_resample_and_refuses_fewer(n, refused, tmp_path):
-    """pe-evaluate --n-samples N: N >= 1 is taken (one resample or trial is a valid, if coarse, test), N < 1 is
-    refused naming the flag, before any file is read."""
-    from pe_tools.scoring.cli import InputError, build_parser, check_options
-
-    args = build_parser().parse_args(["--ref", str(tmp_path / "ref.de"), "--trg-lang", "de", "--out-dir",
-                                      str(tmp_path / "out"), "--baseline", "b=b.de", "--system", "s=s.de",
-                                      "--n-samples", str(n)])
-    if refused:
-        with pytest.raises(InputError, match=rf"^--n-samples {n}: must be at least 1$"):
-            check_options(args)
-    else:
-        check_options(args)
-        assert args.n_samples == n
