@@ -427,6 +427,19 @@ def test_an_option_value_may_hold_an_equals_sign(tmp_path):
     assert run.options == {"runs-dir": "a=b", "into": "rec"} and run.run_dir == Path("a=b") / run.name
 
 
+def test_a_hash_starts_a_comment_only_outside_quotes(tmp_path):
+    """A quoted value may hold `#` (runs-dir='runs #2' is that folder); a `#` outside quotes starts a comment, at
+    the start of a line or after a run; a line of only a comment is no run."""
+    q = tmp_path / "queue.txt"
+    q.write_text("# Table 1, first seeds\n"
+                 "multi30k sape en-de annealed 1 runs-dir='runs #2' into=\"rec#1\"  # the baseline\n"
+                 "   # an indented comment\n"
+                 "multi30k rope en-de annealed 1 runs-dir=r#not-a-folder\n")
+    first, second = queue.parse_queue(q, data=False)
+    assert first.options == {"runs-dir": "runs #2", "into": "rec#1"} and first.run_dir == Path("runs #2") / first.name
+    assert second.options == {"runs-dir": "r"}
+
+
 def test_a_runs_options_become_pe_trains_flags():
     """A queue line's data=, runs-dir= and gpus= become pe-train's --data, --runs-dir and --gpus (into= is
     pe-record's); without them, pe-train's own defaults apply."""

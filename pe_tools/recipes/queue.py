@@ -14,7 +14,8 @@ reached its last update; up to ``-j`` runs at a time.
 last step failed, with the log to read (on SLURM, each FAILED or DIED job's reason, docs/cluster.md).
 
 QUEUE is a plain text file, one run a line: ``RECIPE METHOD PAIR SIZE SEED`` and optionally ``data=DIR``,
-``runs-dir=DIR`` and ``into=DIR`` (pe-train's --data and --runs-dir, pe-record's --into); ``#`` starts a comment.
+``runs-dir=DIR`` and ``into=DIR`` (pe-train's --data and --runs-dir, pe-record's --into), a value with spaces
+quoted; ``#`` outside quotes starts a comment.
 Every line is checked before anything starts (the recipe, method, pair, size, seed and the prepared data: both
 languages' dict.LANG.txt), and the error names every bad line and its fix.
 
@@ -121,8 +122,8 @@ def parse_queue(path: Path, data: bool = True) -> List[Run]:
 
     def check_line(n: int, text: str) -> Run:
         where = f"{path}:{n}: {text!r}"
-        try:  # a path with spaces is quoted: runs-dir='my runs'
-            fields = shlex.split(text)
+        try:  # a path with spaces is quoted: runs-dir='my runs'; a # outside quotes starts a comment
+            fields = shlex.split(text, comments=True)
         except ValueError as e:
             raise QueueError(f"{where}: {e}; quote a value with spaces as in data='my data'") from None
         words = [w for w in fields if "=" not in w]
@@ -162,8 +163,8 @@ def parse_queue(path: Path, data: bool = True) -> List[Run]:
         return run
 
     for n, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        text = raw.split("#", 1)[0].strip()
-        if text:
+        text = raw.strip()
+        if text and not text.startswith("#"):
             try:
                 runs.append(check_line(n, text))
             except QueueError as e:  # every bad line is named, not only the first
