@@ -542,3 +542,27 @@ def test_rope_base_must_be_above_one(base, ok):
     theta = base ** (-torch.arange(0, r, 2, dtype=torch.float64) / r)
     torch.testing.assert_close(pe.cos[1].double(), torch.cos(theta), rtol=0, atol=1e-6)  # position 1: cos theta_i
     assert theta[0] == 1 and bool((theta[1:] < theta[:-1]).all())
+
+
+# ---- SAPE: the table in float32, as fairseq's ----------------------------------------------------------------
+@pytest.mark.parametrize("default", [torch.float64, torch.bfloat16])
+def test_sape_table_is_fairseqs_float32_one_whatever_the_default_dtype(default):
+    """SAPE's sinusoid table is fairseq's stock ``SinusoidalPositionalEmbedding.get_embedding`` bit for bit (its
+    frequencies and angles in float32) also under torch.set_default_dtype(float64 or bfloat16), where the
+    encoding is built: an even and an odd width, and the encoding's own table with fairseq's padding row."""
+    from fairseq.modules.sinusoidal_positional_embedding import SinusoidalPositionalEmbedding
+
+    from pe_plugin.encodings.sinusoidal import sinusoid_table
+
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(default)
+    try:
+        pairs = [(sinusoid_table(300, dim), SinusoidalPositionalEmbedding.get_embedding(300, dim)) for dim in (16, 15)]
+        pe = pe_testing.make_pe("sape", dim=16, max_positions=40)  # padding_idx 1: rows 0..41
+        pairs.append((pe.table, SinusoidalPositionalEmbedding.get_embedding(42, 16, padding_idx=1)))
+    finally:
+        torch.set_default_dtype(before)
+    for got, want in pairs:
+        assert got.dtype == want.dtype and got.dtype in (torch.float32, default)
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+    assert pairs[0][0].dtype == pairs[2][0].dtype == torch.float32
