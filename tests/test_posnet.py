@@ -183,18 +183,34 @@ def test_attn_branch_equals_relu_and_saves_only_its_product_input(from_mask):
         assert {t.dtype for t in saved} == {torch.double, torch.bool, torch.long}
 
 
-def test_benchmark_candidates_compute_the_same_thing():
-    """pe_tools/bench/posnet_kernel.py: the released broadcast and the bmm give the same outputs and gradients."""
-    from pe_tools.bench.posnet_kernel import setup
+def test_the_batched_kernel_product_is_the_released_broadcast():
+    """PosNet-Embed's kernel product as the plugin computes it (one bmm over positions) against the released
+    code's per-token broadcast, ``x + ReLU((x W1).unsqueeze(2).matmul(phi[:T])) W2``: the same outputs and
+    gradients of the input and of every kernel (the candidates of docs/benchmarks_cpu.md's recorded decision)."""
+    from pe_plugin.encodings import PE_REGISTRY, Dims
 
+    b, t, d = 3, 5, 16
+    torch.manual_seed(0)
+    cls = PE_REGISTRY["posnet_embed"]
+    pe = cls.build(cls.config_cls(posnet_dim=4, posnet_init="per-matrix", posnet_max_positions=8),
+                   Dims(d, 8, 6, 8, 1, "encoder"), {})
+    w1, w2, phi = (pe.kernels[k] for k in ("w1", "w2", "phi"))
+    x = torch.randn(b, t, d, requires_grad=True)
+    grad = torch.randn(b, t, d)
+    candidates = {
+        # (B,T,1,d_p) @ (T,d_p,d_p), broadcast over the batch
+        "released": lambda: x + F.relu((x @ w1).unsqueeze(2).matmul(phi[:t]).squeeze(2)) @ w2,
+        "bmm": lambda: pe.embed(x, Positions.for_tokens(x.new_zeros(b, t).long(), 1)),
+    }
     runs = []
-    for candidate in ("released", "bmm"):
-        step, forward, leaves = setup(candidate, batch=3, length=5, dim=16, posnet_dim=4, lmax=8)
-        step()
-        with torch.no_grad():
-            runs.append([forward()] + [t.grad for t in leaves])
-    for a, b in zip(*runs):
-        torch.testing.assert_close(a, b)
+    for forward in candidates.values():
+        for leaf in (x, w1, w2, phi):
+            leaf.grad = None
+        out = forward()
+        out.backward(grad)
+        runs.append([out.detach()] + [leaf.grad.clone() for leaf in (x, w1, w2, phi)])
+    for a, c in zip(*runs):
+        torch.testing.assert_close(a, c)
 
 
 # ---- model level -------------------------------------------------------------------------------------------

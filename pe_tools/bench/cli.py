@@ -28,8 +28,7 @@ def discover():
         if info.name.startswith("_") or info.name == "cli":
             continue
         mod = importlib.import_module(f"pe_tools.bench.{info.name}")
-        if hasattr(mod, "run"):  # not a retired benchmark's remains (posnet_kernel)
-            found[mod.NAME] = mod
+        found[mod.NAME] = mod
     return found
 
 
