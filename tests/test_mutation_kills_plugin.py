@@ -566,3 +566,19 @@ def test_sape_table_is_fairseqs_float32_one_whatever_the_default_dtype(default):
         assert got.dtype == want.dtype and got.dtype in (torch.float32, default)
         torch.testing.assert_close(got, want, rtol=0, atol=0)
     assert pairs[0][0].dtype == pairs[2][0].dtype == torch.float32
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.float64])
+@pytest.mark.parametrize("side", ["encoder", "decoder"])
+def test_t5_bias_converts_nothing_per_call_in_the_models_dtype(side, dtype):
+    """T5's bias in a float32 encoding, and in one converted to float16 or float64 with the model (``.half()`` as
+    --fp16 does, ``.double()``): one matrix product of the table with its constant one-hot of the buckets, which
+    is already in the table's dtype, so a call converts and copies nothing (no ``_to_copy``); the values are the
+    table's at each pair's bucket."""
+    pe = pe_testing.make_pe("t5", side, dim=16, heads=2, t5_num_buckets=8, t5_max_distance=6).to(dtype)
+    for tq, tk in ((9, 9), (1, 12)):
+        with pe_testing.OpLog() as log:
+            bias = pe.position_bias(Positions.from_mask(None, tq, tk, "cpu"))
+        assert log.ops["_to_copy"] == 0 and log.ops["mm"] == 1, dict(log.ops)
+        assert bias.dtype == dtype
+        torch.testing.assert_close(bias, t5_reference(pe, tq, tk), rtol=0, atol=0)
