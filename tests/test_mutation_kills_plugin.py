@@ -582,3 +582,18 @@ def test_t5_bias_converts_nothing_per_call_in_the_models_dtype(side, dtype):
         assert log.ops["_to_copy"] == 0 and log.ops["mm"] == 1, dict(log.ops)
         assert bias.dtype == dtype
         torch.testing.assert_close(bias, t5_reference(pe, tq, tk), rtol=0, atol=0)
+
+
+# ---- the exit hook: a torch without distributed support ------------------------------------------------------
+def test_the_exit_hook_does_nothing_in_a_torch_built_without_distributed_support(monkeypatch):
+    """In a torch built without distributed support (USE_DISTRIBUTED=0: ``torch.distributed.is_available()`` is
+    False and the module has no ``is_initialized`` or ``get_backend``), pe_plugin's atexit hook,
+    gloo_exit.destroy_gloo_group, asks nothing more and returns False: a program's exit raises nothing."""
+    import torch.distributed as dist
+
+    from pe_plugin.gloo_exit import destroy_gloo_group
+
+    monkeypatch.setattr(dist, "is_available", lambda: False)
+    for name in ("is_initialized", "get_backend", "destroy_process_group"):
+        monkeypatch.delattr(dist, name, raising=False)
+    assert destroy_gloo_group() is False
