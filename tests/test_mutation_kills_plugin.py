@@ -597,3 +597,23 @@ def test_the_exit_hook_does_nothing_in_a_torch_built_without_distributed_support
     for name in ("is_initialized", "get_backend", "destroy_process_group"):
         monkeypatch.delattr(dist, name, raising=False)
     assert destroy_gloo_group() is False
+
+
+# ---- the hub: leaving long sentences out when asked ----------------------------------------------------------
+def test_the_hub_leaves_sentences_over_the_limit_out_when_told_to_skip_them(data_bin):
+    """``generate(..., skip_invalid_size_inputs=True)`` on the hub of a model with 7 source positions: a sentence
+    of 8 tokens between two of 7 and 2 is left out (fairseq's skipping: two translations, the others' in their
+    order) rather than refused; without the flag the same call raises, naming it."""
+    from test_lmax_boundaries import LIMS, L_SRC, TINY, hub, tokens
+
+    task, model, args = pe_testing.build_model(data_bin, "transformer_rope_wmt_en_de", TINY + LIMS)
+    h = hub(task, model.eval(), args)
+    fits, over, short = tokens(task, L_SRC)[0], tokens(task, L_SRC + 1)[0], tokens(task, 2)[0]
+    decoding = dict(beam=1, max_len_b=3, max_len_a=0)
+    alone = [h.generate([s], **decoding)[0][0]["tokens"] for s in (fits, short)]
+    out = h.generate([fits, over, short], skip_invalid_size_inputs=True, **decoding)
+    assert len(out) == 2
+    for hypos, want in zip(out, alone):
+        assert torch.equal(hypos[0]["tokens"], want)
+    with pytest.raises(ValueError, match=rf"sentence 1 is {L_SRC + 1} tokens long"):
+        h.generate([fits, over, short], **decoding)
