@@ -651,3 +651,36 @@ def test_the_tensorboardx_filter_on_a_handler_drops_only_that_loggers_notice():
     assert handler.messages == [(LOGGER, "another record"), ("fairseq.other", NOTICE)]
     record = logging.makeLogRecord({"name": LOGGER, "msg": NOTICE + ": pip install tensorboardX"})
     assert DropTensorboardXNotice().filter(record) is False
+
+
+# ---- model flags: two dictionaries need unshared embeddings only -------------------------------------------------
+def test_two_dictionaries_are_refused_only_with_share_all_embeddings(data_bin, tmp_path):
+    """A data folder whose target dictionary differs from the source's (one word more, as fairseq-preprocess
+    without --joined-dictionary gives): a model with separate embeddings (no --share-all-embeddings) builds, its
+    decoder's vocabulary the target's; with --share-all-embeddings it is refused, naming --joined-dictionary."""
+    import shutil
+
+    from fairseq import options, tasks
+    from test_lmax_boundaries import TINY
+
+    from pe_plugin.models.validation import PEConfigError
+
+    split = tmp_path / "split"
+    shutil.copytree(data_bin, split)
+    with open(split / "dict.de.txt", "a") as f:
+        f.write("onlyintarget 1\n")
+    unshared = [f for f in pe_testing.TRAIN_FLAGS if f != "--share-all-embeddings"]
+
+    def build(*extra):
+        argv = [str(split), "--user-dir", pe_testing.PLUGIN, "--arch", "transformer_sape_wmt_en_de", *unshared,
+                *TINY, *extra]
+        args = options.parse_args_and_arch(options.get_training_parser(), argv)
+        task = tasks.setup_task(args)
+        return args, task, task.build_model(args)
+
+    args, task, model = build()
+    assert not args.share_all_embeddings
+    assert len(task.target_dictionary) == len(task.source_dictionary) + 1
+    assert model.decoder.embed_tokens.num_embeddings == len(task.target_dictionary)
+    with pytest.raises(PEConfigError, match="--share-all-embeddings needs one dictionary .* --joined-dictionary"):
+        build("--share-all-embeddings")
