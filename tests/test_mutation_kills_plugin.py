@@ -684,3 +684,28 @@ def test_two_dictionaries_are_refused_only_with_share_all_embeddings(data_bin, t
     assert model.decoder.embed_tokens.num_embeddings == len(task.target_dictionary)
     with pytest.raises(PEConfigError, match="--share-all-embeddings needs one dictionary .* --joined-dictionary"):
         build("--share-all-embeddings")
+
+
+# ---- the embedding slots: positions after dropout, once per slot call ------------------------------------------
+def test_dropout_then_embed_applies_the_slots_positions_once():
+    """PosNet-Embed's two slots (fairseq's ``embed_positions`` and ``dropout_module``): the dropout module applies
+    the positions the slot computed for the tokens to the one call that follows it (in eval mode, where dropout is
+    the identity, exactly the encoding's ``embed`` at those positions, left pads included); a later call without
+    a new slot call (a subclass or a user applying the stack's dropout to another tensor) is dropout alone."""
+    from torch import nn
+
+    from pe_plugin.modules.pe_embedding import DropoutThenEmbed, PositionSlot
+
+    pe = pe_testing.make_pe("posnet_embed", dim=16, heads=2, max_positions=8)
+    slot = PositionSlot(pe, nn.Embedding(20, 16, padding_idx=1))
+    dropout = DropoutThenEmbed(nn.Dropout(0.3), slot).eval()
+    tokens = torch.tensor([[1, 1, 5, 6, 2], [4, 5, 6, 7, 2]])  # the first sentence left-padded by two
+    torch.manual_seed(0)
+    x, y = torch.randn(2, 2, 5, 16)
+    with torch.no_grad():
+        slot(tokens)
+        got = dropout(x)
+        want = pe.embed(x, Positions.for_tokens(tokens, 1))
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+        assert not torch.equal(got, x)
+        assert torch.equal(dropout(y), y)  # no positions left: dropout alone (the identity in eval mode)
