@@ -739,3 +739,24 @@ def test_a_dataset_that_cannot_reuse_its_iterator_gets_fairseqs_batches_in_every
     for epoch in (1, 2, 3):
         assert batches[ResumableTranslationTask, epoch] == batches[TranslationTask, epoch], epoch
     assert sorted(batches[TranslationTask, 2]) != sorted(batches[TranslationTask, 3])  # other groupings
+
+
+# ---- the checkpoint allow-list on numpy 1.x ------------------------------------------------------------------
+def test_the_checkpoint_allow_list_takes_numpy_core_where_there_is_no_numpy_underscore_core(monkeypatch):
+    """On a numpy without ``numpy._core`` (numpy 1.x, where the module is ``numpy.core``; simulated here by hiding
+    the attribute, numpy 2 keeping ``numpy.core`` as its alias), safe_load's allow-list still admits the array
+    reconstructor and the scalar constructor of BLEU-count arrays in a checkpoint: the same functions as numpy 2's
+    ``numpy._core.multiarray``."""
+    import warnings
+
+    import numpy as np
+
+    from pe_plugin.safe_load import checkpoint_safe_globals
+
+    want = [np._core.multiarray._reconstruct, np._core.multiarray.scalar]
+    monkeypatch.delattr(np, "_core")
+    assert getattr(np, "_core", None) is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # numpy 2: numpy.core is deprecated
+        allowed = checkpoint_safe_globals()
+    assert all(any(a is w for a in allowed) for w in want)
