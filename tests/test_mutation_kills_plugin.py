@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 import pe_testing
+from test_relative import hf_bucket  # T5's bucket of one distance, as HF computes it
 from pe_plugin.encoding_parts.base import Dims, Positions
 from pe_plugin.encodings import PE_REGISTRY
 
@@ -404,23 +405,6 @@ def test_positions_compute_the_relative_matrix_once_and_reuse_it():
 
 
 # ---- T5's buckets: long whatever the distances' dtype ----------------------------------------------------------
-def t5_bucket_reference(r, bidirectional, num_buckets, max_distance):
-    """T5's bucket of one distance r = j - i (mesh-tf / HF), the logarithm in float32 as the references take it."""
-    import numpy as np
-
-    n, offset = -int(r), 0
-    if bidirectional:
-        num_buckets //= 2
-        offset, n = (num_buckets if n < 0 else 0), abs(n)
-    else:
-        n = max(n, 0)
-    exact = num_buckets // 2
-    if n < exact:
-        return offset + n
-    ratio = np.log(np.float32(n) / np.float32(exact)) / np.float32(math.log(max_distance / exact))
-    return offset + min(num_buckets - 1, exact + int(ratio * np.float32(num_buckets - exact)))
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int32])
 @pytest.mark.parametrize("side", ["encoder", "decoder"])
 def test_t5_buckets_distances_of_any_real_dtype_as_long(side, dtype):
@@ -433,12 +417,12 @@ def test_t5_buckets_distances_of_any_real_dtype_as_long(side, dtype):
     rel = torch.arange(-30, 31)
     got = t5_bucket(rel.to(dtype), bidirectional, 8, 20)
     assert got.dtype == torch.long
-    assert got.tolist() == [t5_bucket_reference(r, bidirectional, 8, 20) for r in rel.tolist()]
+    assert got.tolist() == [hf_bucket(r, bidirectional, 8, 20) for r in rel.tolist()]
     pe = pe_testing.make_pe("t5", side, dim=16, heads=2, t5_num_buckets=8, t5_max_distance=20)
     q, k = torch.tensor([[0, 3, 9, 25]]), torch.tensor([[0, 3, 9, 25, 31]])
     want = pe.position_bias(Positions(q, k))
     torch.testing.assert_close(pe.position_bias(Positions(q.to(dtype), k.to(dtype))), want, rtol=0, atol=0)
-    rows = torch.tensor([[t5_bucket_reference(j - i, bidirectional, 8, 20) for j in k[0].tolist()]
+    rows = torch.tensor([[hf_bucket(j - i, bidirectional, 8, 20) for j in k[0].tolist()]
                          for i in q[0].tolist()])
     torch.testing.assert_close(want, pe.table[rows].permute(2, 0, 1).unsqueeze(0), rtol=0, atol=0)
 
