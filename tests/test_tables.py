@@ -708,7 +708,7 @@ def recorded_timings() -> dict:
 # every timing of the documents: (document, its text with the figure as a group, row of examples/timings.md); the
 # text names the machine and the load
 TIMED = [
-    ("README.md", r"whole test suite: (\d+) minutes on 2 idle CPU cores \(at cf75261\)",
+    ("README.md", r"whole test suite: (\d+) minutes on 2 idle CPU cores \(at e87a99a\)",
      ("make test", "2 CPU cores, 2 test processes")),
     ("README.md", r"calls of 5 s or more\): (\d+) s on 2 idle CPU cores",
      ("make test-fast", "2 CPU cores, 2 test processes, tiers by measured time")),
