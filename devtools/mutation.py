@@ -791,7 +791,6 @@ def trace(out: Path, root: Path = REPO, commit: str = "HEAD", timeout: float = 3
         proc = subprocess.run(cmd, cwd=copy_root, env=env, capture_output=True, text=True, timeout=timeout)
         log(proc.stdout[-1500:])
         found = json.loads((copy_root / "map.json").read_text())
-    command = shlex.join(head) + " (deselections of devtools.mutation.deselected()) " + " ".join(files or ["tests"])
     if files:
         old = json.loads(out.read_text())
         found = merge_trace(old, found, files)
@@ -799,7 +798,7 @@ def trace(out: Path, root: Path = REPO, commit: str = "HEAD", timeout: float = 3
         found["command"] = f"{old.get('command')}; then {' '.join(files)} traced again on {source_id} and merged"
     else:
         found["source"] = source_id
-        found["command"] = command
+        found["command"] = shlex.join(head) + " (deselections of devtools.mutation.deselected()) tests"
     out.write_text(json.dumps(found, indent=0, sort_keys=True) + "\n")
     return found
 
