@@ -1,0 +1,189 @@
+"""A SLURM job's own side and pe-queue's SLURM queries (pe_tools/recipes/slurm.py), without a SLURM install: the
+SLURM programs are stand-ins on PATH that answer what each test gives them, the job's chain a stand-in in this
+process."""
+import os
+import shlex
+import signal
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+# each payload leaves a PWNED* file if a shell runs it
+NASTY = "a b'c\"d;touch PWNED1;e$(touch PWNED2)f`touch PWNED3`g"
+
+
+# ---- a SLURM job's refused requeue (pe_tools/recipes/slurm.py) ----------------------------------------------
+@pytest.fixture
+def requeue_job(tmp_path, monkeypatch):
+    """A SLURM array task 7_1 (job 8) of a one-run queue, in this process, whose chain only receives SLURM's signal
+    before the time limit; ``scontrol`` is a stand-in on PATH that refuses with what the test gives it. Returns a
+    function (stdout, stderr) -> what the job printed."""
+    from pe_tools.recipes import slurm
+
+    for name in ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_RESTART_COUNT",
+                 "SLURMD_NODENAME", slurm.local.REHEARSE_ENV):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("SLURM_ARRAY_JOB_ID", "7")
+    monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "1")
+    monkeypatch.setenv("SLURM_JOB_ID", "8")
+    data, code, bin_dir = tmp_path / "data", tmp_path / "code", tmp_path / "bin"
+    for d in (data, code, bin_dir):
+        d.mkdir()
+    for lang in ("en", "de"):
+        (data / f"dict.{lang}.txt").write_text("")
+    (code / "COMMIT").write_text("mine\n")
+    snapshot = tmp_path / "queue.txt"
+    snapshot.write_text(f"multi30k sape en-de annealed 1 data={data} runs-dir={tmp_path / 'runs'}\n")
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+
+    def process(self, run):  # the chain: SLURM's USR1 arrives, the handler runs, the run ends recorded
+        signal.getsignal(signal.SIGUSR1)(signal.SIGUSR1, None)
+        return "recorded"
+
+    monkeypatch.setattr(slurm.JobQueue, "process", process)
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGUSR1, signal.SIGTERM)}
+
+    def job(stdout, stderr, capsys):
+        fake_program(bin_dir, "scontrol", stdout, stderr)
+        capsys.readouterr()
+        assert slurm.job_main([str(snapshot), "--line", "1", "--code", str(code)]) == 0
+        return capsys.readouterr().out
+
+    yield job
+    for s, h in handlers.items():
+        signal.signal(s, h)
+
+
+@pytest.mark.parametrize("stdout,stderr,reason", [
+    ("Requeue of job 8 is disabled\n", "", "Requeue of job 8 is disabled"),  # only stdout says why
+    ("", "scontrol: error: Job has no requeue\n", "scontrol: error: Job has no requeue"),
+    ("some chatter\n", "scontrol: error: Job has no requeue\n", "scontrol: error: Job has no requeue"),
+])
+def test_a_refused_requeue_shows_scontrols_reason_from_stderr_else_stdout(requeue_job, stdout, stderr, reason,
+                                                                           capsys):
+    """When `scontrol requeue` fails, the job's log names its reason: scontrol's stderr, or its stdout when
+    stderr is empty (some versions and wrappers print the refusal there), never an empty pair of brackets."""
+    out = requeue_job(stdout, stderr, capsys)
+    assert f"could not requeue job 8 ({reason}); the time limit will end it" in out, out
+
+
+
+def fake_program(bin_dir: Path, name: str, stdout: str, stderr: str, status: int = 1) -> None:
+    """``name`` on PATH (``bin_dir``): prints ``stdout`` and ``stderr`` and exits with ``status``."""
+    bin_dir.mkdir(exist_ok=True)
+    program = bin_dir / name
+    program.write_text(f"#!/bin/sh\nprintf '%s' {shlex.quote(stdout)}\nprintf '%s' {shlex.quote(stderr)} >&2\n"
+                       f"exit {status}\n")
+    program.chmod(0o755)
+
+
+@pytest.mark.parametrize("stdout,stderr,reason", [
+    ("sinfo: error: from stdout\n", "", "sinfo: error: from stdout"),
+    ("chatter\n", "sinfo: error: from stderr\n", "sinfo: error: from stderr"),
+])
+def test_a_failed_slurm_query_names_its_reason_from_stderr_else_stdout(stdout, stderr, reason, tmp_path,
+                                                                        monkeypatch):
+    """A SLURM program that fails (sinfo for the cluster's size, squeue for the jobs' states) is named with its
+    reason: its stderr, or its stdout when stderr is empty. The programs are stand-ins on PATH."""
+    from pe_tools.recipes import slurm
+
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    fake_program(tmp_path / "bin", "sinfo", stdout, stderr)
+    with pytest.raises(slurm.SlurmError) as e:
+        slurm._slurm("sinfo", "-h", what="--partition")
+    assert str(e.value) == f"--partition: `sinfo -h` failed: {reason}"
+    fake_program(tmp_path / "bin", "squeue", stdout.replace("sinfo", "squeue"), stderr.replace("sinfo", "squeue"))
+    with pytest.raises(slurm.NoAnswer) as e:
+        slurm.job_states(["5"])
+    assert str(e.value) == f"`squeue` failed: {reason.replace('sinfo', 'squeue')}"
+
+
+
+@pytest.mark.parametrize("stdout,stderr,reason", [
+    ("scancel: error: from stdout\n", "", "scancel: error: from stdout"),
+    ("chatter\n", "scancel: error: from stderr\n", "scancel: error: from stderr"),
+])
+def test_a_failed_cancel_names_scancels_reason_from_stderr_else_stdout(stdout, stderr, reason, tmp_path, monkeypatch,
+                                                                       capsys):
+    """pe-queue cancel, when scancel fails: the error names scancel's reason, its stderr or, when that is empty,
+    its stdout. The queue's job and its live task are stand-ins; scancel a stand-in on PATH."""
+    from pe_tools.recipes import slurm
+
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    fake_program(tmp_path / "bin", "scancel", stdout, stderr)
+    monkeypatch.setattr(slurm, "load_jobs", lambda queue_path: [{"job": "9"}])
+    monkeypatch.setattr(slurm, "live_states", lambda jobs: {"9_1": "RUNNING"})
+    assert slurm.cancel(tmp_path / "q.txt") == 2
+    assert capsys.readouterr().err == f"error: scancel 9 failed: {reason}\n"
+
+
+# ---- what pe-queue status tells a user to paste (``forgotten``) ---------------------------------------------
+@pytest.mark.parametrize("with_log", [False, True])
+def test_the_resubmit_command_of_a_forgotten_job_pastes_back_as_its_queue_file(with_log, tmp_path):
+    """A job SLURM has forgotten (NEVER-RAN without a SLURM log, DIED with one): pe-queue status's note ends with
+    ``pe-queue run QUEUE --slurm submits it again``. For a queue file whose folder and name hold a space, both
+    quotes, `;`, `$(...)` and backquotes, that command reads back (shlex, and bash itself) as exactly pe-queue,
+    run, the queue file's path and --slurm, and pasting it runs none of the payloads."""
+    from pe_tools.recipes import slurm
+
+    folder = tmp_path / NASTY
+    folder.mkdir()
+    queue_path = folder / f"queue {NASTY}.txt"
+    run = SimpleNamespace(name="sape.en-de.mini.seed1", run_dir=tmp_path / "runs" / "sape.en-de.mini.seed1")
+    if with_log:
+        logs = slurm.submit_dir(queue_path) / "logs"
+        logs.mkdir(parents=True)
+        (logs / "pe-q-0_7_1.out").write_text("[queue] sape.en-de.mini.seed1\nKilled\n")
+    notes = []
+    assert slurm.forgotten(queue_path, run, "7_1", notes) == ("DIED" if with_log else "NEVER-RAN")
+    (note,) = notes
+    assert note.endswith(" submits it again") and note.count("pe-queue run ") == 1, note
+    command = note[note.index("pe-queue run "):-len(" submits it again")]
+    want = ["pe-queue", "run", str(queue_path), "--slurm"]
+    assert shlex.split(command) == want
+    read = subprocess.run(["bash", "-c", "printf '%s\\0' " + command], cwd=tmp_path, capture_output=True, check=True)
+    assert read.stdout.decode().split("\0")[:-1] == want  # bash's own reading of it
+    assert not list(tmp_path.rglob("PWNED*"))
+
+
+# ---- a SLURM job's count of starts without a new checkpoint (pe_tools/recipes/slurm.py) ---------------------
+@pytest.mark.parametrize("state,counted", [
+    ("RUNNING", True), ("REQUEUEING", True), ("ENDED", True),  # the start before worked, or SLURM ended it
+    ("FAILED", False), ("RECORDED", False), ("SUBMITTED", False), (None, False),  # its chain ended, or never ran
+])
+def test_a_start_counts_as_stalled_only_after_a_start_that_worked_on_the_same_checkpoint(state, counted):
+    """A job's start is one more in a row without a new checkpoint (stalled 2 -> 3) when RUN/slurm.json is this
+    job's own from a start that was working or that SLURM ended (RUNNING, REQUEUEING, ENDED), with a lower
+    restart count and the same checkpoint resumed from. After the job's own final word (FAILED, e.g. stopped for
+    stalling, then requeued by hand; RECORDED), the submitter's SUBMITTED, or no word, the count starts again
+    (0); so does it for another job, a restart count not above the file's, or another checkpoint."""
+    from pe_tools.recipes.slurm import stalled_starts
+
+    previous = {"job": "7_1", "restarts": 1, "resumed_from": 10, "stalled": 2,
+                **({"state": state} if state else {})}
+    assert stalled_starts(previous, "7_1", 2, 10) == (3 if counted else 0)
+    if counted:  # the other conditions, each on its own
+        assert stalled_starts(previous, "8_1", 2, 10) == 0
+        assert stalled_starts(previous, "7_1", 1, 10) == 0
+        assert stalled_starts(previous, "7_1", 2, 12) == 0
+        assert stalled_starts(dict(previous, resumed_from=None), "7_1", 2, None) == 3  # no checkpoint yet, again
+
+
+# ---- the pe-train command of a SLURM job (pe_tools/recipes/slurm.py, ``job_main``) --------------------------
+@pytest.mark.parametrize("gpus", [1, 2])
+def test_a_slurm_job_runs_its_lines_pe_train_command_adding_gpus_only_for_several(gpus, requeue_job, tmp_path,
+                                                                                   monkeypatch, capsys):
+    """A SLURM array task (``slurm job SNAPSHOT --line N --gpus G``) trains its line with the pe-train arguments a
+    queue run here gives that line, plus ``--gpus G`` only for G > 1: with one GPU, the same command as the local
+    queue's, pe-train's own default of one rank."""
+    from pe_tools.recipes import queue, slurm
+
+    snapshot = tmp_path / "queue.txt"
+    (line,) = queue.parse_queue(snapshot)
+    trained = []
+    monkeypatch.setattr(slurm.JobQueue, "process", lambda self, run: trained.append(run.train_args()) or "recorded")
+    assert slurm.job_main([str(snapshot), "--line", "1", "--code", str(tmp_path / "code"), "--gpus", str(gpus)]) == 0
+    assert trained == [line.train_args() + (["--gpus", str(gpus)] if gpus > 1 else [])]
+    assert "--gpus" not in line.train_args()
