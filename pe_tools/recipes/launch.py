@@ -113,7 +113,7 @@ def main(argv=None, progs=None) -> int:
                         epilog="Flags after -- go to pe-evaluate, e.g. -- --ngram-analysis, or -- --source FILE "
                                "--length-buckets 10,15,20 for scores by source length. The recorded runs of the "
                                "recipe, pair and size must be alike in every other key of a run's identity "
-                               "(updates, flags after pe-train's --; pe_tools/recipes/results.py IDENTITY): "
+                               "(updates, flags after pe-train's --; pe_tools/runs/identity.py IDENTITY): "
                                "-- --allow-mismatch scores one that is not, marked in the table.")
     rp.add_argument("--recipe", default="multi30k", choices=recipes)
     rp.add_argument("--pair", choices=pairs, default="en-de", help="a language pair of the recipe's table")

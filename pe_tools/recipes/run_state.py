@@ -18,6 +18,7 @@ from typing import Optional
 
 from ..checkpoint_files import updates_of
 from ..file_io import read_json_object
+from ..runs.identity import max_update_of  # noqa: F401  (re-exported: the command's --max-update)
 
 try:
     import fcntl
@@ -150,9 +151,3 @@ def finished(run_dir: Path, argv) -> bool:
     before the tee wrote it) has finished, and fairseq resumed there would train one update more and overwrite the
     checkpoints; a trainer still validating or saving after its last update has not."""
     return training_state(run_dir, argv).done
-
-
-def max_update_of(argv) -> Optional[int]:
-    """The --max-update of a fairseq-train argv (the last one wins), or None."""
-    flags = [i for i, x in enumerate(argv) if x == "--max-update"]
-    return int(argv[flags[-1] + 1]) if flags else None

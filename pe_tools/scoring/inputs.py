@@ -3,7 +3,7 @@ PE settings from HYP.meta.json or --meta), read and validated before anything is
 
 Two checks make sure a table compares what it says it compares. Every hypothesis file must read as the
 reference's language (``language``: French scored against German is refused). And each run of a decode of
-pe-generate (a file with a HYP.meta.json) has an identity (pe_tools.recipes.results.IDENTITY: recipe, language
+pe-generate (a file with a HYP.meta.json) has an identity (pe_tools.runs.identity.IDENTITY: recipe, language
 pair, size, updates, changed flags; method and seed aside): the meta file's ``run``, else, for a meta file written
 before it held one, what the command.json of the run's (or recorded run's) folder and the meta's checkpoints say.
 A run whose identity differs from its baseline run's is refused, or with --allow-mismatch marked in the table."""
@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
+from ..runs.identity import identity_differences, run_identity
 from . import generate_output
 from .errors import InputError
 
@@ -118,8 +119,6 @@ def identity(path: str, meta: Optional[dict]) -> Optional[dict]:
     """The identity of the run a hypothesis file is a decode of (module docstring), or None for a file without a
     meta file, or one whose run cannot be told (no ``run`` in it and no command.json in its folder, or in the one or
     two above it: RUN/gen/, RUN/gen/NAME/, REC/NAME/)."""
-    from ..recipes.results import run_identity
-
     if meta is None:
         return None
     if isinstance(meta.get("run"), dict):
@@ -137,8 +136,6 @@ def identity(path: str, meta: Optional[dict]) -> Optional[dict]:
 def check_comparable(inputs: "Inputs", allow_mismatch: bool) -> None:
     """Each run of each system against its baseline run: identities that differ outside the compared keys raise
     InputError naming them, or with ``allow_mismatch`` go into the system's ``mismatch``."""
-    from ..recipes.results import identity_differences
-
     baseline = inputs.baseline
     for s in inputs.systems:
         for r, (mine, f) in enumerate(zip(s.identities, s.files)):
