@@ -27,6 +27,9 @@ from .train import cuda, training_state
 
 # the paper's decoding settings
 DECODE_FLAGS = ["--beam", "4", "--lenpen", "0.6", "--max-len-a", "1", "--max-len-b", "50"]
+# its batches: fairseq 0.12's batch_by_size drops a last batch whose size is not a multiple of
+# --required-batch-size-multiple (default 8): 3 of newstest2014's 3003 sentences would be lost
+DECODE_BATCH = ["--batch-size", "128", "--required-batch-size-multiple", "1"]
 
 
 def generate(a) -> int:
@@ -64,10 +67,7 @@ def generate(a) -> int:
         return 2
     cmd = [sys.executable, "-m", "fairseq_cli.generate", str(data), "--user-dir", plugin_dir(),
            "--path", str(avg), "--gen-subset", a.subset, "--source-lang", src, "--target-lang", tgt,
-           *DECODE_FLAGS, "--batch-size", "128",
-           # fairseq 0.12's batch_by_size drops a last batch whose size is not a multiple of
-           # --required-batch-size-multiple (default 8): 3 of newstest2014's 3003 sentences would be lost
-           "--required-batch-size-multiple", "1", "--remove-bpe"] + (["--fp16"] if cuda() else ["--cpu"])
+           *DECODE_FLAGS, *DECODE_BATCH, "--remove-bpe"] + (["--fp16"] if cuda() else ["--cpu"])
     from pe_plugin.decode_limits import STOCK
 
     if a.pe_beyond_max == "clamp" and limits["pe"] != STOCK:  # every sentence is translated, whatever its length
