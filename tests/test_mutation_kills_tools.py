@@ -5,12 +5,9 @@ itself, bash's own reading of a command line)."""
 import json
 import os
 import shlex
-import socket
-import subprocess
 import sys
 from argparse import Namespace
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 

@@ -3,6 +3,7 @@ SIGKILL in the middle of a training and restarted with the same command that rec
 queue records."""
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from pe_shell import NASTY, bash_argv
 from pe_testing import REPO, SAFE_ENV, code_copy
 
 from pe_tools.recipes import queue, queue_cli, training_log
@@ -525,3 +527,169 @@ def test_each_step_of_a_run_ends_its_log_with_how_it_ended(tmp_path):
     assert lines[-1] == f"[queue] train failed (exit {rc}): see {run.run_dir / 'train.log'}", lines
     assert any(ln.startswith("[queue] record failed (exit ") and ln.endswith(f": see {log}") for ln in lines), lines
     assert said[-1] == f"[queue] {run.name}: train failed (exit {rc}): see {run.run_dir / 'train.log'}", said
+
+
+# ---- pe-queue's step log (pe_tools/recipes/queue.py) --------------------------------------------------------
+HOSTILE = ["two words", "it's", 'say "hi"', "a;touch PWNED_SEMI", "$(touch PWNED_SUBST)", "`touch PWNED_BACK`",
+           "tab\there", ""]
+
+
+def test_the_logged_queue_command_pastes_back_as_the_same_argv(tmp_path, monkeypatch):
+    """Each step's first line in RUN/queue.log, ``[queue] COMMAND``, is the step's argument vector as a shell line:
+    pasted into a shell it gives back the same arguments, even ones holding a space, quotes, `;`, `$(...)`,
+    backquotes, a tab or nothing, and runs none of them. The reference is the argv handed to the process and bash's
+    own reading of the line (printf of each argument), not shlex alone."""
+    from pe_tools.recipes import queue
+
+    started = []
+
+    class StandIn:  # the step's process: records its argv, ends at once
+        pid = 424242
+
+        def __init__(self, cmd, **kw):
+            started.append(list(cmd))
+
+        def wait(self):
+            return 0
+
+    run = queue.Run(1, "multi30k", "sape", "en-de", "annealed", 1, {"runs-dir": str(tmp_path / "runs")})
+    q = queue.Queue(tmp_path / "q.txt", [run], REPO, 1, 1, log=lambda *_: None)
+    log = tmp_path / "queue.log"
+    with monkeypatch.context() as m:
+        m.setattr(queue.subprocess, "Popen", StandIn)
+        assert q.step(run, ["generate", *HOSTILE], log) == 0
+    (argv,) = started
+    assert argv[-len(HOSTILE):] == HOSTILE
+    first = log.read_text(encoding="utf-8").splitlines()[0]
+    assert first.startswith("[queue] ")
+    line = first[len("[queue] "):]
+    assert shlex.split(line) == argv
+    out = subprocess.run(["bash", "-c", "printf '%s\\0' " + line], cwd=tmp_path, capture_output=True, check=True)
+    assert out.stdout.decode().split("\0")[:-1] == argv
+    assert not list(tmp_path.glob("PWNED*"))
+
+
+# ---- pe-queue run on a busy queue (pe_tools/recipes/queue_cli.py) ----------------------------------------
+def test_a_busy_queues_status_command_pastes_back_as_its_queue_file(data_bin, tmp_path, capsys):
+    """pe-queue run on a queue file another pe-queue runs (it holds QUEUE.lock): refused, naming the pe-queue
+    status command to see it, which for a queue file whose folder holds a space, quotes, `;`, `$(...)` and
+    backquotes reads back (shlex and bash) as pe-queue, status and that file."""
+    import fcntl
+
+    from pe_tools.recipes import queue_cli
+
+    folder = tmp_path / NASTY
+    folder.mkdir()
+    q = folder / "q.txt"
+    q.write_text(f"multi30k sape en-de annealed 1 data={data_bin} runs-dir={tmp_path / 'runs'}\n")
+    code = tmp_path / "code"
+    (code / "pe_tools" / "recipes").mkdir(parents=True)
+    (code / "pe_tools" / "recipes" / "launch.py").write_text("")
+    with open(folder / "q.txt.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        assert queue_cli.main(["run", str(q), "--code", str(code)]) == 2
+    err = capsys.readouterr().err.strip()
+    command = err[err.index("pe-queue status "):-len(" shows it")]
+    want = ["pe-queue", "status", str(q)]
+    assert shlex.split(command) == want, err
+    assert bash_argv(command, tmp_path) == want
+    assert not list(tmp_path.rglob("PWNED*")) and not (tmp_path / "runs").exists()
+
+
+# ---- pe-queue's rehearsal queue file (pe_tools/recipes/queue.py, ``rehearsal``) ------------------------------
+def test_a_rehearsal_queue_file_in_a_hostile_folder_reads_back_as_its_folders(tmp_path, monkeypatch):
+    """pe-queue run --rehearse writes FOLDER/NAME: each run of the queue at the rehearsal size with data=, runs-dir=
+    and into= under FOLDER (and the line's cpus=). For a FOLDER holding a space, both quotes, `;`, `$(...)` and
+    backquotes, the file reads back (pe-queue's own parser) as exactly those folders, one run a line. The
+    synthetic corpus is a stand-in (its folder, not made)."""
+    from pe_tools.recipes import queue
+
+    made = []
+    monkeypatch.setattr(queue, "synthetic_data", lambda pair, dest, log: made.append(pair) or dest)
+    q = tmp_path / "q.txt"
+    q.write_text("wmt14 sape en-de base 1 cpus=3\nwmt14 rope en-fr base 2\n")
+    folder = tmp_path / NASTY
+    out = queue.rehearsal(q, folder)
+    assert out == folder.resolve() / "q.txt" and made == ["en-de", "en-fr"]
+    runs = queue.parse_queue(out, data=False)
+    assert [(r.recipe, r.method, r.pair, r.size, r.seed) for r in runs] == [
+        ("wmt14", "sape", "en-de", queue.REHEARSAL_SIZE, 1), ("wmt14", "rope", "en-fr", queue.REHEARSAL_SIZE, 2)]
+    root = folder.resolve()
+    for r, pair, cpus in zip(runs, ("en_de", "en_fr"), ({"cpus": "3"}, {})):
+        assert r.options == {"data": str(root / "data" / f"synthetic_{pair}"), "runs-dir": str(root / "runs"),
+                             "into": str(root / "results"), **cpus}
+    assert not list(tmp_path.rglob("PWNED*"))
+
+
+@pytest.mark.parametrize("steps,pace", [
+    ([(0, 10)], None),  # one line: nothing to pace by
+    ([(0, 10), (5, 20)], 0.5),  # exactly two: 5 s for 10 updates
+    ([(0, 10), (5, 20), (9, 40)], 0.2),  # the last two: 4 s for 20 updates
+    ([(0, 10), (5, 20), (9, 20)], None),  # a resumed log repeating update 20: no update between them
+])
+def test_pe_queue_status_paces_a_run_by_its_last_two_training_lines(steps, pace, tmp_path):
+    """pe-queue status's seconds per update of a run: the time between the last two train_inner lines of its
+    train.log over the updates between them, from two lines on (a log of exactly two is paced); none from one
+    line, nor when the last line's update is not past the one before."""
+    from pe_tools.recipes import queue
+
+    run = queue.Run(1, "multi30k", "sape", "en-de", "annealed", 1, {"runs-dir": str(tmp_path)})
+    run.run_dir.mkdir(parents=True)
+    line = "2026-01-01 10:00:{s:02d} | INFO | train_inner | epoch 001: loss=5.0, num_updates={u}, wall=0\n"
+    (run.run_dir / "train.log").write_text("".join(line.format(s=s, u=u) for s, u in steps))
+    got = queue.progress(run)
+    assert got["updates"] == steps[-1][1]
+    if pace is None:
+        assert "sec_per_update" not in got
+    else:
+        assert got["sec_per_update"] == pytest.approx(pace)
+
+
+# ---- pe-queue status's notes (pe_tools/recipes/queue_cli.py) ------------------------------------------------
+@pytest.mark.parametrize("submitted", [False, True])
+def test_status_notes_a_failed_step_from_the_runs_log_only_for_a_local_queue(submitted, tmp_path, monkeypatch,
+                                                                              capsys):
+    """pe-queue status under its table: for a queue run here, a note per run whose last step failed, read from
+    RUN/queue.log; for a queue submitted to SLURM, SLURM's notes alone (the job's own reason, which says more),
+    never the run's queue.log line beside them. SLURM's columns and notes are a stand-in."""
+    from pe_tools.recipes import queue_cli, slurm
+
+    data = tmp_path / "data"
+    data.mkdir()
+    for lang in ("en", "de"):
+        (data / f"dict.{lang}.txt").write_text("")
+    qfile = tmp_path / "q.txt"
+    qfile.write_text(f"multi30k sape en-de annealed 1 data={data} runs-dir={tmp_path / 'runs'}\n")
+    (run,) = queue_cli.parse_queue(qfile)
+    failed = f"train failed (exit 1): see {run.run_dir / 'train.log'}"
+    run.run_dir.mkdir(parents=True)
+    (run.run_dir / "queue.log").write_text(f"[queue] python -m pe_tools.recipes.launch train sape\n[queue] {failed}\n")
+    slurm_note = f"{run.name}: FAILED: the job's own reason"
+
+    def columns(queue_path, runs, notes, resuming):
+        if not submitted:
+            return None
+        notes.append(slurm_note)
+        return {"job": ["5_1"], "state": ["FAILED"], "requeues": ["0"]}
+
+    monkeypatch.setattr(slurm, "status_columns", columns)
+    assert queue_cli.main(["status", str(qfile)]) == 0
+    notes = capsys.readouterr().out.splitlines()[2:]  # after the heading and the row
+    assert notes == ([slurm_note] if submitted else [f"{run.name}: {failed}"])
+
+
+@pytest.mark.parametrize("hyp_age", [-1, 0, 1])
+def test_a_decode_counts_only_when_newer_than_the_last_checkpoint(tmp_path, hyp_age):
+    """pe_tools/recipes/queue.decoded (survivor: ``hyp mtime > last mtime`` -> ``>=``): a decode written in the
+    same instant as the last checkpoint is not known to be of it, so it is done again; older: again; newer: done."""
+    import os
+
+    from pe_tools.recipes.queue import decoded
+
+    (tmp_path / "gen").mkdir()
+    hyp, last = tmp_path / "gen" / "hyp.detok.de", tmp_path / "checkpoint_last.pt"
+    hyp.write_text("x\n")
+    last.write_bytes(b"")
+    os.utime(last, ns=(10**18, 10**18))
+    os.utime(hyp, ns=(10**18 + hyp_age * 10**9,) * 2)
+    assert decoded(tmp_path, "de", None) is (hyp_age > 0)

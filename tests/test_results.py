@@ -3,15 +3,16 @@ of pe-evaluate's table, and pe-record / pe-report's checks. The end-to-end path 
 decoded, recorded and reported) is in tests/test_recipes.py::test_train_resume_and_generate."""
 import json
 import os
-import pickle
+import shlex
 import subprocess
 import sys
-import zipfile
 from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
 
+from pe_runs import stand_in_checkpoint
+from pe_shell import NASTY, bash_argv
 from pe_testing import REPO as REPO_ROOT
 from pe_tools import machine
 from pe_tools.recipes import generate, launch, results, run_state, train
@@ -80,13 +81,6 @@ def run_log(params: int, seconds: int, updates: int) -> str:
             f"2026-01-01 10:00:00 | INFO | pe_plugin | arch transformer_x_tiny | params total {params:,} | pe-only 0 | pe:x\n"
             f"{end:%Y-%m-%d %H:%M:%S} | INFO | train_inner | epoch 001:  1 / 9 loss=5.0, num_updates={updates}, wall=0\n"
             "/venv/lib/python3.11/site-packages/torch/nn/functional.py:6802: UserWarning: deprecated\n")
-
-
-def stand_in_checkpoint(path, updates: int) -> None:
-    """A file laid out as torch.save lays out a fairseq checkpoint (a zip archive holding ARCHIVE/data.pkl) with
-    only the update count, in its last optimizer_history entry: what checkpoint_files.updates_of reads."""
-    with zipfile.ZipFile(path, "w") as z:
-        z.writestr("archive/data.pkl", pickle.dumps({"optimizer_history": [{"num_updates": updates}]}))
 
 
 def write_run(tmp_path, method, seed, hyp_lines, seconds, params=7_000_000, updates=6, max_update=6,
@@ -515,3 +509,76 @@ def test_a_changed_run_never_lands_in_the_committed_results_unless_told(tmp_path
     assert results.changes(legacy) == ["--max-update", "6"]
     assert results.changes(dict(legacy, argv=["x", "--max-update", "6", "--save-dir", "r", "--fp16"])) == []
     assert results.committed(Path("examples/wmt14/results")) and not results.committed(Path("runs/recorded"))
+
+
+# ---- what pe-record and pe-queue run tell a user to paste (results.record, queue_cli) ------------------------
+@pytest.mark.parametrize("decoded", [False, True])
+def test_pe_records_decode_command_pastes_back_as_its_run_folder(decoded, tmp_path):
+    """pe-record of a run not decoded yet (no hypotheses), and of one decoded before its training finished: the
+    message ends with the pe-generate command to run, which for a run folder holding a space, both quotes, `;`,
+    `$(...)` and backquotes reads back (shlex, and bash itself) as exactly pe-generate and that folder, and
+    pasting it runs none of the payloads."""
+    from pe_tools.recipes import results
+
+    run = tmp_path / NASTY / "sape.en-de.annealed.seed1"
+    run.mkdir(parents=True)
+    (run / "command.json").write_text(json.dumps({"pair": "en-de", "argv": ["d", "--max-update", "6"],
+                                                  "extra": []}))
+    if decoded:
+        (run / "gen").mkdir()
+        (run / "gen" / "hyp.detok.de").write_text("x\n")
+        (run / "gen" / "hyp.detok.de.meta.json").write_text("{}")
+    with pytest.raises(results.RecordError) as e:
+        results.record(run, tmp_path / "into")
+    message = str(e.value)
+    command = message[message.rindex("pe-generate "):]
+    want = ["pe-generate", str(run)]
+    assert shlex.split(command) == want, message
+    assert bash_argv(command, tmp_path) == want
+    assert ("decode it again" in message) == decoded
+    assert not list(tmp_path.rglob("PWNED*"))
+
+
+# ---- what pe-record takes (pe_tools/recipes/results.py, ``record``) -----------------------------------------
+@pytest.mark.parametrize("missing", ["hyp.detok.de", "hyp.detok.de.meta.json"])
+def test_record_refuses_a_decode_missing_either_of_its_two_files(missing, tmp_path):
+    """pe-record needs both files of a decode, RUN/gen/hyp.detok.TGT and its meta file: a run missing either one
+    is refused with the pe-generate command that makes them (not a traceback of the file it could not read), and
+    nothing is recorded."""
+    from pe_tools.recipes import results
+
+    run = write_run(tmp_path, "sape", 1, GOOD, 60)
+    (run / "gen" / missing).unlink()
+    with pytest.raises(results.RecordError) as e:
+        results.record(run, tmp_path / "recorded")
+    assert str(e.value) == (f"{run}: no hyp.detok.de and hyp.detok.de.meta.json in {run / 'gen'}; decode it first "
+                            f"with pe-generate {shlex.quote(str(run))}")
+    assert not (tmp_path / "recorded").exists()
+
+
+@pytest.mark.parametrize("name", [None, "last"])
+@pytest.mark.parametrize("seconds,taken", [(0, True), (1, True), (-1, False)])
+def test_record_takes_a_decode_as_new_as_its_last_checkpoint(name, seconds, taken, tmp_path):
+    """pe-record refuses a decode older than the run's checkpoint_last.pt (it may not be of the last weights) and
+    takes one written in the same instant as it or after: the decode's mtime set to the checkpoint's, one second
+    after it and one second before it (nanoseconds exact), for the default decode and for a named one."""
+    from pe_tools.recipes import results
+
+    run = write_run(tmp_path, "sape", 1, GOOD, 60)
+    gen = run / "gen"
+    if name:
+        (gen / name).mkdir()
+        for f in ("hyp.detok.de", "hyp.detok.de.meta.json"):
+            (gen / name / f).write_bytes((gen / f).read_bytes())
+    t = 1_700_000_000 * 10**9
+    os.utime(run / "checkpoint_last.pt", ns=(t, t))
+    for d in {gen, results.decode_dir(run, name)}:
+        os.utime(d / "hyp.detok.de", ns=(t, t))
+    h = results.decode_dir(run, name) / "hyp.detok.de"
+    os.utime(h, ns=(t + seconds * 10**9,) * 2)
+    if taken:
+        dest = results.record(run, tmp_path / "recorded")
+        assert (dest / "hyp.detok.de").is_file() and (not name or (dest / name / "hyp.detok.de").is_file())
+    else:
+        with pytest.raises(results.RecordError, match="is older than checkpoint_last.pt"):
+            results.record(run, tmp_path / "recorded")
