@@ -6,6 +6,7 @@ import json
 import pytest
 
 from pe_tools.scoring.agreement import main, rank_agreement
+from pe_tools.scoring import report
 
 A = {"nope": 1.0, "sape": 2.0, "lape": 3.0, "rpe": 4.0, "rope": 5.0}
 B = {"nope": 2.0, "sape": 1.0, "lape": 4.0, "rpe": 3.0, "rope": 5.0, "alibi": 9.0}  # two adjacent swaps
@@ -179,3 +180,16 @@ def test_kendall_p_beyond_the_enumeration():
     y[0] = y[1]
     r = rank_agreement(dict(enumerate(x)), dict(enumerate(y)))
     assert not r["kendall_p_exact"] and r["kendall_p"] == pytest.approx(stats.kendalltau(x, y).pvalue)
+
+
+def test_two_reports_compare_their_means_without_a_rename():
+    """pe_tools/scoring/agreement.rows with two reports and no rename (survivor: ``rename or {}`` -> ``rename``):
+    the means of the first report against the second's, as rank_agreement of the two mean scorings."""
+    from pe_tools.scoring.agreement import rank_agreement, rows
+
+    def report(means):
+        return {"systems": [{"name": name, "summary": {"bleu": {"mean": m}}, "runs": []} for name, m in means.items()]}
+
+    a, b = {"x": 30.0, "y": 20.0, "z": 10.0, "w": 5.0}, {"x": 31.0, "y": 9.0, "z": 19.0, "w": 4.0}
+    (row,) = rows([report(a), report(b)], ["A", "B"], "bleu")
+    assert row == {"compared": "A vs B (means)", **rank_agreement(a, b)}

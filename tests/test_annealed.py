@@ -285,3 +285,17 @@ def test_train_help_lists_the_methods(capsys):
     out = " ".join(capsys.readouterr().out.split())
     for recipe in ("multi30k", "wmt14"):
         assert f"{recipe}: " + ", ".join(load_table(recipe)["method"]) in out
+
+
+@pytest.mark.parametrize("other", ["pair", "seed", "size", "method"])
+def test_curves_keep_only_the_asked_runs_by_each_key(tmp_path, other):
+    """pe_tools/recipes/curves.curves filters by pair, seed, sizes and methods: a run that differs from the asked
+    one in any single key is left out (survivor: the sizes filter dropped from the guard)."""
+    from pe_tools.recipes.curves import curves
+
+    asked = {"method": "sape", "seed": 1, "size": "annealed", "pair": "en-de"}
+    write_curve(tmp_path, points=[(250, 5.0)], **asked)
+    write_curve(tmp_path, points=[(250, 9.0)], **dict(asked, **{other: {"pair": "en-fr", "seed": 2, "size": "small",
+                                                                         "method": "rope"}[other]}))
+    rows = curves(tmp_path, asked["pair"], asked["seed"], [asked["size"]], [asked["method"]])
+    assert [(r["method"], r["size"], r["seed"], r["nll_loss"]) for r in rows] == [("sape", "annealed", 1, 5.0)]

@@ -7,6 +7,7 @@ import pytest
 
 from pe_tools.recipes import batching, load_table
 from pe_tools.recipes.train import train_argv
+from pe_tools.recipes.batching import FOOTPRINTS
 
 
 def last(argv, flag, default=None):
@@ -232,3 +233,17 @@ def test_command_json_records_the_choice_and_a_resumed_run_keeps_it(tmp_path, mo
     assert launch.main(args) == 0
     assert json.loads((run / "command.json").read_text())["batch"]["max_tokens"] == 16384
     capsys.readouterr()
+
+
+@pytest.mark.parametrize("size", sorted(FOOTPRINTS))
+def test_a_memory_that_holds_exactly_the_smallest_micro_batch_is_planned(size):
+    """pe_tools/recipes/batching.memory_cap at its limit (survivor: ``cap < MIN_MICRO_BATCH`` -> ``<=``): a memory
+    whose headroom holds exactly MIN_MICRO_BATCH tokens gives that cap; one token's bytes less is refused. The
+    memories are worked out here from the footprint (fixed + tokens x per token = HEADROOM x memory)."""
+    from pe_tools.recipes.batching import HEADROOM, MIN_MICRO_BATCH, memory_cap
+
+    fp = FOOTPRINTS[size]
+    exactly = (fp.fixed + (MIN_MICRO_BATCH + 0.5) * fp.per_token) / HEADROOM  # half a token's bytes to spare
+    assert memory_cap(size, exactly) == MIN_MICRO_BATCH
+    with pytest.raises(ValueError, match=f"holds no micro-batch of {MIN_MICRO_BATCH} tokens"):
+        memory_cap(size, exactly - fp.per_token / HEADROOM)

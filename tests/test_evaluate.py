@@ -22,6 +22,7 @@ from sacremoses import MosesTokenizer
 
 from pe_tools import file_io
 from pe_tools.scoring import cli as scoring_cli, metrics as scoring_metrics, significance
+from pe_tools.scoring import style
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -910,3 +911,82 @@ def test_the_identity_of_an_older_record_comes_from_its_command_json(tmp_path, c
     assert scoring_cli.main(common + ["--system", f"rope={full}"]) == 0
     assert scoring_cli.main(common + ["--system", f"nope={short}"]) == 2
     assert "its updates 100 (baseline 1500); changes --max-update 100 (baseline '')" in capsys.readouterr().err
+
+
+def test_system_styles_are_distinct_for_forty_systems():
+    """matplotlib's default cycle has 10 colours (C0..C9): system i takes colour i mod 10 and the marker of its
+    group of ten, so 40 systems get 40 distinct (colour, marker) pairs, and systems 10 apart share a colour only."""
+    styles = [style.system_style(i) for i in range(40)]
+    assert [s["color"] for s in styles] == [f"C{i % 10}" for i in range(40)]
+    assert len({(s["color"], s["marker"]) for s in styles}) == 40
+    assert [s["marker"] for s in styles[::10]] == list(style.MARKERS)  # a new marker every ten systems
+
+
+# ---- the metrics (pe_tools.scoring.metrics) -------------------------------------------------------------------
+def test_compound_split_bleu_does_not_warn_about_tokenised_input(caplog):
+    """Compound-split BLEU scores Moses tokens on purpose: its hypotheses end in ' .', and sacrebleu's BLEU warns
+    ('you forgot to detokenize') from 100 such lines unless built with force=True. sacreBLEU proper keeps the
+    warning, which is right for it."""
+    import logging
+
+    from sacrebleu.metrics import BLEU
+
+    from pe_tools.scoring.metrics import METRICS, compound_split
+
+    spec = {s.key: s for s in METRICS}["bleu_cs"]
+    tokens = compound_split([f"Das Haus Nummer {i} ist groß." for i in range(100)], "de")
+    assert all(t.endswith(" groß .") for t in tokens)  # Moses splits the full stop off
+    with caplog.at_level(logging.WARNING, logger="sacrebleu"):
+        BLEU(tokenize="none").corpus_score(tokens, [tokens])  # the reference: sacrebleu's default warns
+        assert "tokenized period" in caplog.text
+        caplog.clear()
+        assert spec.build("de", [tokens]).corpus_score(tokens, None).score == pytest.approx(100.0)
+        assert caplog.text == ""
+
+
+def test_metric_specs_cannot_be_changed_in_place_and_are_hashable():
+    """METRICS is one module-level tuple shared by every report a process builds (the whole set, the length
+    buckets): its specs are frozen, so a caller cannot rename or rewire a metric for the others, and they can be
+    set members and dict keys."""
+    import dataclasses
+
+    from pe_tools.scoring.metrics import METRICS
+
+    for spec in METRICS:
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            spec.key = "renamed"
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            spec.tokenised = not spec.tokenised
+    assert [s.key for s in METRICS] == ["bleu", "chrf", "bleu_cs"] and not METRICS[0].tokenised
+    assert len({*METRICS, *METRICS}) == len(METRICS) == len({s: s.label for s in METRICS})
+
+
+@pytest.mark.parametrize("english_words,expected", [(10, "de"), (11, None)])
+def test_a_language_is_identified_at_exactly_the_ratio_and_not_below(english_words, expected):
+    """pe_tools/scoring/language.identify at its ratio (survivor: ``s[best] >= RATIO * rest`` -> ``>``): 30 German
+    stop words against 10 English ones (40 words: shares 0.75 and 0.25, exactly 3 to 1) are German; against 11 the
+    ratio falls under 3 and nothing is identified. The counts are this test's own."""
+    from pe_tools.scoring.language import RATIO, STOP_WORDS, identify
+
+    german, english = "der das und nicht eine einen".split(), "the with from this that".split()
+    assert all(w in STOP_WORDS["de"] and w not in STOP_WORDS["en"] for w in german)
+    assert all(w in STOP_WORDS["en"] and w not in STOP_WORDS["de"] for w in english)
+    assert all(w not in stop for lang, stop in STOP_WORDS.items() if lang not in ("de", "en") for w in german + english)
+    words = german * 5 + (english * 3)[:english_words]
+    assert RATIO == 3.0 and (30 >= RATIO * english_words) == (expected == "de")
+    assert identify([" ".join(words)]) == expected
+
+
+@pytest.mark.parametrize("value,ok", [("10,20,30", True), ("0,1", True), ("10,10,20", False), ("20,10", False),
+                                      ("-1,5", False), ("", False)])
+def test_length_bucket_edges_must_strictly_increase(value, ok):
+    """pe_tools/scoring/length_buckets.parse_edges (survivor: ``a >= b`` -> ``a > b``): a repeated edge is refused,
+    as a decrease is (it would make an empty bucket 11-10)."""
+    from pe_tools.scoring.errors import InputError
+    from pe_tools.scoring.length_buckets import parse_edges
+
+    if ok:
+        assert parse_edges(value) == [int(x) for x in value.split(",")]
+    else:
+        with pytest.raises(InputError, match="expected increasing whole numbers"):
+            parse_edges(value)

@@ -332,3 +332,51 @@ def test_a_name_registers_once_and_never_empty():
         with pytest.raises(ValueError, match="empty or registered twice"):
             register_pe(cls)
     assert PE_REGISTRY == before
+
+
+@pytest.mark.parametrize("read_q_first", [False, True])
+@pytest.mark.parametrize("b,tq,tk,padded", [(3, 5, 5, True), (1, 4, 4, False), (2, 1, 6, True), (4, 2, 7, False)])
+def test_positions_know_their_query_count_before_and_after_reading_q(b, tq, tk, padded, read_q_first):
+    """Positions.tq is the number of query positions, whether q has been built yet or not (survivor:
+    ``self._q.size(1)`` -> ``size(0)``, the batch); shapes with B != Tq, padded and not."""
+    from pe_plugin.encodings import Positions
+
+    mask = torch.ones(b, tk, dtype=torch.bool) if padded else None
+    if padded:
+        mask[0, 0] = False  # one left pad
+    pos = Positions.from_mask(mask, tq, tk, "cpu")
+    if read_q_first:
+        assert tuple(pos.q.shape) == ((b if padded else 1), tq)
+    assert pos.tq == tq
+
+
+def test_pe_architectures_are_told_from_stock_fairseq_ones():
+    """pe_plugin/naming.is_pe_arch: every registered architecture is one, as is any transformer_<pe>_<suffix>
+    whose pe has one letter; an empty pe (``transformer__tiny``), fairseq's own transformers and other models'
+    names of the same shape (which do not start with ``transformer_``, however long) are not."""
+    from pe_plugin.encodings import PE_REGISTRY
+    from pe_plugin.naming import CLASS_OF_SUFFIX, arch_name, is_pe_arch
+
+    assert all(is_pe_arch(arch_name(pe, suffix)) for pe in PE_REGISTRY for suffix in CLASS_OF_SUFFIX)
+    stock = ["transformer", "transformer_wmt_en_de", "transformer_wmt_en_de_big", "transformer_iwslt_de_en",
+             "bart_sape_wmt_en_de", "lstm_sape_wmt_en_de"]
+    assert [a for a in stock if is_pe_arch(a)] == []
+    # other models' names of the form <model>_<pe>_<suffix>, longer than transformer_x_<suffix>: not ours
+    others = ["lightconv_sape_wmt_en_de", "bart_large_posnet_embed_tiny", "lstm_luong_rope_wmt_en_fr_big"]
+    assert [a for a in others if is_pe_arch(a)] == []
+    # the length boundary: an encoding name of one letter is one, an empty one (two underscores) is not
+    for suffix in CLASS_OF_SUFFIX:
+        assert is_pe_arch(f"transformer_x_{suffix}") and not is_pe_arch(f"transformer__{suffix}")
+
+
+def test_the_module_cli_lists_every_encoding_without_an_architecture(capsys):
+    """``python -m pe_plugin`` with no architecture lists every encoding of the registry with its architectures
+    (survivor: pe_plugin/__main__.py:95's `a.arch is not None` dropped, which refuses the listing; the same check
+    in a process of its own is tests/test_interface.py's, in the slow tier)."""
+    from pe_plugin.__main__ import main
+    from pe_plugin.encodings import PE_REGISTRY
+    from pe_plugin.naming import CLASS_OF_SUFFIX, arch_name
+
+    assert main([]) == 0
+    out = capsys.readouterr().out
+    assert all(arch_name(pe, suffix) in out for pe in PE_REGISTRY for suffix in CLASS_OF_SUFFIX)

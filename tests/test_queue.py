@@ -693,3 +693,20 @@ def test_a_decode_counts_only_when_newer_than_the_last_checkpoint(tmp_path, hyp_
     os.utime(last, ns=(10**18, 10**18))
     os.utime(hyp, ns=(10**18 + hyp_age * 10**9,) * 2)
     assert decoded(tmp_path, "de", None) is (hyp_age > 0)
+
+
+@pytest.mark.parametrize("hyp_age", [-1, 0, 1])
+def test_a_decode_counts_only_when_newer_than_the_last_checkpoint(tmp_path, hyp_age):
+    """pe_tools/recipes/queue.decoded (survivor: ``hyp mtime > last mtime`` -> ``>=``): a decode written in the
+    same instant as the last checkpoint is not known to be of it, so it is done again; older: again; newer: done."""
+    import os
+
+    from pe_tools.recipes.queue import decoded
+
+    (tmp_path / "gen").mkdir()
+    hyp, last = tmp_path / "gen" / "hyp.detok.de", tmp_path / "checkpoint_last.pt"
+    hyp.write_text("x\n")
+    last.write_bytes(b"")
+    os.utime(last, ns=(10**18, 10**18))
+    os.utime(hyp, ns=(10**18 + hyp_age * 10**9,) * 2)
+    assert decoded(tmp_path, "de", None) is (hyp_age > 0)

@@ -605,3 +605,15 @@ def _drive(jobs_file: str) -> int:
 
 if __name__ == "__main__":
     sys.exit(_drive(sys.argv[1]))
+
+
+def test_the_exit_hook_leaves_a_process_without_a_process_group_alone():
+    """pe_plugin/gloo_exit.destroy_gloo_group in a process that never joined a group (every test's, a CPU decode)
+    does nothing and says so (survivor: ``is_available() and is_initialized()`` -> ``is_available()``, which asks
+    an absent group for its backend and raises at exit)."""
+    import torch.distributed as dist
+
+    from pe_plugin.gloo_exit import destroy_gloo_group
+
+    assert not (dist.is_available() and dist.is_initialized())  # the test's own process: no group
+    assert destroy_gloo_group() is False

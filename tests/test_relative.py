@@ -715,3 +715,26 @@ def test_t5_settings_without_room_for_log_buckets_are_refused(side, buckets, dis
         make_pe("t5", side, t5_num_buckets=buckets, t5_max_distance=distance, init=excite)
     assert f"--t5-num-buckets {buckets} / --t5-max-distance {distance}" in str(err.value)
     assert f"above the {exact} exact buckets" in str(err.value)
+
+
+@pytest.mark.parametrize("side,buckets,distance,ok", [
+    ("encoder", 4, 8, True),  # one exact bucket per direction: the fewest that works
+    ("encoder", 3, 8, False),  # none
+    ("decoder", 2, 8, True),  # causal: one direction, one exact bucket
+    ("encoder", 8, 3, True),  # two exact buckets, a maximum distance just above them
+    ("encoder", 8, 2, False),  # ... and at them
+])
+def test_t5_takes_the_fewest_buckets_that_work(side, buckets, distance, ok):
+    """T5's bias at the edges of its settings (survivor: pe_plugin/encodings/t5_bias.py:47 `exact < 1` ->
+    `exact <= 1`, which refuses one exact bucket per direction): exact = buckets / directions / 2 must be at least
+    1 and the maximum distance above it."""
+    from pe_plugin.encodings import PE_REGISTRY, Dims
+
+    cls = PE_REGISTRY["t5"]
+    cfg = cls.config_cls(t5_num_buckets=buckets, t5_max_distance=distance)
+    build = lambda: cls.build(cfg, Dims(8, 2, 1, 64, 1, side), {})  # noqa: E731
+    if ok:
+        assert build().table.shape == (buckets, 2)
+    else:
+        with pytest.raises(ValueError, match=f"--t5-num-buckets {buckets} / --t5-max-distance {distance}"):
+            build()

@@ -17,6 +17,7 @@ from pe_testing import REPO as REPO_ROOT
 from pe_tools import machine
 from pe_tools.recipes import generate, launch, results, run_state, train
 from pe_tools.scoring import cli as scoring_cli
+from pe_tools.scoring import report
 
 # Two segments of one run, in fairseq 0.12's simple log format: 4 updates in 14 s, then resumed an hour later to 6
 # updates in 8 s. A resumed fairseq logs wall=0 (its restored wall meter is stopped): the timestamps are what counts.
@@ -582,3 +583,13 @@ def test_record_takes_a_decode_as_new_as_its_last_checkpoint(name, seconds, take
     else:
         with pytest.raises(results.RecordError, match="is older than checkpoint_last.pt"):
             results.record(run, tmp_path / "recorded")
+
+
+def test_training_columns_are_the_mean_wall_time_in_minutes():
+    runs = [{"meta": {"training": {"train_seconds": 120.0, "params": 1_500_000, "device": "cpu", "threads": 2}}},
+            {"meta": {"training": {"train_seconds": 240.0, "device": "cpu", "threads": 2}}},
+            {"meta": None}]
+    t = report.training({"runs": runs})
+    assert t["train_minutes"] == pytest.approx((120 + 240) / 2 / 60)  # 3 minutes
+    assert t["params"] == 1_500_000 and t["where"] == ["cpu, 2 thread(s)"]
+    assert report.training({"runs": [{"meta": {}}]}) == {"params": None, "train_minutes": None, "where": []}

@@ -50,3 +50,18 @@ def test_fairseqs_own_task_rebuilds_other_batches_on_resume(args):
     whole, resumed = batches_by_epoch(TranslationTask, args, 1), batches_by_epoch(TranslationTask, args, 2)
     assert whole[1] == batches_by_epoch(ResumableTranslationTask, args, 1)[1]  # an uninterrupted run is unchanged
     assert sorted(map(len, resumed[2])) == sorted(map(len, whole[2])) and sorted(resumed[2]) != sorted(whole[2])
+
+
+def test_the_translation_task_of_another_plugin_is_left_in_place(monkeypatch):
+    """pe_plugin/resume_batches.register replaces fairseq's own `translation` task only (survivor: its guard
+    removed, which would replace another plugin's task too)."""
+    from fairseq import tasks
+
+    from pe_plugin import resume_batches
+
+    class OtherPlugins(tasks.TASK_REGISTRY[resume_batches.TASK]):
+        pass
+
+    monkeypatch.setitem(tasks.TASK_REGISTRY, resume_batches.TASK, OtherPlugins)
+    resume_batches.register()
+    assert tasks.TASK_REGISTRY[resume_batches.TASK] is OtherPlugins

@@ -203,3 +203,23 @@ def test_core_writes_no_pair_sized_tensor_but_the_attention_products(tq, tk):
                                  + ["bmm", "_softmax", "native_dropout_backward",  # recomputed
                                     "bmm", "native_dropout_backward", "_softmax_backward_data"]), ops  # dA, dE
     assert sum(n for _, n in log.log) == pairs * (9 * 8 + 1)  # float64 tensors and one bool mask
+
+
+@pytest.mark.parametrize("transpose", [False, True])
+@pytest.mark.parametrize("memory", ["tbhd", "bhtd"])
+def test_as_heads_puts_each_token_of_each_batch_row_in_its_head(memory, transpose):
+    """pe_plugin/encoding_parts/head_layout.as_heads, on (T,B,H,d) memory (a view) and on (B,H,T,d) memory (the
+    copy: survivor ``permute(1, 2, 0, 3)`` -> ``permute(1, 0, 2, 3)`` there), against a loop: row t*B + b of head
+    h is x[b, h, t]."""
+    from pe_plugin.encoding_parts.head_layout import as_heads
+
+    b, h, t, d = 3, 2, 5, 4
+    torch.manual_seed(0)
+    x = torch.randn(t, b, h, d).permute(1, 2, 0, 3) if memory == "tbhd" else torch.randn(b, h, t, d)
+    out = as_heads(x, b, h, transpose=transpose)
+    want = torch.empty(h, t * b, d)
+    for hh in range(h):
+        for tt in range(t):
+            for bb in range(b):
+                want[hh, tt * b + bb] = x[bb, hh, tt]
+    torch.testing.assert_close(out, want.mT if transpose else want, rtol=0, atol=0)

@@ -435,3 +435,77 @@ def test_a_user_dir_without_the_plugin_ends_as_troubleshooting_says(tiny_posnet,
     entry = re.sub(r"\s+", " ", TROUBLESHOOTING.split("**`--user-dir` that is not pe_plugin**")[1].split("\n- **")[0])
     assert quoted in entry and "Pass the folder `pe_plugin`" in entry
     assert [p.name for p in tmp_path.iterdir()] == ["empty"]
+
+
+# ---- fairseq-generate's raw output (pe_tools.scoring.generate_output) ----------------------------------------
+def _generate_block(i, tokens, detok=None):
+    """One sentence of fairseq-generate's output: S-, T-, H- (tokens), D- (detokenised, if given), P- lines."""
+    lines = [f"S-{i}\tsource {i}", f"T-{i}\treference {i}", f"H-{i}\t-0.25\t{tokens}"]
+    if detok is not None:
+        lines.append(f"D-{i}\t-0.25\t{detok}")
+    return lines + [f"P-{i}\t-0.1 -0.2 -0.3"]
+
+
+def test_generate_output_takes_the_detokenised_d_lines_over_the_h_lines():
+    """fairseq-generate with --tokenizer moses writes H- (tokens) and D- (detokenised text): the D- text is the
+    translation; a file of H- lines only (a grep) is read from its H- lines. Blocks come in batch order."""
+    from pe_tools.scoring.generate_output import hypotheses
+
+    both = _generate_block(1, "ein Haus .", "ein Haus.") + _generate_block(0, "Hallo , Welt !", "Hallo, Welt!")
+    text = "\n".join(["2024-01-01 | INFO | fairseq_cli.generate | loading", *both, "Generate test with beam=5"]) + "\n"
+    assert hypotheses("gen.out", text, 2, "ref.de") == ["Hallo, Welt!", "ein Haus."]
+    h_only = "\n".join(_generate_block(1, "ein Haus .") + _generate_block(0, "Hallo , Welt !")) + "\n"
+    assert hypotheses("gen.out", h_only, 2, "ref.de") == ["Hallo , Welt !", "ein Haus ."]
+
+
+def test_generate_output_with_one_id_past_the_reference_is_refused():
+    """ids 0..N-1 belong to an N-line reference: id N (one too many) means another test set, even when none of
+    0..N-1 is missing."""
+    from pe_tools.scoring.errors import InputError
+    from pe_tools.scoring.generate_output import hypotheses
+
+    text = "\n".join(sum((_generate_block(i, f"satz {i}", f"Satz {i}") for i in (2, 0, 1)), [])) + "\n"
+    assert hypotheses("gen.out", text, 3, "ref.de") == ["Satz 0", "Satz 1", "Satz 2"]
+    with pytest.raises(InputError, match=r"sentence ids up to 2, but reference ref\.de has 2 lines \(ids 0-1\)"):
+        hypotheses("gen.out", text, 2, "ref.de")
+
+
+def test_generate_output_missing_ids_are_listed_the_first_twenty_then_a_count():
+    """The error names the missing ids: all of them when there are at most 20, else the first 20 and 'and K
+    more'."""
+    from pe_tools.scoring.errors import InputError
+    from pe_tools.scoring.generate_output import hypotheses, id_list
+
+    def missing_message(present, n_ref):
+        text = "\n".join(sum((_generate_block(i, f"s {i}", f"S {i}") for i in present), [])) + "\n"
+        with pytest.raises(InputError) as e:
+            hypotheses("gen.out", text, n_ref, "ref.de")
+        return str(e.value)
+
+    msg = missing_message([0, 2], 5)
+    assert "lacks 3 of the 5 sentence ids of reference ref.de: ids 1, 3, 4. " in msg
+    assert "--required-batch-size-multiple" in msg  # no logged configuration: both flags are named
+    twenty = ", ".join(str(i) for i in range(5, 25))  # exactly 20 missing: all shown, no count
+    assert f"lacks 20 of the 25 sentence ids of reference ref.de: ids {twenty}. " in missing_message(range(5), 25)
+    assert f"lacks 21 of the 26 sentence ids of reference ref.de: ids {twenty} and 1 more. " \
+        in missing_message(range(5), 26)
+    assert id_list([7]) == "7" and id_list([]) == ""
+    assert id_list(list(range(4)), shown=3) == "0, 1, 2 and 1 more" and id_list([1, 2, 3], shown=3) == "1, 2, 3"
+
+
+@pytest.mark.parametrize("logged", ["multiple", "skip", "both", "neither"])
+def test_dropping_flags_name_what_the_log_shows_and_both_only_when_it_shows_neither(logged):
+    """pe_tools/scoring/generate_output.dropping_flags (survivor: ``multiple is None and skip is None`` ->
+    ``skip is None``): a log whose configuration holds one of the two settings is judged on it alone; both flags
+    are named only when it holds neither."""
+    from pe_tools.scoring.generate_output import dropping_flags
+
+    text = {"multiple": "'required_batch_size_multiple': 8,", "skip": "'skip_invalid_size_inputs_valid_test': True,",
+            "neither": ""}
+    text["both"] = text["multiple"] + " " + text["skip"]
+    found = dropping_flags(text[logged])
+    named = {flag for flag in ("--required-batch-size-multiple", "--skip-invalid-size-inputs-valid-test")
+             if any(line.startswith(flag) for line in found)}
+    want = {"multiple": {"--required-batch-size-multiple"}, "skip": {"--skip-invalid-size-inputs-valid-test"}}
+    assert named == want.get(logged, {"--required-batch-size-multiple", "--skip-invalid-size-inputs-valid-test"})
+    assert (logged == "neither") == any("(default 8)" in line for line in found)
