@@ -170,3 +170,37 @@ def test_launch_train_and_generate_print_no_notice(data_bin, tmp_path):
     assert NOTICE not in gen.stdout + gen.stderr
     assert "fairseq_cli.generate" in gen.stderr  # fairseq-generate's own log still reaches the terminal
     assert (run_dir / "gen" / "hyp.detok.de").exists()
+
+
+# ---- the log filter: that logger's notice only, wherever it is installed -----------------------------------------
+def test_the_tensorboardx_filter_on_a_handler_drops_only_that_loggers_notice():
+    """pe_plugin's DropTensorboardXNotice installed on a handler (which, unlike the logger it is installed on by
+    pe_plugin, sees the records of every logger below it) drops the notice of fairseq's text-to-speech logger
+    only: the same words from another logger and other records of that logger reach the handler."""
+    import logging
+
+    from pe_plugin.log_noise import LOGGER, NOTICE, DropTensorboardXNotice
+
+    class Collect(logging.Handler):
+        def __init__(self):
+            super().__init__()
+            self.messages = []
+
+        def emit(self, record):
+            self.messages.append((record.name, record.getMessage()))
+
+    handler = Collect()
+    handler.addFilter(DropTensorboardXNotice())
+    parent, level = logging.getLogger("fairseq"), logging.getLogger("fairseq").level
+    parent.addHandler(handler)
+    parent.setLevel(logging.INFO)
+    try:
+        logging.getLogger(LOGGER).warning(NOTICE + ": pip install tensorboardX")
+        logging.getLogger(LOGGER).warning("another record")
+        logging.getLogger("fairseq.other").warning(NOTICE)
+    finally:
+        parent.removeHandler(handler)
+        parent.setLevel(level)
+    assert handler.messages == [(LOGGER, "another record"), ("fairseq.other", NOTICE)]
+    record = logging.makeLogRecord({"name": LOGGER, "msg": NOTICE + ": pip install tensorboardX"})
+    assert DropTensorboardXNotice().filter(record) is False

@@ -19,6 +19,7 @@ from pe_plugin.encoding_parts.base import Positions
 from pe_plugin.encoding_parts.posnet_kernels import positional_matmul
 from pe_plugin.modules.pe_attention import PEAttention
 from test_posnet import loop_matmul
+import torch.nn.functional as F
 
 SYNC_OPS = {"_local_scalar_dense", "nonzero", "is_nonzero", "item", "equal"}
 PLUGIN_DIR = str(pe_testing.REPO / "pe_plugin")
@@ -371,3 +372,119 @@ def test_learned_bias_step_keeps_no_probabilities(data_bin, pe):
     logits.float().sum().backward()
     params = [p for side in (model.encoder, model.decoder) for p in side.pe.parameters()]
     assert params and all(p.grad is not None and p.grad.abs().sum() > 0 for p in params)  # the bias is learned
+
+
+# ---- attention: the causal flag and the masks' dtype ---------------------------------------------------------
+def stock_twin(attn):
+    """fairseq's own MultiheadAttention with ``attn``'s weights (self-attention), in eval mode."""
+    from fairseq.modules import MultiheadAttention
+
+    stock = MultiheadAttention(attn.embed_dim, attn.num_heads, self_attention=True)
+    stock.load_state_dict(attn.state_dict())
+    return stock.eval()
+
+
+@pytest.mark.parametrize("name", ["nope", "rope", "sape"])
+def test_self_attention_without_a_causal_mask_sees_every_key(name):
+    """Encoder self-attention of a batch without padding (fairseq passes no mask at all) attends to every key, the
+    later ones too: what fairseq's stock attention computes (RoPE: with q and k rotated alike, a function of j - i;
+    checked against the stock module for the encodings that leave attention alone, and for RoPE through the first
+    query's dependence on the last token)."""
+    pe = pe_testing.make_pe(name, dim=16, heads=2)
+    attn = pe_testing.make_attention(pe)
+    torch.manual_seed(0)
+    x = torch.randn(6, 3, 16)  # (T, B, C)
+    with torch.no_grad():
+        out, _ = attn(x, x, x, need_weights=False)
+        if name != "rope":
+            want, _ = stock_twin(attn)(x, x, x, need_weights=False)
+            torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-6)
+        moved = x.clone()
+        moved[-1] += 1.0  # the last token changes: the first query's output must change too
+        out2, _ = attn(moved, moved, moved, need_weights=False)
+    assert (out2[0] - out[0]).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("call", ["full-pass-padded", "incremental"])
+def test_a_causal_mask_of_another_float_dtype_is_taken_in_the_layers_dtype(call):
+    """A layer called alone with fairseq's causal mask in float64 on a float32 layer: over a padded batch (the
+    padding and the causal mask together), and in incremental decoding with two new queries over five keys (a
+    (Tq, Tk) mask): the mask is taken in the layer's dtype (PyTorch's fused kernel refuses a mask of a wider dtype
+    than the queries'), and the output is fairseq's stock attention's for the same calls with the same mask in
+    float32."""
+    pe = pe_testing.make_pe("nope", dim=16, heads=2, side="decoder")
+    attn = pe_testing.make_attention(pe)
+    stock = stock_twin(attn)
+    torch.manual_seed(0)
+    x = torch.randn(5, 2, 16)  # (T, B, C)
+    causal = torch.triu(torch.full((5, 5), float("-inf"), dtype=torch.float64), 1)
+    pads = torch.zeros(2, 5, dtype=torch.bool)
+    pads[1, 3:] = True  # the second sentence: two pads at the end (every query still sees a real key)
+    outs = []
+    with torch.no_grad():
+        for module, causal in ((attn, causal), (stock, causal.float())):
+            if call == "full-pass-padded":
+                out, _ = module(x, x, x, key_padding_mask=pads, attn_mask=causal, need_weights=False)
+            else:
+                state = {}
+                module(x[:3], x[:3], x[:3], incremental_state=state, attn_mask=causal[:3, :3].float(),
+                       need_weights=False)
+                out, _ = module(x[3:], x[3:], x[3:], incremental_state=state, attn_mask=causal[3:, :],
+                                need_weights=False)
+            outs.append(out)
+    assert outs[0].dtype == torch.float32
+    torch.testing.assert_close(outs[0], outs[1], rtol=1e-5, atol=1e-6)
+
+
+def test_the_reference_attention_differentiates_its_softmax_in_float32_under_fp16():
+    """--pe-attention-impl reference in float16 takes the softmax, and so its backward, in float32: the gradient
+    of the logits is the exact (float64) one rounded once to float16. One head of 16 dimensions over 16 tokens
+    whose keys, values and output projection are the identity, so that q's gradient is the logits' gradient
+    times the scaling 1/4 (exact in float16)."""
+    c = 16
+    pe = pe_testing.make_pe("nope", dim=c, heads=1)
+    pe.attention_impl = "reference"
+    attn = pe_testing.make_attention(pe)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for proj in (attn.k_proj, attn.v_proj, attn.out_proj):
+            proj.weight.copy_(torch.eye(c))
+            proj.bias.zero_()
+        attn.q_proj.weight.normal_(0, 2.0)
+        attn.q_proj.bias.zero_()
+    attn = attn.half()
+    x = torch.eye(c).unsqueeze(1).half()  # (T=C, B=1, C): q = W_q^T / 4, k = v = I
+    grad_out = torch.randn(c, 1, c).half()
+    out, _ = attn(x, x, x)
+    out.backward(grad_out)
+    logits = (attn.q_proj.weight.t().double() * attn.scaling)  # (T, C) = q k^T with k = I
+    p = torch.softmax(logits, dim=-1)
+    g = grad_out[:, 0].double()
+    dlogits = p * (g - (p * g).sum(-1, keepdim=True))  # the softmax's backward, exact
+    want = (dlogits * attn.scaling).t().half()  # W_q's gradient: x = I, q = x W_q^T * scaling
+    got = attn.q_proj.weight.grad
+    off = (got != want).sum().item()
+    assert off <= 0.02 * got.numel(), f"{off} of {got.numel()} gradients are not the exact one rounded once"
+    torch.testing.assert_close(got.double(), want.double(), rtol=2e-3, atol=1e-6)
+
+
+def test_the_masked_cpu_attention_refuses_a_mask_with_the_causal_flag_as_pytorch_does():
+    """modules/sdpa.attention with a float mask that needs a gradient: without the causal flag it is PyTorch's
+    scaled_dot_product_attention (output and gradients); with it (a mask and is_causal together) it is refused
+    as PyTorch refuses it, never computed without the causal part."""
+    from pe_plugin.modules.sdpa import attention
+
+    torch.manual_seed(0)
+    q, k, v = torch.randn(3, 2, 2, 5, 4).unbind(0)
+    mask = torch.randn(1, 2, 5, 5, requires_grad=True)
+    got = attention(q, k, v, mask)
+    (g_mine,) = torch.autograd.grad(got.sum(), mask)
+    want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=1.0)
+    (g_torch,) = torch.autograd.grad(want.sum(), mask)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(g_mine, g_torch)
+    with pytest.raises(RuntimeError) as torch_error:
+        F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=True, scale=1.0)
+    with pytest.raises(RuntimeError) as mine:
+        attention(q, k, v, mask, is_causal=True)
+    assert str(mine.value) == str(torch_error.value)

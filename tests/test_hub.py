@@ -18,6 +18,7 @@ from pe_testing import PLUGIN, REPO, SAFE_ENV, fairseq_train, run
 
 from pe_plugin import hub as pe_hub
 from pe_plugin.safe_load import load_checkpoint
+import pe_testing
 
 DECODING = {"beam": 4, "lenpen": 0.6, "max_len_a": 1, "max_len_b": 10}  # pinned on both sides
 L_MAX = 64
@@ -208,3 +209,63 @@ def test_the_plugin_folder_is_what_fairseq_imports():
     import pe_plugin
 
     assert pe_hub.PLUGIN_DIR == os.path.dirname(pe_plugin.__file__) == PLUGIN
+
+
+# ---- the hub: why a sentence is too long ---------------------------------------------------------------------
+@pytest.mark.parametrize("learned", [False, True])
+def test_the_hub_blames_learned_positions_only_for_stock_learned_models(data_bin, learned):
+    """A source sentence one token over the limit of a stock fairseq transformer: with learned positions
+    (--encoder-learned-pos) the hub says they have one row per position; with sinusoids it says a larger limit
+    loads. pe_plugin encodings without a limit of their own: tests/test_lmax_boundaries.py."""
+    from test_lmax_boundaries import LIMS, L_SRC, TINY, hub, tokens
+
+    extra = TINY + LIMS + (["--encoder-learned-pos", "--decoder-learned-pos"] if learned else [])
+    task, model, args = pe_testing.build_model(data_bin, "transformer_wmt_en_de", extra)
+    assert not hasattr(model.encoder, "pe")  # fairseq's own model
+    with pytest.raises(ValueError) as e:
+        hub(task, model, args).check_lengths([tokens(task, L_SRC + 1)[0]])
+    message = str(e.value)
+    assert f"is {L_SRC + 1} tokens long" in message
+    assert ("fairseq's learned positions have one row per position" in message) == learned, message
+    assert (f"max_source_positions={2 * L_SRC}" in message) == (not learned), message
+
+
+# ---- the hub: leaving long sentences out when asked ----------------------------------------------------------
+def test_the_hub_leaves_sentences_over_the_limit_out_when_told_to_skip_them(data_bin):
+    """``generate(..., skip_invalid_size_inputs=True)`` on the hub of a model with 7 source positions: a sentence
+    of 8 tokens between two of 7 and 2 is left out (fairseq's skipping: two translations, the others' in their
+    order) rather than refused; without the flag the same call raises, naming it."""
+    from test_lmax_boundaries import LIMS, L_SRC, TINY, hub, tokens
+
+    task, model, args = pe_testing.build_model(data_bin, "transformer_rope_wmt_en_de", TINY + LIMS)
+    h = hub(task, model.eval(), args)
+    fits, over, short = tokens(task, L_SRC)[0], tokens(task, L_SRC + 1)[0], tokens(task, 2)[0]
+    decoding = dict(beam=1, max_len_b=3, max_len_a=0)
+    alone = [h.generate([s], **decoding)[0][0]["tokens"] for s in (fits, short)]
+    out = h.generate([fits, over, short], skip_invalid_size_inputs=True, **decoding)
+    assert len(out) == 2
+    for hypos, want in zip(out, alone):
+        assert torch.equal(hypos[0]["tokens"], want)
+    with pytest.raises(ValueError, match=rf"sentence 1 is {L_SRC + 1} tokens long"):
+        h.generate([fits, over, short], **decoding)
+
+
+# ---- the checkpoint allow-list on numpy 1.x ------------------------------------------------------------------
+def test_the_checkpoint_allow_list_takes_numpy_core_where_there_is_no_numpy_underscore_core(monkeypatch):
+    """On a numpy without ``numpy._core`` (numpy 1.x, where the module is ``numpy.core``; simulated here by hiding
+    the attribute, numpy 2 keeping ``numpy.core`` as its alias), safe_load's allow-list still admits the array
+    reconstructor and the scalar constructor of BLEU-count arrays in a checkpoint: the same functions as numpy 2's
+    ``numpy._core.multiarray``."""
+    import warnings
+
+    import numpy as np
+
+    from pe_plugin.safe_load import checkpoint_safe_globals
+
+    want = [np._core.multiarray._reconstruct, np._core.multiarray.scalar]
+    monkeypatch.delattr(np, "_core")
+    assert getattr(np, "_core", None) is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # numpy 2: numpy.core is deprecated
+        allowed = checkpoint_safe_globals()
+    assert all(any(a is w for a in allowed) for w in want)

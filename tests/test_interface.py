@@ -15,6 +15,10 @@ from pe_plugin.encodings.sinusoidal import SinusoidalPositionalEncoding
 from pe_plugin.models.architectures import architecture_names
 from pe_plugin.naming import CLASS_OF_SUFFIX
 from pe_plugin.modules.pe_attention import PEAttention
+import math
+import pe_testing
+import sys
+import types
 
 
 # ---- registry and architectures ----------------------------------------------------------------------
@@ -380,3 +384,158 @@ def test_the_module_cli_lists_every_encoding_without_an_architecture(capsys):
     assert main([]) == 0
     out = capsys.readouterr().out
     assert all(arch_name(pe, suffix) in out for pe in PE_REGISTRY for suffix in CLASS_OF_SUFFIX)
+
+
+# ---- SAPE: the table is grown, never rebuilt for a call it covers ------------------------------------------------
+def test_sape_reuses_its_table_for_inputs_it_covers_and_grows_it_once_for_longer_ones():
+    """The sinusoid table is built once and grown on demand: a call whose positions it covers reuses it (no sine
+    computed, the same buffer), a longer one grows it, and a shorter one afterwards keeps the grown table. The
+    rows against the closed form P(p + padding_idx + 1), sines then cosines."""
+    pe = pe_testing.make_pe("sape", dim=8, max_positions=8)  # padding_idx 1: rows 0..9
+
+    def closed_form(n):  # rows 2..n+1: positions 0..n-1
+        half = 4
+        omega = [math.exp(-m * math.log(10000) / (half - 1)) for m in range(half)]
+        return torch.tensor([[math.sin((p + 2) * w) for w in omega] + [math.cos((p + 2) * w) for w in omega]
+                             for p in range(n)])
+
+    def embed(n):
+        with pe_testing.OpLog() as log:
+            out = pe.embed(torch.zeros(1, n, 8), Positions.from_mask(None, n, n, "cpu"))
+        torch.testing.assert_close(out[0], closed_form(n), rtol=0, atol=1e-4)
+        return log.ops["sin"]
+
+    table = pe.table
+    assert embed(5) == 0 and embed(8) == 0 and pe.table is table
+    assert embed(30) > 0 and pe.table.size(0) >= 32  # grown
+    grown = pe.table
+    assert embed(3) == 0 and pe.table is grown and grown.size(0) >= 32
+
+
+# ---- SAPE: the table in float32, as fairseq's ----------------------------------------------------------------
+@pytest.mark.parametrize("default", [torch.float64, torch.bfloat16])
+def test_sape_table_is_fairseqs_float32_one_whatever_the_default_dtype(default):
+    """SAPE's sinusoid table is fairseq's stock ``SinusoidalPositionalEmbedding.get_embedding`` bit for bit (its
+    frequencies and angles in float32) also under torch.set_default_dtype(float64 or bfloat16), where the
+    encoding is built: an even and an odd width, and the encoding's own table with fairseq's padding row."""
+    from fairseq.modules.sinusoidal_positional_embedding import SinusoidalPositionalEmbedding
+
+    from pe_plugin.encodings.sinusoidal import sinusoid_table
+
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(default)
+    try:
+        pairs = [(sinusoid_table(300, dim), SinusoidalPositionalEmbedding.get_embedding(300, dim)) for dim in (16, 15)]
+        pe = pe_testing.make_pe("sape", dim=16, max_positions=40)  # padding_idx 1: rows 0..41
+        pairs.append((pe.table, SinusoidalPositionalEmbedding.get_embedding(42, 16, padding_idx=1)))
+    finally:
+        torch.set_default_dtype(before)
+    for got, want in pairs:
+        assert got.dtype == want.dtype and got.dtype in (torch.float32, default)
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+    assert pairs[0][0].dtype == pairs[2][0].dtype == torch.float32
+
+
+# ---- python -m pe_plugin: one line per encoding ----------------------------------------------------------------
+# the first sentence of each encoding module's docstring, written out: a citation's "et al. 2017" or "Eq. 22/24"
+# ends no sentence, a sentence ending inside a wrapped line (KERPLE's) does
+FIRST_SENTENCES = {
+    "lape": "LAPE: learned absolute positions (Gehring et al. 2017; fairseq ``--encoder/decoder-learned-pos``).",
+    "posnet_embed": "PosNet-Embed: weight concatenation as positional kernels on the embeddings (Zhang et al., ACL "
+                    "2023, Eq. 22/24).",
+    "kerple": "KERPLE: kernelized relative positional embedding, logarithmic variant (Chi et al., NeurIPS 2022), in "
+              "self-attention only.",
+    "t5": "T5: a bucketed scalar bias per head on the attention logits (Raffel et al., 2020).",
+}
+
+
+def test_the_module_cli_describes_each_encoding_by_its_modules_first_sentence(capsys):
+    """``python -m pe_plugin`` lists each encoding with the first sentence of its module's docstring (one line,
+    wrapped lines joined), not its bare name; an encoding class whose module has no docstring is described by its
+    name."""
+    from pe_plugin.__main__ import describe, main
+
+    for name, sentence in FIRST_SENTENCES.items():
+        assert describe(PE_REGISTRY[name]) == sentence
+    assert main([]) == 0
+    out = capsys.readouterr().out.splitlines()
+    for name, sentence in FIRST_SENTENCES.items():
+        cls = PE_REGISTRY[name]
+        assert f"{name:13s} {cls.level:9s} {sentence}" in out
+    bare = types.ModuleType("pe_plugin_test_bare_encoding")  # no docstring
+    cls = type("Bare", (), {"__module__": bare.__name__, "name": "bare"})
+    sys.modules[bare.__name__] = bare
+    try:
+        assert describe(cls) == "bare"
+    finally:
+        del sys.modules[bare.__name__]
+
+
+# ---- Positions: j - i computed once a call ---------------------------------------------------------------------
+def test_positions_compute_the_relative_matrix_once_and_reuse_it():
+    """``Positions.rel`` (Tq, Tk) is computed on its first read and every later read hands back the same tensor
+    without dispatching an op: the per-pass context gives one ``Positions`` to every layer (AT5 in training and
+    the reference attention build their bias per layer from it). Its values: the column difference j - i of the
+    last Tq of Tk columns for positions made from a padding mask (left pads included), k - q of the first row for
+    positions given as values."""
+    mask = torch.ones(2, 5, dtype=torch.bool)
+    mask[1, :2] = False  # two left pads
+    columns = torch.tensor([[c - r for c in range(5)] for r in range(2, 5)])  # queries: the last 3 columns
+    q, k = torch.tensor([[4, 6], [0, 1]]), torch.tensor([[1, 2, 7], [0, 0, 0]])
+    given = torch.tensor([[1 - 4, 2 - 4, 7 - 4], [1 - 6, 2 - 6, 7 - 6]])
+    cases = [(Positions.from_mask(mask, 3, 5, "cpu"), columns), (Positions.from_mask(None, 3, 5, "cpu"), columns),
+             (Positions(q, k), given)]
+    for pos, want in cases:
+        first = pos.rel
+        assert torch.equal(first, want)
+        with pe_testing.OpLog() as log:
+            again = [pos.rel for _ in range(3)]
+        assert sum(log.ops.values()) == 0 and all(r is first for r in again)
+
+
+# ---- the registry: the method table's order --------------------------------------------------------------------
+def test_the_registry_lists_the_encodings_in_the_method_tables_order():
+    """PE_REGISTRY, and so every list derived from it (the README's and the reports' method tables, the --pe
+    choices, python -m pe_plugin), runs in each encoding's ``order``: no encoding, the absolute ones, then the
+    relative ones, PosNet and RoPE, ALiBi and KERPLE, not alphabetically."""
+    from pe_plugin import encodings
+
+    want = ["nope", "sape", "lape", "rpe", "t5", "at5", "posnet_embed", "posnet_attn", "rope", "alibi", "kerple"]
+    assert list(PE_REGISTRY) == want
+    encodings._import_all()  # the registration pass again: idempotent, it registers nothing twice and keeps the order
+    assert list(PE_REGISTRY) == want
+    orders = [cls.order for cls in PE_REGISTRY.values()]
+    assert orders == sorted(orders) and len(set(orders)) == len(orders)
+
+
+# ---- model flags: two dictionaries need unshared embeddings only -------------------------------------------------
+def test_two_dictionaries_are_refused_only_with_share_all_embeddings(data_bin, tmp_path):
+    """A data folder whose target dictionary differs from the source's (one word more, as fairseq-preprocess
+    without --joined-dictionary gives): a model with separate embeddings (no --share-all-embeddings) builds, its
+    decoder's vocabulary the target's; with --share-all-embeddings it is refused, naming --joined-dictionary."""
+    import shutil
+
+    from fairseq import options, tasks
+    from test_lmax_boundaries import TINY
+
+    from pe_plugin.models.validation import PEConfigError
+
+    split = tmp_path / "split"
+    shutil.copytree(data_bin, split)
+    with open(split / "dict.de.txt", "a") as f:
+        f.write("onlyintarget 1\n")
+    unshared = [f for f in pe_testing.TRAIN_FLAGS if f != "--share-all-embeddings"]
+
+    def build(*extra):
+        argv = [str(split), "--user-dir", pe_testing.PLUGIN, "--arch", "transformer_sape_wmt_en_de", *unshared,
+                *TINY, *extra]
+        args = options.parse_args_and_arch(options.get_training_parser(), argv)
+        task = tasks.setup_task(args)
+        return args, task, task.build_model(args)
+
+    args, task, model = build()
+    assert not args.share_all_embeddings
+    assert len(task.target_dictionary) == len(task.source_dictionary) + 1
+    assert model.decoder.embed_tokens.num_embeddings == len(task.target_dictionary)
+    with pytest.raises(PEConfigError, match="--share-all-embeddings needs one dictionary .* --joined-dictionary"):
+        build("--share-all-embeddings")

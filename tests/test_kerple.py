@@ -9,6 +9,7 @@ import torch
 from pe_plugin.encoding_parts.base import Positions
 from pe_testing import make_attention, make_pe
 from test_relative import future_mask, padded_input
+import pe_testing
 
 C, H = 16, 2
 
@@ -87,3 +88,24 @@ def test_kerple_bias_on_distances_equals_the_pairwise_equation(tq, tk):
     for g, e in zip(torch.autograd.grad((got * w).sum(), (pe.r1, pe.r2)),
                     torch.autograd.grad((want * w).sum(), (pe.r1, pe.r2))):
         torch.testing.assert_close(g, e, rtol=1e-12, atol=1e-12)
+
+
+# ---- KERPLE: positions given as values, in the parameters' dtype -----------------------------------------------
+@pytest.mark.parametrize("model_dtype,pos_dtype", [(torch.float32, torch.float64), (torch.float16, torch.float32),
+                                                   (torch.float64, torch.int32)])
+@pytest.mark.parametrize("side", ["encoder", "decoder"])
+def test_kerple_bias_of_positions_given_as_values_is_in_its_parameters_dtype(side, model_dtype, pos_dtype):
+    """KERPLE's bias of positions given as values (a direct call) of another dtype, float or integer: the
+    distances are taken in the parameters' dtype, so the bias is in that dtype and equals, bit for bit, the bias
+    of the same positions as long; that one is -r1 log(1 + r2 |j - i|) (float64 closed form, the parameters'
+    precision)."""
+    pe = pe_testing.make_pe("kerple", side, dim=16, heads=2).to(model_dtype)
+    q, k = torch.tensor([[0, 3, 9, 40]]), torch.tensor([[0, 2, 3, 9, 40, 41]])
+    want = pe.position_bias(Positions(q, k))
+    got = pe.position_bias(Positions(q.to(pos_dtype), k.to(pos_dtype)))
+    assert got.dtype == want.dtype == model_dtype
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    r1, r2 = pe.r1.double().clamp_min(1e-2), pe.r2.double().clamp_min(1e-2)
+    dist = (k[0].unsqueeze(0) - q[0].unsqueeze(1)).abs().double()
+    tol = {torch.float16: 2e-2, torch.float32: 1e-5, torch.float64: 1e-12}[model_dtype]
+    torch.testing.assert_close(want.double(), -r1 * torch.log1p(r2 * dist), rtol=tol, atol=tol)

@@ -227,3 +227,31 @@ def test_fairseqs_size_error_names_l_max_exactly_when_the_encoding_sets_the_limi
     own = getattr(decode_limits.model_limits(model), "encoder" if side == "source" else "decoder")
     assert hint.startswith(f"pe_plugin: test sentence #3 has {limit + 1} {side} tokens")
     assert (f"has L_max = {own} {side} positions" in hint) == (own is not None and own <= limit), hint
+
+
+# ---- fairseq's size error: which flag to raise -----------------------------------------------------------------
+@pytest.mark.parametrize("side", ["source", "target"])
+def test_the_length_hint_names_the_training_limit_when_it_is_fairseqs_limit(data_bin, side):
+    """fairseq's size error for a model whose encoding has no limit of its own (RoPE) trained with
+    --max-source-positions 7 and --max-target-positions 9: when fairseq-generate's limit is the training limit
+    (the equal case) the model's own --max-*-positions must grow, so the hint names the training value and the
+    override; when the limit is one below it (a smaller --max-*-positions at decoding), raising the decoding
+    flag is enough and the hint says that alone."""
+    from test_lmax_boundaries import LIMS, L_SRC, L_TGT, TINY
+
+    from pe_plugin.cli_errors import length_hint
+
+    _, model, _ = pe_testing.build_model(data_bin, "transformer_rope_wmt_en_de", TINY + LIMS)
+    trained = L_SRC if side == "source" else L_TGT
+    for limit in (trained, trained - 1):
+        lims = (limit, L_TGT) if side == "source" else (L_SRC, limit)
+        n = limit + 1
+        sizes = (n, 2) if side == "source" else (2, n)
+        error = Exception(f"Size of sample #4 is invalid (=({sizes[0]}, {sizes[1]})) since max_positions={lims}")
+        hint = length_hint(error, [model])
+        assert hint.startswith(f"pe_plugin: test sentence #4 has {n} {side} tokens"), hint
+        at_training = f"(--max-{side}-positions {trained} at training)" in hint
+        override = f"--model-overrides \"{{'max_{side}_positions': {2 * n}}}\" and --max-{side}-positions {2 * n}"
+        assert at_training == (override in hint) == (limit == trained), hint
+        assert (f"(its --max-{side}-positions, 1024 unless given). Fix: pass --max-{side}-positions {2 * n};"
+                in hint) == (limit < trained), hint

@@ -12,6 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+import pe_testing
+from pe_plugin.encoding_parts.base import Dims
+from pe_plugin.encodings import PE_REGISTRY
 
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]  # also as a script
 from pe_testing import (PLUGIN, TRAIN_FLAGS, assert_micro_batches_add_up, batch, build_model, make_pe,  # noqa: E402
@@ -496,3 +499,89 @@ if __name__ == "__main__":
     for pe, lmax, total, own in rows:
         print(f"| transformer_{pe}_wmt_en_de | {lmax} | {total:,} ({total / 1e6:.2f}M) | {own:,} ({own / 1e6:.2f}M) | "
               f"+{(total - rows[0][2]) / 1e6:.2f}M | {paper[pe]:.2f}M (+{paper[pe] - paper['sape']:.2f}M) |")
+
+
+POSNETS = ["posnet_embed", "posnet_attn"]
+
+
+# ---- PosNet: the cap on L_max and what the two sides share ---------------------------------------------------
+@pytest.mark.parametrize("name", POSNETS)
+def test_posnet_max_positions_takes_one_kernel_and_refuses_none(name):
+    """--posnet-max-positions 1 is the smallest cap: L_max = 1, a one-token input is encoded and a two-token one
+    refused; 0 is refused when the encoding is built."""
+    pe = pe_testing.make_pe(name, max_positions=16, posnet_max_positions=1)
+    assert pe.max_positions == 1 and pe.kernels["phi"].size(-3) == 1
+    pe.check_length(Positions.from_mask(None, 1, 1, "cpu"))
+    with pytest.raises(ValueError, match="of length 2 exceeds the 1 positions"):
+        pe.check_length(Positions.from_mask(None, 2, 2, "cpu"))
+    if name == "posnet_embed":  # x + ReLU(x W1 phi_0) W2 at the one position, in float64
+        pe = pe.double()
+        x = torch.randn(3, 1, pe.dims.embed_dim, dtype=torch.float64)
+        k = pe.kernels
+        want = x + F.relu(x @ k["w1"] @ k["phi"][0]) @ k["w2"]
+        torch.testing.assert_close(pe.embed(x, Positions.from_mask(None, 1, 1, "cpu")), want)
+    with pytest.raises(ValueError, match=r"--posnet-max-positions must be at least 1 \(got 0\)"):
+        pe_testing.make_pe(name, max_positions=16, posnet_max_positions=0)
+
+
+@pytest.mark.parametrize("share", ["enc-dec", "none"])
+@pytest.mark.parametrize("name", POSNETS)
+def test_posnet_hands_the_other_side_its_kernels_only_when_shared(name, share):
+    """``build``'s per-model dict holds the modules the encoder and the decoder share: with --posnet-share
+    enc-dec the one kernel module (the decoder's is the encoder's), with none nothing (each side owns its own)."""
+    cls = PE_REGISTRY[name]
+    cfg, shared = cls.config_cls(posnet_share=share), {}
+    enc = cls.build(cfg, Dims(16, 2, 2, 32, 1, "encoder", 32), shared)
+    dec = cls.build(cfg, Dims(16, 2, 2, 32, 1, "decoder", 32), shared)
+    if share == "enc-dec":
+        assert dec.kernels is enc.kernels and list(shared.values()) == [enc.kernels]
+    else:
+        assert shared == {} and dec.kernels is not enc.kernels
+
+
+@pytest.mark.parametrize("per_layer,share,dec_layers,ok", [
+    (True, "enc-dec", 2, True),  # the same layer count: kernel i serves layer i on both sides
+    (True, "enc-dec", 1, False),  # the decoder would take the encoder's first layer's kernels
+    (True, "enc-dec", 3, False),  # ... or index a kernel that does not exist
+    (False, "enc-dec", 3, True),  # one kernel for every layer: any count
+    (True, "none", 3, True),  # each side its own per-layer kernels
+])
+def test_posnet_attn_shares_per_layer_kernels_only_between_stacks_of_one_depth(per_layer, share, dec_layers, ok):
+    """PosNet-Attn with --posnet-attn-per-layer and kernels shared by the encoder (2 layers) and the decoder:
+    refused, naming --posnet-share none, when the decoder's layer count differs; the other settings build."""
+    cls = PE_REGISTRY["posnet_attn"]
+    cfg, shared = cls.config_cls(posnet_attn_per_layer=per_layer, posnet_share=share), {}
+    enc = cls.build(cfg, Dims(16, 2, 2, 32, 1, "encoder", 32), shared)
+    build_decoder = lambda: cls.build(cfg, Dims(16, 2, dec_layers, 32, 1, "decoder", 32), shared)  # noqa: E731
+    if ok:
+        dec = build_decoder()
+        assert dec.kernels["phi"].size(0) in (1, dec_layers)
+        assert (dec.kernels is enc.kernels) == (share == "enc-dec")
+    else:
+        with pytest.raises(ValueError, match=f"do not fit the decoder's {dec_layers} layers .* --posnet-share none"):
+            build_decoder()
+
+
+# ---- the embedding slots: positions after dropout, once per slot call ------------------------------------------
+def test_dropout_then_embed_applies_the_slots_positions_once():
+    """PosNet-Embed's two slots (fairseq's ``embed_positions`` and ``dropout_module``): the dropout module applies
+    the positions the slot computed for the tokens to the one call that follows it (in eval mode, where dropout is
+    the identity, exactly the encoding's ``embed`` at those positions, left pads included); a later call without
+    a new slot call (a subclass or a user applying the stack's dropout to another tensor) is dropout alone."""
+    from torch import nn
+
+    from pe_plugin.modules.pe_embedding import DropoutThenEmbed, PositionSlot
+
+    pe = pe_testing.make_pe("posnet_embed", dim=16, heads=2, max_positions=8)
+    slot = PositionSlot(pe, nn.Embedding(20, 16, padding_idx=1))
+    dropout = DropoutThenEmbed(nn.Dropout(0.3), slot).eval()
+    tokens = torch.tensor([[1, 1, 5, 6, 2], [4, 5, 6, 7, 2]])  # the first sentence left-padded by two
+    torch.manual_seed(0)
+    x, y = torch.randn(2, 2, 5, 16)
+    with torch.no_grad():
+        slot(tokens)
+        got = dropout(x)
+        want = pe.embed(x, Positions.for_tokens(tokens, 1))
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+        assert not torch.equal(got, x)
+        assert torch.equal(dropout(y), y)  # no positions left: dropout alone (the identity in eval mode)

@@ -617,3 +617,18 @@ def test_the_exit_hook_leaves_a_process_without_a_process_group_alone():
 
     assert not (dist.is_available() and dist.is_initialized())  # the test's own process: no group
     assert destroy_gloo_group() is False
+
+
+# ---- the exit hook: a torch without distributed support ------------------------------------------------------
+def test_the_exit_hook_does_nothing_in_a_torch_built_without_distributed_support(monkeypatch):
+    """In a torch built without distributed support (USE_DISTRIBUTED=0: ``torch.distributed.is_available()`` is
+    False and the module has no ``is_initialized`` or ``get_backend``), pe_plugin's atexit hook,
+    gloo_exit.destroy_gloo_group, asks nothing more and returns False: a program's exit raises nothing."""
+    import torch.distributed as dist
+
+    from pe_plugin.gloo_exit import destroy_gloo_group
+
+    monkeypatch.setattr(dist, "is_available", lambda: False)
+    for name in ("is_initialized", "get_backend", "destroy_process_group"):
+        monkeypatch.delattr(dist, name, raising=False)
+    assert destroy_gloo_group() is False

@@ -25,6 +25,7 @@ from pe_plugin.encoding_parts.relative import (buckets_to_pairs, call_offsets, c
                                           t5_bucket)
 from pe_plugin.modules import pe_attention
 from pe_plugin.modules.pe_attention import PEAttention
+import copy
 
 C, H, LAYERS = 16, 2, 2
 D = C // H
@@ -738,3 +739,113 @@ def test_t5_takes_the_fewest_buckets_that_work(side, buckets, distance, ok):
     else:
         with pytest.raises(ValueError, match=f"--t5-num-buckets {buckets} / --t5-max-distance {distance}"):
             build()
+
+
+# ---- RPE (Shaw): per-head or shared tables -----------------------------------------------------------------
+@pytest.mark.parametrize("per_head,shared_heads,heads", [(False, False, 1), (True, False, 4), (True, True, 1),
+                                                         (False, True, 1)])
+def test_rpe_builds_per_head_tables_unless_told_to_share(per_head, shared_heads, heads):
+    """Shaw's tables (L, H|1, 2k+1, d): one per layer and head with --rpe-per-head, one per layer shared by the
+    heads without it or with --rpe-shared-heads (which wins, and the built encoding's config says so): 2 L H
+    (2k+1) d parameters for the two tables."""
+    pe = pe_testing.make_pe("rpe", dim=16, heads=4, layers=2, rpe_max_relative_position=3, rpe_per_head=per_head,
+                            rpe_shared_heads=shared_heads)
+    assert tuple(pe.key_table.shape) == tuple(pe.value_table.shape) == (2, heads, 7, 4)
+    assert sum(p.numel() for p in pe.parameters()) == 2 * 2 * heads * 7 * 4
+    assert pe.cfg.rpe_per_head == (heads > 1)
+
+
+# ---- T5: the bias in the table's dtype -----------------------------------------------------------------------
+def t5_reference(pe, tq, tk):
+    """E[bucket(j - i), h] as T5 reads, (1,H,Tq,Tk), in the table's dtype."""
+    from pe_plugin.encoding_parts.relative import t5_bucket
+
+    rel = torch.arange(tk).unsqueeze(0) - torch.arange(tk - tq, tk).unsqueeze(1)  # (Tq,Tk) j - i
+    bucket = t5_bucket(rel, not pe.dims.causal, pe.cfg.t5_num_buckets, pe.cfg.t5_max_distance)
+    return pe.table[bucket].permute(2, 0, 1).unsqueeze(0)
+
+
+def test_t5_bias_of_a_model_built_in_float64_is_float64():
+    """A T5 encoding built under torch.set_default_dtype(torch.float64) (its table float64, its constant one-hot
+    float32) computes its bias in float64, the table's values at each pair's bucket."""
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        pe = pe_testing.make_pe("t5", "encoder", dim=16, heads=2, t5_num_buckets=8, t5_max_distance=6)
+        assert pe.table.dtype == torch.float64
+        bias = pe.position_bias(Positions.from_mask(None, 9, 9, "cpu"))
+    finally:
+        torch.set_default_dtype(before)
+    assert bias.dtype == torch.float64
+    torch.testing.assert_close(bias, t5_reference(pe, 9, 9), rtol=0, atol=1e-12)
+
+
+def test_t5_bias_follows_a_table_loaded_in_half_precision():
+    """A T5 table assigned from a float16 state dict (``load_state_dict(assign=True)``, as a checkpoint saved by a
+    --fp16 run is loaded onto a model built on the meta device) gives a float16 bias, the table's values."""
+    pe = pe_testing.make_pe("t5", "decoder", dim=16, heads=2, t5_num_buckets=8, t5_max_distance=6)
+    pe.load_state_dict({"table": torch.randn(8, 2).half()}, assign=True)
+    bias = pe.position_bias(Positions.from_mask(None, 5, 5, "cpu"))
+    assert bias.dtype == torch.float16
+    torch.testing.assert_close(bias, t5_reference(pe, 5, 5), rtol=0, atol=0)
+
+
+# ---- T5's buckets: long whatever the distances' dtype ----------------------------------------------------------
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int32])
+@pytest.mark.parametrize("side", ["encoder", "decoder"])
+def test_t5_buckets_distances_of_any_real_dtype_as_long(side, dtype):
+    """``relative.t5_bucket`` of whole distances held in another dtype (float positions a caller computed, int32)
+    gives the long buckets of the distances, T5's own; and T5's bias of positions given as such values is the
+    table's rows at those buckets, the bias of the same positions given as long."""
+    from pe_plugin.encoding_parts.relative import t5_bucket
+
+    bidirectional = side == "encoder"
+    rel = torch.arange(-30, 31)
+    got = t5_bucket(rel.to(dtype), bidirectional, 8, 20)
+    assert got.dtype == torch.long
+    assert got.tolist() == [hf_bucket(r, bidirectional, 8, 20) for r in rel.tolist()]
+    pe = pe_testing.make_pe("t5", side, dim=16, heads=2, t5_num_buckets=8, t5_max_distance=20)
+    q, k = torch.tensor([[0, 3, 9, 25]]), torch.tensor([[0, 3, 9, 25, 31]])
+    want = pe.position_bias(Positions(q, k))
+    torch.testing.assert_close(pe.position_bias(Positions(q.to(dtype), k.to(dtype))), want, rtol=0, atol=0)
+    rows = torch.tensor([[hf_bucket(j - i, bidirectional, 8, 20) for j in k[0].tolist()]
+                         for i in q[0].tolist()])
+    torch.testing.assert_close(want, pe.table[rows].permute(2, 0, 1).unsqueeze(0), rtol=0, atol=0)
+
+
+# ---- AT5: the distances in the slopes' dtype -------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float64])
+@pytest.mark.parametrize("side", ["encoder", "decoder"])
+def test_at5_bias_of_an_old_checkpoint_assigned_in_another_dtype_is_in_its_parameters_dtype(side, dtype):
+    """An AT5 state dict in float16 or float64 saved before the slope divisor was (no ``slope_scale``: loading
+    restores the old divisor, here --at5-max-length 300, as a float32 tensor), assigned onto the encoding
+    (``load_state_dict(assign=True)``): the distances are taken in the slopes' dtype, so the bias is in that dtype
+    and equals, bit for bit, that of the same encoding converted to it (its divisor in that dtype too: |r| / 300
+    rounds differently in float32), over a full pass and a decoding step."""
+    pe = pe_testing.make_pe("at5", side, dim=16, heads=2, at5_max_length=300)
+    converted = copy.deepcopy(pe).to(dtype)
+    old = {k: v.to(dtype) for k, v in pe.state_dict().items() if k != "slope_scale"}
+    loaded = copy.deepcopy(pe)
+    loaded.load_state_dict(old, assign=True)
+    assert loaded.slope.dtype == dtype and loaded.slope_scale.dtype == torch.float32 and loaded.max_length == 300
+    for tq, tk in ((9, 9), (1, 300)):
+        pos = Positions.from_mask(None, tq, tk, "cpu")
+        got, want = loaded.position_bias(pos), converted.position_bias(pos)
+        assert got.dtype == want.dtype == dtype
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.float64])
+@pytest.mark.parametrize("side", ["encoder", "decoder"])
+def test_t5_bias_converts_nothing_per_call_in_the_models_dtype(side, dtype):
+    """T5's bias in a float32 encoding, and in one converted to float16 or float64 with the model (``.half()`` as
+    --fp16 does, ``.double()``): one matrix product of the table with its constant one-hot of the buckets, which
+    is already in the table's dtype, so a call converts and copies nothing (no ``_to_copy``); the values are the
+    table's at each pair's bucket."""
+    pe = pe_testing.make_pe("t5", side, dim=16, heads=2, t5_num_buckets=8, t5_max_distance=6).to(dtype)
+    for tq, tk in ((9, 9), (1, 12)):
+        with pe_testing.OpLog() as log:
+            bias = pe.position_bias(Positions.from_mask(None, tq, tk, "cpu"))
+        assert log.ops["_to_copy"] == 0 and log.ops["mm"] == 1, dict(log.ops)
+        assert bias.dtype == dtype
+        torch.testing.assert_close(bias, t5_reference(pe, tq, tk), rtol=0, atol=0)

@@ -9,6 +9,7 @@ from fairseq.tasks.translation import TranslationTask
 from pe_testing import parse_train_args
 
 from pe_plugin.resume_batches import ResumableTranslationTask
+import pe_testing
 
 EPOCHS = 3
 
@@ -65,3 +66,33 @@ def test_the_translation_task_of_another_plugin_is_left_in_place(monkeypatch):
     monkeypatch.setitem(tasks.TASK_REGISTRY, resume_batches.TASK, OtherPlugins)
     resume_batches.register()
     assert tasks.TASK_REGISTRY[resume_batches.TASK] is OtherPlugins
+
+
+# ---- the translation task: iterators fairseq rebuilds every epoch are left alone ---------------------------------
+def test_a_dataset_that_cannot_reuse_its_iterator_gets_fairseqs_batches_in_every_epoch(data_bin):
+    """A training set whose iterator fairseq rebuilds every epoch (``can_reuse_epoch_itr_across_epochs`` False, as
+    for a dataset whose contents depend on the epoch) draws its batches per epoch, so a resumed run already gets the
+    uninterrupted run's: the plugin's translation task builds, in epochs 1 to 3, exactly the batches (sentence ids,
+    in training order) of fairseq's own TranslationTask, which differ between epochs."""
+    from fairseq import tasks
+    from fairseq.tasks.translation import TranslationTask
+
+    from pe_plugin.resume_batches import ResumableTranslationTask
+
+    args = pe_testing.parse_train_args(data_bin, "transformer_sape_tiny", ["--max-tokens", "200", "--seed", "3"])
+    cfg = tasks.setup_task(args).cfg
+    batches = {}
+    for task_class in (ResumableTranslationTask, TranslationTask):
+        task = task_class.setup_task(cfg)
+        task.load_dataset("train", epoch=1)
+        dataset = task.dataset("train")
+        dataset.__class__ = type("PerEpoch", (type(dataset),),
+                                 {"can_reuse_epoch_itr_across_epochs": property(lambda self: False)})
+        assert not task.can_reuse_epoch_itr(dataset)
+        for epoch in (1, 2, 3):
+            itr = task.get_batch_iterator(dataset=dataset, max_tokens=200, max_positions=(1024, 1024),
+                                          required_batch_size_multiple=8, seed=3, epoch=epoch)
+            batches[task_class, epoch] = [sorted(s["id"].tolist()) for s in itr.next_epoch_itr(shuffle=True)]
+    for epoch in (1, 2, 3):
+        assert batches[ResumableTranslationTask, epoch] == batches[TranslationTask, epoch], epoch
+    assert sorted(batches[TranslationTask, 2]) != sorted(batches[TranslationTask, 3])  # other groupings

@@ -23,6 +23,7 @@ from pe_plugin.encoding_parts.base import Positions, as_positions
 from pe_plugin.modules import pe_attention
 from pe_plugin.modules.pe_attention import PEAttention
 from pe_tools.fairseq_plugin import CPU_FP16_FLAGS
+import copy
 
 C, H, LAYERS = 16, 2, 2
 D = C // H
@@ -454,3 +455,81 @@ def test_fp16_training_runs(arch, data_bin, tmp_path):
         "--max-update", "3", "--no-save", "--save-dir", tmp_path]).stdout
     assert "num_updates 3" in log or "num_updates=3" in log, log[-3000:]
     assert "loss_scale" in log and " nan" not in log.lower()
+
+
+# ---- RoPE: the angles in the compute dtype ----------------------------------------------------------------
+@pytest.mark.parametrize("padded", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_rope_rotates_in_the_compute_dtype_whatever_its_tables_dtype(dtype, padded):
+    """A float32 model computing in half precision (autocast: --amp, or bfloat16 on a CPU) rotates q and k exactly
+    as the same model converted to that dtype: ``prepare(pos, dtype)`` hands the layers cos and sin in the compute
+    dtype, the closed-form cos / sin of p theta_i rounded to it."""
+    pe = pe_testing.make_pe("rope", dim=16, heads=2, max_positions=32)
+    converted = copy.deepcopy(pe).to(dtype)  # its tables in the compute dtype: nothing to cast
+    b, t = 3, 7
+    mask = None
+    if padded:
+        mask = torch.ones(b, t, dtype=torch.bool)
+        mask[0, :2] = False  # two left pads
+    pos = Positions.from_mask(mask, t, t, "cpu")
+    angles = pe.prepare(pos, dtype)
+    assert pe.cos.dtype == torch.float32 and [a.dtype for a in angles] == [dtype, dtype]
+    r = pe.rotary_dim
+    theta = 10000.0 ** (-torch.arange(0, r, 2, dtype=torch.float64) / r)
+    p = pos.q.double().unsqueeze(-1) * theta  # (B|1,T,r/2)
+    torch.testing.assert_close(angles[0].squeeze(1), torch.cos(p).to(dtype), rtol=0, atol=1e-3)
+    torch.testing.assert_close(angles[1].squeeze(1), torch.sin(p).to(dtype), rtol=0, atol=1e-3)
+    torch.manual_seed(0)
+    q, k = torch.randn(2, b, 2, t, 8).to(dtype)
+    got = pe.transform_qk(q, k, angles, 0)
+    want = converted.transform_qk(q, k, converted.prepare(pos, dtype), 0)
+    for g, w in zip(got, want):
+        assert g.dtype == dtype
+        torch.testing.assert_close(g, w, rtol=0, atol=0)
+
+
+# ---- RoPE: the base ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("base,ok", [(1.0, False), (0.5, False), (1.0 + 1e-6, True), (2.0, True)])
+def test_rope_base_must_be_above_one(base, ok):
+    """--rope-base is refused at 1 and below (base 1 gives every pair the frequency theta_i = 1: one rotation
+    for all, as if the encoding had one pair) and taken just above it: the frequencies base^(-2i/r), i = 0..r/2-1,
+    are then strictly decreasing from 1."""
+    build = lambda: pe_testing.make_pe("rope", dim=16, heads=2, max_positions=8, rope_base=base)  # noqa: E731
+    if not ok:
+        with pytest.raises(ValueError, match=rf"--rope-base must be above 1 \(RoFormer: 10000\), got {base}"):
+            build()
+        return
+    pe = build()
+    r = pe.rotary_dim
+    theta = base ** (-torch.arange(0, r, 2, dtype=torch.float64) / r)
+    torch.testing.assert_close(pe.cos[1].double(), torch.cos(theta), rtol=0, atol=1e-6)  # position 1: cos theta_i
+    assert theta[0] == 1 and bool((theta[1:] < theta[:-1]).all())
+
+
+# ---- ALiBi: the slopes in float32 ------------------------------------------------------------------------------
+@pytest.mark.parametrize("default", [torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("side,directional", [("encoder", False), ("encoder", True), ("decoder", False)])
+def test_alibi_bias_is_float32_whatever_the_default_dtype(side, directional, default):
+    """ALiBi's bias is computed in float32 from the slopes rounded once to float32, then cast to the attention's
+    dtype: under torch.set_default_dtype(float64 or bfloat16), where the encoding is built and called, its
+    12 heads' slopes (1/2, 1/4, ..., 1/256, then 2^-1/2, 2^-3/2, ...: not all powers of two) are the float32 ones
+    and the bias is -m_h |j - i| in float32 (directional: m_{H+1-h} to the right), the closed form."""
+    from pe_plugin.encodings.alibi import alibi_slopes
+
+    heads = 12
+    slopes = [2 ** (-h) for h in range(1, 9)] + [2 ** (-(2 * h - 1) / 2) for h in range(1, 5)]
+    assert alibi_slopes(heads) == pytest.approx(slopes, rel=1e-15)
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(default)
+    try:
+        pe = pe_testing.make_pe("alibi", side, dim=24, heads=heads,
+                                alibi_encoder="directional" if directional else "symmetric")
+        bias = pe.position_bias(Positions.from_mask(None, 6, 6, "cpu"))
+    finally:
+        torch.set_default_dtype(before)
+    left = torch.tensor(slopes, dtype=torch.float32)
+    right = left.flip(0) if directional else left
+    want = torch.tensor([[[-(right[h] if j > i else left[h]).item() * abs(j - i) for j in range(6)]
+                          for i in range(6)] for h in range(heads)], dtype=torch.float32).unsqueeze(0)
+    assert bias.dtype == torch.float32
+    torch.testing.assert_close(bias, want, rtol=0, atol=0)
