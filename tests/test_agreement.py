@@ -7,6 +7,7 @@ import pytest
 
 from pe_tools.scoring.agreement import main, rank_agreement
 from pe_tools.scoring import report
+import numpy as np
 
 A = {"nope": 1.0, "sape": 2.0, "lape": 3.0, "rpe": 4.0, "rope": 5.0}
 B = {"nope": 2.0, "sape": 1.0, "lape": 4.0, "rpe": 3.0, "rope": 5.0, "alibi": 9.0}  # two adjacent swaps
@@ -193,3 +194,54 @@ def test_two_reports_compare_their_means_without_a_rename():
     a, b = {"x": 30.0, "y": 20.0, "z": 10.0, "w": 5.0}, {"x": 31.0, "y": 9.0, "z": 19.0, "w": 4.0}
     (row,) = rows([report(a), report(b)], ["A", "B"], "bleu")
     assert row == {"compared": "A vs B (means)", **rank_agreement(a, b)}
+
+
+def _enumerated_kendall_p(x, y):
+    """The reference: the share of the n! orderings of ``y`` whose |tau_b| (scipy's, of the scores as floats)
+    reaches the observed one."""
+    from scipy import stats
+
+    x, y = [float(v) for v in x], [float(v) for v in y]
+    observed = abs(stats.kendalltau(x, y).statistic)
+    orderings = list(itertools.permutations(y))
+    return sum(abs(stats.kendalltau(x, list(o)).statistic) >= observed - 1e-12 for o in orderings) / len(orderings)
+
+
+@pytest.mark.parametrize("x,y,p", [
+    ([1.0], [2.0], None),  # one system: no pair, no tau, no p
+    ([1.0, 2.0], [1.0, 2.0], 1.0),  # two: the two orderings give tau_b = +1 and -1, both reach |1|
+    ([1.0, 2.0], [2.0, 1.0], 1.0),
+    ([1.0, 1.0], [1.0, 2.0], 1.0),  # a tie: C - D = 0 in both orderings, and 0 >= 0
+])
+def test_the_exact_kendall_p_exists_from_two_systems_on(x, y, p):
+    """The enumerated p of Kendall's tau-b is given from two systems on, not for one: with two systems both
+    orderings of one side reach the observed |tau_b|, so p = 2/2 = 1 (scipy's exact p of two untied systems
+    is 1 too)."""
+    from scipy import stats
+
+    from pe_tools.scoring.agreement import exact_kendall_p
+
+    assert exact_kendall_p(x, y) == p
+    if p is not None and len(set(x)) == len(set(y)) == len(x):
+        assert stats.kendalltau(x, y, method="exact").pvalue == pytest.approx(p)
+
+
+@pytest.mark.parametrize("scores", [
+    [True, False, True, True, False],  # pass / fail
+    np.array([1, 2, 3, 5, 4], dtype=np.uint8),  # unsigned counts: a difference below zero must not wrap
+    np.array([4, 0, 2, 2, 7], dtype=np.uint32),
+])
+@pytest.mark.parametrize("side", ["x", "y"])
+def test_the_exact_kendall_p_reads_scores_of_any_real_type_as_their_values(scores, side):
+    """Scores handed as booleans or unsigned integers, on either side, give the exact p of their values (their
+    float copies), from exact_kendall_p and from kendall (a tie on the other side: the enumerated p), against
+    every ordering's tau_b computed by scipy."""
+    from pe_tools.scoring.agreement import exact_kendall_p, kendall
+
+    other = [1.0, 2.0, 2.0, 3.0, 5.0]
+    x, y = (scores, other) if side == "x" else (other, scores)
+    want = _enumerated_kendall_p(x, y)
+    assert exact_kendall_p([float(v) for v in x], [float(v) for v in y]) == pytest.approx(want)
+    assert exact_kendall_p(x, y) == pytest.approx(want)
+    tau, p, exact = kendall(x, y)
+    assert exact and p == pytest.approx(want)

@@ -299,3 +299,28 @@ def test_curves_keep_only_the_asked_runs_by_each_key(tmp_path, other):
                                                                          "method": "rope"}[other]}))
     rows = curves(tmp_path, asked["pair"], asked["seed"], [asked["size"]], [asked["method"]])
     assert [(r["method"], r["size"], r["seed"], r["nll_loss"]) for r in rows] == [("sape", "annealed", 1, 5.0)]
+
+
+# ---- the validation curves' figure (pe_tools/recipes/curves.py) ---------------------------------------------
+@pytest.mark.parametrize("points,top", [
+    ([(100, 9.0), (500, 4.0)], 4.0 * 1.05),  # only the point at exactly 500 counts: the axis ends above it
+    ([(100, 9.0), (500, 4.0), (1000, 3.0)], 4.0 * 1.05),  # 500 and 1000: the higher of the two
+    ([(100, 9.0), (499, 4.0)], None),  # none from update 500 on: matplotlib's own limits, the first point shown
+])
+def test_the_curves_y_axis_ends_above_the_highest_loss_from_update_500_on(points, top, monkeypatch):
+    """The curves' figure cuts its y axis at 1.05 x the highest validation nll at update 500 or later (the first
+    updates' 8-10 bits would squash the rest); a validation at exactly update 500 is one of them. With none
+    from 500 on, matplotlib's own limits hold and the point at update 100 (nll 9) is inside the axis."""
+    from pe_tools.recipes import curves
+
+    figures = []
+    monkeypatch.setattr(curves, "png_bytes", lambda fig, **kw: figures.append(fig) or b"")
+    rows = [{"updates": u, "nll_loss": nll, "size": "small", "method": "sape"} for u, nll in points]
+    curves.plot(rows, ["small"], ["sape"])
+    (fig,) = figures
+    bottom, ceiling = fig.axes[0].get_ylim()
+    curves.pyplot().close(fig)
+    if top is None:
+        assert ceiling > 9.0
+    else:
+        assert ceiling == pytest.approx(top)

@@ -204,3 +204,29 @@ def test_the_tensorboardx_filter_on_a_handler_drops_only_that_loggers_notice():
     assert handler.messages == [(LOGGER, "another record"), ("fairseq.other", NOTICE)]
     record = logging.makeLogRecord({"name": LOGGER, "msg": NOTICE + ": pip install tensorboardX"})
     assert DropTensorboardXNotice().filter(record) is False
+
+
+# ---- the console scripts' names (pe_tools/recipes/launch.py) ------------------------------------------------
+@pytest.mark.parametrize("cmd", ["train", "generate", "record", "report"])
+def test_each_console_scripts_usage_names_it(cmd, monkeypatch, capsys):
+    """pe-train, pe-generate, pe-record and pe-report (setup.py's console scripts) show their own name in their
+    help and in an error's usage line (``usage: pe-train ...``, ``pe-train: error: ...``), not the launcher's
+    ``launch.py train``; ``launch.main`` called without names keeps argparse's own (the program, then the
+    sub-command)."""
+    from pe_tools.recipes import launch
+
+    entry = getattr(launch, f"{cmd}_main")
+    monkeypatch.setattr(sys, "argv", [f"/somewhere/pe-{cmd}", "--help"])
+    with pytest.raises(SystemExit) as e:
+        entry()
+    assert e.value.code == 0
+    assert capsys.readouterr().out.startswith(f"usage: pe-{cmd} [-h] ")
+    monkeypatch.setattr(sys, "argv", [f"/somewhere/pe-{cmd}", "--no-such-flag"])
+    with pytest.raises(SystemExit) as e:
+        entry()
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.startswith(f"usage: pe-{cmd} [-h] ") and f"\npe-{cmd}: error: " in err, err
+    monkeypatch.setattr(sys, "argv", ["/somewhere/launch.py"])
+    with pytest.raises(SystemExit):
+        launch.main([cmd, "--help"])
+    assert capsys.readouterr().out.startswith(f"usage: launch.py {cmd} ")

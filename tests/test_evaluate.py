@@ -23,6 +23,7 @@ from sacremoses import MosesTokenizer
 from pe_tools import file_io
 from pe_tools.scoring import cli as scoring_cli, metrics as scoring_metrics, significance
 from pe_tools.scoring import style
+from argparse import Namespace
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -990,3 +991,125 @@ def test_length_bucket_edges_must_strictly_increase(value, ok):
     else:
         with pytest.raises(InputError, match="expected increasing whole numbers"):
             parse_edges(value)
+
+
+# ---- the language check (pe_tools/scoring/language.py) ------------------------------------------------------
+FILLER = "haus katze baum wiese garten hund wagen straße fenster tisch".split()  # on no language's list
+
+
+def _check_lists():
+    from pe_tools.scoring.language import STOP_WORDS
+
+    assert not any(w in stop for stop in STOP_WORDS.values() for w in FILLER)
+    return STOP_WORDS
+
+
+def test_shares_are_fractions_of_all_the_words():
+    """language.shares gives each language's share of all the words (hits / words), with the counts apart;
+    counted here over a text of 4 German, 1 English and 5 other words, and for no words at all."""
+    from pe_tools.scoring.language import shares
+
+    stop = _check_lists()
+    german, english = ["der", "und", "nicht", "mit"], ["the"]
+    assert all(w in stop["de"] for w in german) and english[0] in stop["en"]
+    s = shares([" ".join(german + FILLER[:3]), " ".join(english + FILLER[3:5])])
+    assert s["_words"] == 10 and s["_hits"]["de"] == 4 and s["_hits"]["en"] == 1
+    assert s["de"] == pytest.approx(0.4) and s["en"] == pytest.approx(0.1) and s["fr"] == 0
+    empty = shares(["", "123 ..."])
+    assert empty["_words"] == 0 and all(empty[lang] == 0 for lang in stop)
+
+
+@pytest.mark.parametrize("words,expected", [(250, "de"), (251, None)])
+def test_a_language_is_identified_at_exactly_the_minimum_share_and_not_below(words, expected):
+    """20 German stop words (5 different) among 250 words are a share of exactly 20/250 = 0.08, the minimum:
+    German; among 251 words the share is just under it: not identified. Every other condition holds in both (20
+    hits, 5 distinct, no other language's word)."""
+    from pe_tools.scoring.language import MIN_DISTINCT, MIN_SHARE, MIN_WORDS, identify
+
+    stop = _check_lists()
+    german = ["der", "und", "nicht", "mit", "eine"] * 4
+    assert all(w in stop["de"] and not any(w in s for lang, s in stop.items() if lang != "de") for w in german)
+    assert (MIN_WORDS, MIN_DISTINCT, MIN_SHARE) == (20, 5, 0.08) and 20 / 250 == 0.08 and 20 / 251 < 0.08
+    text = german + (FILLER * 30)[:words - 20]
+    assert identify([" ".join(text)]) == expected
+
+
+def test_a_long_text_with_enough_stop_words_but_too_small_a_share_is_not_identified():
+    """MIN_WORDS stop words are not enough in a long text: 20 German ones among 1000 words (a share of 0.02, under
+    0.08) identify nothing, while the same 20 among 100 words (0.2) are German."""
+    from pe_tools.scoring.language import identify
+
+    german = ["der", "und", "nicht", "mit", "eine"] * 4
+    assert identify([" ".join(german + (FILLER * 100)[:980])]) is None
+    assert identify([" ".join(german + (FILLER * 10)[:80])]) == "de"
+
+
+# ---- significance marks and signatures (pe_tools/scoring/significance.py) -----------------------------------
+@pytest.mark.parametrize("p,better,worse", [
+    (0.0499, "++", "--"), (0.05, "+", "-"), (0.0999, "+", "-"), (0.10, "", ""), (None, "", ""),
+])
+def test_marks_at_exactly_the_significance_levels(p, better, worse):
+    """'++' needs p < 0.05 and '+' p < 0.10: exactly 0.05 earns one sign, exactly 0.10 none; the sign follows the
+    delta, and a zero delta earns nothing."""
+    from pe_tools.scoring.significance import mark
+
+    assert (mark(1.5, p), mark(-1.5, p), mark(0.0, p)) == (better, worse, "")
+
+
+@pytest.mark.parametrize("aggressive", [True, False])
+def test_only_the_compound_split_bleu_signature_names_its_preprocessing(aggressive):
+    """The report's signatures: compound-split BLEU's says how its text was prepared (pre:moses-de[-a]+compound-
+    split, -a with the aggressive dash split); sacreBLEU's BLEU and chrF++ score the text as given, and their
+    signatures name no preprocessing."""
+    from pe_tools.scoring.inputs import Inputs, System
+    from pe_tools.scoring.significance import score_systems
+
+    ref = ["Der Hund läuft schnell über die Wiese.", "Ein Kind spielt im Garten."] * 3
+    base = System("base", ["b"], runs=[["Der Hund rennt über die Wiese.", "Ein Kind spielt im Park."] * 3])
+    other = System("other", ["o"], runs=[["Der Hund läuft über die Wiese.", "Ein Kind spielt im Garten."] * 3])
+    args = Namespace(n_samples=10, paired="bs", no_aggressive_dash=not aggressive, trg_lang="de", seed=1, jobs=1)
+    sigs = score_systems(Inputs("ref", ref, base, [other]), args)["signatures"]
+    fields = {key: dict(f.split(":", 1) for f in sig.split("|")) for key, sig in sigs.items()}
+    assert fields["bleu_cs"]["pre"] == ("moses-de-a+compound-split" if aggressive else "moses-de+compound-split")
+    assert "pre" not in fields["bleu"] and "pre" not in fields["chrf"], sigs
+    assert fields["bleu"]["tok"] == "13a" and fields["bleu_cs"]["tok"] == "none"
+
+
+# ---- pe-evaluate's options (pe_tools/scoring/cli.py) --------------------------------------------------------
+@pytest.mark.parametrize("n_samples,refused", [(None, False), (2, False), (1, False), (0, True), (-1, True)])
+def test_pe_evaluate_takes_one_resample_or_more(n_samples, refused, tmp_path, capsys):
+    """pe-evaluate --n-samples N: N = 1 is the least it takes (one resample or trial); 0 and below are refused
+    before any file is read, with status 2 and the option named; without the option, the test's default."""
+    from pe_tools.scoring import cli
+    from pe_tools.scoring.inputs import InputError
+
+    argv = ["--ref", str(tmp_path / "missing.ref"), "--baseline", "base=b.de", "--system", "sys=s.de",
+            "--trg-lang", "de", "--out-dir", str(tmp_path / "out")]
+    if n_samples is not None:
+        argv += ["--n-samples", str(n_samples)]
+    args = cli.build_parser().parse_args(argv)
+    if refused:
+        with pytest.raises(InputError, match=f"^--n-samples {n_samples}: must be at least 1$"):
+            cli.check_options(args)
+        assert cli.main(argv) == 2
+        assert f"error: --n-samples {n_samples}: must be at least 1" in capsys.readouterr().err
+    else:
+        assert cli.check_options(args) is None
+
+
+@pytest.mark.parametrize("paired,signature", [("bs", "|bs:1|"), ("ar", "|ar:1|")])
+def test_pe_evaluate_scores_with_a_single_resample(paired, signature, tmp_path, capsys):
+    """The least --n-samples taken, 1, runs through: pe-evaluate writes its report, whose signatures name one
+    resample (bs) or one trial (ar)."""
+    from pe_tools.scoring import cli
+
+    ref = [f"die katze {i} ist sehr klein und der hund ist gross" for i in range(12)]
+    (tmp_path / "ref.de").write_text("\n".join(ref) + "\n")
+    for name, drop in (("b", "klein"), ("s", "gross")):
+        (tmp_path / f"{name}.de").write_text("\n".join(r.replace(drop, "x") for r in ref) + "\n")
+    out = tmp_path / "out"
+    assert cli.main(["--ref", str(tmp_path / "ref.de"), "--trg-lang", "de", "--out-dir", str(out), "--baseline",
+                     f"b={tmp_path / 'b.de'}", "--system", f"s={tmp_path / 's.de'}", "--paired", paired,
+                     "--n-samples", "1", "--no-language-check"]) == 0
+    assert signature in capsys.readouterr().out
+    assert json.loads((out / "results.json").read_text())["test"]["n_samples"] == 1

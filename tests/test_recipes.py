@@ -5,6 +5,7 @@ import json
 import logging
 import os
 import re
+import shlex
 import socket
 import subprocess
 import sys
@@ -12,8 +13,9 @@ import time
 
 import pytest
 
+from pe_runs import stand_in_checkpoint
+from pe_shell import NASTY, bash_argv
 from pe_testing import PLUGIN, REPO
-from test_results import stand_in_checkpoint
 
 from pe_tools.recipes import all_pairs, launch, load_table, table_pairs, training_log
 from pe_tools.recipes.train import train_argv
@@ -632,3 +634,130 @@ def test_the_exit_hook_does_nothing_in_a_torch_built_without_distributed_support
     for name in ("is_initialized", "get_backend", "destroy_process_group"):
         monkeypatch.delattr(dist, name, raising=False)
     assert destroy_gloo_group() is False
+
+
+@pytest.mark.parametrize("given", [False, True])
+def test_generate_decodes_the_data_given_with_data_over_the_runs_recorded_one(given, tmp_path, monkeypatch):
+    """pe-generate --data DIR decodes DIR, not the data folder the run recorded in command.json (a run trained on
+    one copy of the data, decoded from another, e.g. moved to a node's disk); without --data, the recorded one.
+    Both the position check and fairseq-generate's positional data argument get it."""
+    from pe_tools.recipes import generate
+
+    run = generate_run(tmp_path, 1)
+    recorded = json.loads((run / "command.json").read_text())["data"]
+    other = tmp_path / "data elsewhere"
+    checked, decoded = [], []
+    monkeypatch.setattr(generate, "average_into", lambda paths, avg: 0)
+    monkeypatch.setattr(generate, "check_positions",
+                        lambda avg, data, *rest: checked.append(str(data)) or {"pe": "rope", "decoder_limit": None})
+    monkeypatch.setattr(generate, "fairseq_generate", lambda args: decoded.append(list(args)) or (5, ""))
+    a = generate_args(run, 1)
+    a.data = str(other) if given else None
+    assert generate.generate(a) == 5  # fairseq-generate's status: nothing written after it
+    want = str(other) if given else recorded
+    assert recorded != str(other) and checked == [want]
+    (args,) = decoded
+    assert args[0] == want  # fairseq-generate's first argument (after python -m fairseq_cli.generate)
+
+
+# ---- pe-generate's position override (pe_tools/recipes/generate.py) ----------------------------------------
+@pytest.mark.parametrize("mode,pe,overridden", [
+    ("clamp", "rope", True), ("clamp", "fairseq", False), ("error", "rope", False), ("error", "fairseq", False),
+])
+def test_generate_asks_for_clamped_positions_only_of_a_pe_plugin_model(mode, pe, overridden, tmp_path, monkeypatch,
+                                                                        capsys):
+    """pe-generate --pe-beyond-max clamp decodes a pe_plugin model with ``--model-overrides "{'pe_beyond_max':
+    'clamp'}"``; a stock fairseq model (the position check's pe ``fairseq``, pe_plugin.decode_limits.STOCK) has no
+    such option and gets no override, nor does any model under --pe-beyond-max error. Checked in the command
+    fairseq-generate is given and in the one pe-generate prints."""
+    from pe_plugin.decode_limits import STOCK
+    from pe_tools.recipes import generate
+
+    assert STOCK == "fairseq"
+    run = generate_run(tmp_path, 1)
+    decoded = []
+    monkeypatch.setattr(generate, "average_into", lambda paths, avg: 0)
+    monkeypatch.setattr(generate, "check_positions", lambda *args: {"pe": pe, "decoder_limit": None})
+    monkeypatch.setattr(generate, "fairseq_generate", lambda args: decoded.append(list(args)) or (5, ""))
+    a = generate_args(run, 1)
+    a.pe_beyond_max = mode
+    assert generate.generate(a) == 5
+    (args,) = decoded
+    printed = shlex.split(capsys.readouterr().out.splitlines()[-1])
+    assert printed[3:] == args
+    override = ["--model-overrides", "{'pe_beyond_max': 'clamp'}"]
+    assert (args[-2:] == override) == overridden and ("--model-overrides" in args) == overridden
+
+
+# ---- pe-train's command lines and its launch (pe_tools/recipes/train.py) ------------------------------------
+def pe_train(tmp_path, monkeypatch, *flags, folder="d", runs="runs"):
+    """pe-train sape (multi30k) in this process, fairseq-train never started (train.tee a stand-in recording the
+    command it would run); data and runs under ``tmp_path / folder``. Returns (status, launched commands, the
+    run's directory)."""
+    from pe_tools.recipes import launch, run_state, train
+
+    data = tmp_path / folder / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    (data / "dict.en.txt").write_text("")
+    launched = []
+    monkeypatch.setattr(run_state, "LOCK_TRIES", 1)
+    monkeypatch.setattr(train, "tee", lambda cmd, log, **kw: launched.append(list(cmd)) or 0)
+    runs_dir = tmp_path / folder / runs
+    rc = launch.main(["train", "sape", "--recipe", "multi30k", "--data", str(data), "--runs-dir", str(runs_dir),
+                      *flags, "--", "--max-update", "4", "--cpu"])
+    return rc, launched, runs_dir / "sape.en-de.small.seed1"
+
+
+def test_pe_trains_printed_and_recorded_commands_paste_back_as_the_command_it_runs(tmp_path, monkeypatch, capsys):
+    """pe-train prints the fairseq-train command it runs and writes it to RUN/command.txt as a shell line: for a
+    data folder and a runs folder holding a space, both quotes, `;`, `$(...)` and backquotes, each reads back
+    (shlex, and bash itself) as exactly the argument vector started (and recorded in command.json), and running
+    bash on them runs no payload. Once the run is finished, the pe-generate command pe-train suggests reads back
+    as pe-generate and the run's folder."""
+    rc, launched, run = pe_train(tmp_path, monkeypatch, folder=NASTY, runs=f"runs {NASTY}")
+    assert rc == 0
+    (cmd,) = launched
+    assert cmd[:3] == [sys.executable, "-m", "fairseq_cli.train"] and cmd[3] == str(tmp_path / NASTY / "data")
+    assert str(run) in cmd  # --save-dir
+    assert json.loads((run / "command.json").read_text())["argv"] == cmd
+    printed = capsys.readouterr().out.splitlines()[0]
+    recorded = (run / "command.txt").read_text()
+    assert recorded.endswith("\n") and recorded.count("\n") == 1
+    for line in (printed, recorded[:-1]):
+        assert shlex.split(line) == cmd
+        assert bash_argv(line, tmp_path) == cmd
+    stand_in_checkpoint(run / "checkpoint_last.pt", 4)
+    rc, launched, _ = pe_train(tmp_path, monkeypatch, folder=NASTY, runs=f"runs {NASTY}")
+    assert rc == 0 and not launched
+    out = capsys.readouterr().out
+    assert "nothing to do. Decode it with pe-generate " in out, out
+    command = out[out.index("pe-generate "):].rstrip("\n")
+    assert shlex.split(command) == ["pe-generate", str(run)]
+    assert bash_argv(command, tmp_path) == ["pe-generate", str(run)]
+    assert not list(tmp_path.rglob("PWNED*"))
+
+
+@pytest.mark.parametrize("gpus,allocation,by_srun", [(1, True, False), (2, True, True), (2, False, False)])
+def test_pe_train_starts_one_srun_task_per_rank_only_for_several_gpus_inside_slurm(gpus, allocation, by_srun,
+                                                                                    tmp_path, monkeypatch, capsys):
+    """pe-train --gpus N inside a SLURM allocation (SLURM_JOB_ID set; 2 tasks) runs fairseq-train as N srun tasks
+    (``srun --ntasks=N ... python -m pe_tools.recipes.srun -- CMD``) only when N > 1; with one GPU, in an
+    allocation or not, and with two outside one, it runs the command itself: no srun step, no distributed
+    rendezvous, no "[train] N ranks under SLURM" line."""
+    for name in ("SLURM_JOB_ID", "SLURM_NTASKS", "SLURM_CPUS_PER_TASK"):
+        monkeypatch.delenv(name, raising=False)
+    if allocation:
+        monkeypatch.setenv("SLURM_JOB_ID", "5")
+        monkeypatch.setenv("SLURM_NTASKS", "2")
+    rc, (launched,), run = pe_train(tmp_path, monkeypatch, "--gpus", str(gpus))
+    assert rc == 0
+    cmd = json.loads((run / "command.json").read_text())["argv"]
+    assert cmd[:3] == [sys.executable, "-m", "fairseq_cli.train"]
+    out = capsys.readouterr().out
+    if by_srun:
+        assert launched == ["srun", "--kill-on-bad-exit=1", f"--ntasks={gpus}", sys.executable, "-m",
+                            "pe_tools.recipes.srun", "--", *cmd]
+        assert f"[train] {gpus} ranks under SLURM: srun --kill-on-bad-exit=1 --ntasks={gpus} ..." in out
+    else:
+        assert launched == cmd
+        assert "ranks under SLURM" not in out

@@ -593,3 +593,113 @@ def test_training_columns_are_the_mean_wall_time_in_minutes():
     assert t["train_minutes"] == pytest.approx((120 + 240) / 2 / 60)  # 3 minutes
     assert t["params"] == 1_500_000 and t["where"] == ["cpu, 2 thread(s)"]
     assert report.training({"runs": [{"meta": {}}]}) == {"params": None, "train_minutes": None, "where": []}
+
+
+# ---- pe-report's comparisons (pe_tools/recipes/results.py) --------------------------------------------------
+@pytest.mark.parametrize("n_seeds", [1, 2])
+def test_a_report_compares_over_seeds_only_when_the_baseline_has_several(n_seeds):
+    """pe-report's tables: ``results`` (the baseline's first seed) always; ``results_seeds`` only when the
+    baseline was recorded with more than one seed: with one, it would repeat ``results`` under another name."""
+    from pe_tools.naming import BASELINE
+    from pe_tools.recipes.results import tables
+
+    seeds = range(1, n_seeds + 1)
+    runs = {m: {s: Path(f"{m}{s}") for s in seeds} for m in (BASELINE, "rope", "alibi")}
+    out = tables(runs)
+    assert out["results"] == {m: [Path(f"{m}1")] for m in runs}
+    if n_seeds == 1:
+        assert set(out) == {"results"}
+    else:
+        assert set(out) == {"results", "results_seeds"}
+        assert out["results_seeds"] == {m: [Path(f"{m}1"), Path(f"{m}2")] for m in runs}
+
+
+@pytest.mark.parametrize("with_both", [(), ("rope",), ("rope", "alibi")])
+def test_a_report_over_seeds_needs_a_method_recorded_with_every_seed_of_the_baseline(with_both):
+    """Two baseline seeds: ``results_seeds`` holds the baseline and each method recorded with both of its seeds,
+    and is left out when no method is (a table of the baseline alone compares nothing)."""
+    from pe_tools.naming import BASELINE
+    from pe_tools.recipes.results import tables
+
+    runs = {BASELINE: {1: Path("b1"), 2: Path("b2")}, "rope": {1: Path("r1")}, "alibi": {2: Path("a2")}}
+    for m in with_both:
+        runs[m] = {1: Path(f"{m}1"), 2: Path(f"{m}2")}
+    out = tables(runs)
+    if not with_both:
+        assert set(out) == {"results"}
+    else:
+        assert out["results_seeds"] == {m: [runs[m][1], runs[m][2]] for m in (BASELINE, *with_both)}
+
+
+@pytest.mark.parametrize("seconds,shown", [
+    (59, "59 s"), (60, "1 min"), (59 * 60, "59 min"), (59 * 60 + 29, "59 min"), (60 * 60 - 31, "59 min"),
+    (60 * 60 - 29, "1 h 00 min"), (60 * 60, "1 h 00 min"), (61 * 60, "1 h 01 min"), (125 * 60, "2 h 05 min"),
+])
+def test_a_time_left_of_an_hour_or_more_is_shown_in_hours_and_minutes(seconds, shown):
+    """pe-train's progress note gives the time left as seconds under a minute, whole minutes under an hour (59
+    min), and hours with two-digit minutes from a rounded 60 minutes on (``1 h 00 min``, never ``60 min``); the
+    rounding to the nearest minute decides on which side a time just under the hour falls."""
+    from pe_tools.recipes import train
+
+    assert train._duration(seconds) == shown
+
+
+@pytest.mark.parametrize("update, paced", [(19, False), (20, False), (21, True)])
+def test_a_progress_line_at_or_before_the_resumed_update_gives_no_pace(update, paced):
+    """pe-train's progress note of a run resumed at update 20: a line at update 20 (or an earlier one) has no
+    update since the mark to pace by, so the note gives the count alone and never divides by zero; at 21, the pace
+    is the seconds since the launch, 10 s for one update."""
+    from pe_tools.recipes import train
+
+    now = [1_000_000.0]
+    p = train.Progress(100, 20, clock=lambda: now[0])
+    now[0] += 10
+    line = f"2026-01-01 10:00:10 | INFO | train_inner | epoch 001:  1 / 9 loss=5.0, num_updates={update}, wall=0"
+    done = f"[pe-train] update {update} of 100 ({update}%)"
+    note = p.note(line)
+    if paced:
+        assert note.startswith(f"{done}, 10.00 s/update, finish ~ "), note
+    else:
+        assert note == done
+
+
+# ---- pe-train's progress note from the launch on (pe_tools/recipes/train.py) --------------------------------
+@pytest.mark.parametrize("checkpoint,pace", [
+    (None, 10.0),  # a fresh run: no checkpoint_last.pt, the pace is measured from update 0
+    (b"cut short", 10.0),  # a checkpoint that cannot be read counts as none
+    (2, 30.0),  # resumed at update 2: one update since
+])
+def test_pe_trains_first_progress_note_paces_from_the_checkpoints_update_or_zero(checkpoint, pace, tmp_path,
+                                                                                 monkeypatch, capsys):
+    """pe-train's note after fairseq-train's first progress line (update 3 of 4, 30 s after the launch) paces
+    from the update checkpoint_last.pt holds, or from update 0 when there is none or it cannot be read: 10 s an
+    update for a fresh run, 30 s for one resumed at update 2."""
+    from pe_tools.recipes import launch, run_state, train
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "dict.en.txt").write_text("")
+    run = tmp_path / "runs" / "sape.en-de.small.seed1"
+    if checkpoint is not None:
+        run.mkdir(parents=True)
+        if isinstance(checkpoint, int):
+            stand_in_checkpoint(run / "checkpoint_last.pt", checkpoint)
+        else:
+            (run / "checkpoint_last.pt").write_bytes(checkpoint)
+    now = [1_000_000.0]
+    real = train.Progress
+    monkeypatch.setattr(train, "Progress", lambda top, start: real(top, start, clock=lambda: now[0]))
+
+    def tee(cmd, log, on_line, **kw):  # fairseq-train: 30 s, then its first progress line
+        now[0] += 30
+        on_line("2026-01-01 10:00:30 | INFO | train_inner | epoch 001:  3 / 9 loss=5.0, num_updates=3, wall=0")
+        return 0
+
+    monkeypatch.setattr(run_state, "LOCK_TRIES", 1)
+    monkeypatch.setattr(train, "tee", tee)
+    rc = launch.main(["train", "sape", "--recipe", "multi30k", "--data", str(data), "--runs-dir",
+                      str(tmp_path / "runs"), "--", "--max-update", "4", "--cpu"])
+    assert rc == 0
+    (note,) = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("[pe-train] ")]
+    assert note.startswith(f"[pe-train] update 3 of 4 (75%), {pace:.2f} s/update, finish ~ "), note
+    assert json.loads((run / "command.json").read_text())["method"] == "sape"
