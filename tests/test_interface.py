@@ -497,13 +497,16 @@ def test_positions_compute_the_relative_matrix_once_and_reuse_it():
 def test_the_registry_lists_the_encodings_in_the_method_tables_order():
     """PE_REGISTRY, and so every list derived from it (the README's and the reports' method tables, the --pe
     choices, python -m pe_plugin), runs in each encoding's ``order``: no encoding, the absolute ones, then the
-    relative ones, PosNet and RoPE, ALiBi and KERPLE, not alphabetically."""
+    relative ones, PosNet and RoPE, ALiBi and KERPLE, not alphabetically. The reference is the README's method
+    table (written by hand); an encoding added since, not in it yet, may stand anywhere its ``order`` puts it."""
     from pe_plugin import encodings
+    from pe_documented import readme_methods
 
-    want = ["nope", "sape", "lape", "rpe", "t5", "at5", "posnet_embed", "posnet_attn", "rope", "alibi", "kerple"]
-    assert list(PE_REGISTRY) == want
+    want = readme_methods()
+    assert len(want) >= 11 and [pe for pe in PE_REGISTRY if pe in want] == want
+    before = list(PE_REGISTRY)
     encodings._import_all()  # the registration pass again: idempotent, it registers nothing twice and keeps the order
-    assert list(PE_REGISTRY) == want
+    assert list(PE_REGISTRY) == before
     orders = [cls.order for cls in PE_REGISTRY.values()]
     assert orders == sorted(orders) and len(set(orders)) == len(orders)
 
