@@ -13,7 +13,7 @@ import torch
 from pe_plugin.encodings.shaw import shaw_attention
 from test_shaw_core import core_inputs, make as core_make, padded
 
-pytestmark = pytest.mark.slow  # Triton's interpreter: seconds per kernel launch
+slow = pytest.mark.slow  # Triton's interpreter: seconds per kernel launch (the refusals launch none: fast tier)
 kernels = None  # pe_plugin.kernels.shaw_rpe, imported under the interpreter by ``triton_interpreter``
 
 
@@ -65,6 +65,7 @@ SHAPES = {"one_tile": dict(d=16), "tiles": dict(d=16, tq=37, tk=37, k=3), "step"
           "tq_below_tk": dict(d=16, tq=18, tk=21, k=4)}
 
 
+@slow
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
 @pytest.mark.parametrize("shape", list(SHAPES))
 def test_kernels_equal_the_core_in_float64(shape, causal):
@@ -74,6 +75,7 @@ def test_kernels_equal_the_core_in_float64(shape, causal):
         torch.testing.assert_close(g, r, rtol=1e-10, atol=1e-10)
 
 
+@slow
 @pytest.mark.parametrize("masks", [lambda m: (), lambda m: m[:1], lambda m: m + (torch.zeros_like(m[1]),)],
                          ids=["none", "padding", "three"])
 def test_kernels_take_any_number_of_masks(masks):
@@ -83,6 +85,7 @@ def test_kernels_take_any_number_of_masks(masks):
         torch.testing.assert_close(g, r, rtol=1e-10, atol=1e-10)
 
 
+@slow
 def test_kernels_without_a_key_table():
     (ref, ref_grads), (z, grads) = both(dict(d=16, tq=7, tk=7), no_keys=True)
     torch.testing.assert_close(z, ref, rtol=1e-10, atol=1e-10)
@@ -105,6 +108,7 @@ def make(side, impl):
     return core_make("per_head", side, impl, c=C)
 
 
+@slow
 @pytest.mark.parametrize("side,causal", [("encoder", False), ("decoder", True)])
 def test_module_with_triton_equals_reference(side, causal, kernel_calls):
     """--pe-attention-impl triton against reference through the attention module: padded batches (sources
@@ -128,6 +132,7 @@ def test_module_with_triton_equals_reference(side, causal, kernel_calls):
         torch.testing.assert_close(g, r, rtol=1e-10, atol=1e-10)
 
 
+@slow
 def test_incremental_decoding_with_triton_equals_the_full_pass(kernel_calls):
     attn = make("decoder", "triton").eval()
     torch.manual_seed(3)
@@ -140,6 +145,7 @@ def test_incremental_decoding_with_triton_equals_the_full_pass(kernel_calls):
     torch.testing.assert_close(torch.cat(steps), full, rtol=1e-10, atol=1e-10)
 
 
+@slow
 def test_float32_close_to_float64():
     q, k, v, wk, wv, masks, onehot = core_inputs(d=16, tq=20, tk=20, k=3)
     ref = shaw_attention(q, k, v, wk, wv, masks, onehot, 0.0)
@@ -153,14 +159,29 @@ def test_refusals_name_the_setting_and_the_fix(monkeypatch):
     q, k, v, wk, wv, masks, onehot = core_inputs(d=16)
     with pytest.raises(ValueError, match="--attention-dropout 0"):
         shaw_attention_triton(q, k, v, wk, wv, masks, onehot, 0.1)
-    q8, k8, v8, wk8, wv8, masks8, onehot8 = core_inputs(d=8)
-    with pytest.raises(ValueError, match="head size that is a power of 2"):
-        shaw_attention_triton(q8, k8, v8, wk8, wv8, masks8, onehot8, 0.0)
     monkeypatch.delenv("TRITON_INTERPRET")
     with pytest.raises(ValueError, match="runs on CUDA.*--pe-attention-impl auto"):
         shaw_attention_triton(q, k, v, wk, wv, masks, onehot, 0.0)
 
 
+@pytest.mark.parametrize("d", [8, 12, 15, 16, 24, 32, 48, 64])
+def test_the_kernels_take_head_sizes_that_are_powers_of_two_from_16_and_refuse_the_rest(d, monkeypatch):
+    """The kernels tile a head with ``tl.arange(0, d)``, which Triton compiles for a power of 2 only: every other
+    head size is refused with the fix named before any kernel is launched, multiples of 16 (24, 48) as well as
+    sizes under 16; 16, 32 and 64 reach the kernels (a stand-in here, so that nothing is launched)."""
+    launched = []
+    monkeypatch.setattr(kernels.ShawTriton, "apply", lambda *a: launched.append(a) or "launched")
+    q, k, v, wk, wv, masks, onehot = core_inputs(d=d)
+    if d in (16, 32, 64):
+        assert shaw_attention_triton(q, k, v, wk, wv, masks, onehot, 0.0) == "launched" and len(launched) == 1
+    else:
+        with pytest.raises(ValueError, match=f"head size that is a power of 2 and at least 16 .*but it is {d}: "
+                                             "use --pe-attention-impl auto"):
+            shaw_attention_triton(q, k, v, wk, wv, masks, onehot, 0.0)
+        assert launched == []
+
+
+@slow
 def test_model_with_triton_equals_reference_in_a_training_step(data_bin, kernel_calls):
     """A float64 RPE model (1+1 layers, head size 16; the interpreter is slow) built with --pe-attention-impl triton
     against the same model on the reference path: outputs and every parameter's gradient of a training step on a
@@ -192,6 +213,7 @@ def pytest_sessionfinish(session, exitstatus):
 '''
 
 
+@slow
 def test_the_interpreter_stays_in_this_file(tmp_path):
     """Triton imported without the interpreter before this file runs (as in a worker that ran other tests first):
     the kernels still run interpreted here, and afterwards the process has its variable and compiled Triton
