@@ -11,6 +11,8 @@ import pytest
 
 from pe_runs import stand_in_checkpoint
 
+from pe_tools import locks
+
 
 # ---- the trainer's lock on a file system without locks (pe_tools/recipes/run_state.py) ----------------------
 @pytest.mark.parametrize("host,alive,held", [("here", True, True), ("here", False, False), ("elsewhere", True, False)])
@@ -37,7 +39,7 @@ def test_without_file_locks_a_trainer_is_known_by_a_live_pid_on_this_host(host, 
         pid = gone.pid
     holder = {"pid": pid, "host": socket.gethostname() if host == "here" else socket.gethostname() + "-other"}
     (tmp_path / run_state.TRAINER_LOCK).write_text(json.dumps(holder))
-    monkeypatch.setattr(run_state, "fcntl", NoLocks)
+    monkeypatch.setattr(locks, "fcntl", NoLocks)
     assert run_state.live_trainer(tmp_path) == (holder if held else None)
 
 
@@ -46,7 +48,7 @@ def test_the_trainer_lock_is_tried_as_often_as_asked_and_taken_when_freed(releas
     """pe-train's lock: held by another open file (flock locks belong to the open file, so this process can hold it
     against itself), ``trainer_lock(run, tries=3)`` tries three times with a pause between (two pauses), then names
     the holder; freed during the pause after attempt k, it is taken at attempt k + 1 and names this process. No
-    clock: the pauses are counted by a stand-in for time.sleep."""
+    clock: a stand-in for the lock helper's time, advanced by its pauses."""
     import fcntl
 
     from pe_tools.recipes import run_state
@@ -63,7 +65,7 @@ def test_the_trainer_lock_is_tried_as_often_as_asked_and_taken_when_freed(releas
         if len(pauses) == released_after:
             fcntl.flock(theirs, fcntl.LOCK_UN)
 
-    monkeypatch.setattr(run_state, "time", SimpleNamespace(sleep=pause))  # run_state's own name only
+    monkeypatch.setattr(locks, "time", SimpleNamespace(sleep=pause, monotonic=lambda: sum(pauses)))
     try:
         if released_after is None:
             with pytest.raises(run_state.TrainerBusy, match="is being trained by pid 1 on elsewhere"):
@@ -78,18 +80,21 @@ def test_the_trainer_lock_is_tried_as_often_as_asked_and_taken_when_freed(releas
         os.close(theirs)
 
 
-def test_without_a_lock_module_there_is_no_live_trainer_and_the_lock_is_not_waited_for(tmp_path, monkeypatch):
-    """Where Python has no fcntl (not Linux): no process is known to hold a run, whatever RUN/train.lock says, and
-    pe-train's lock is taken at once, naming this process."""
+def test_without_a_lock_module_a_dead_trainers_record_holds_nothing(tmp_path, monkeypatch):
+    """Where Python has no fcntl (not Linux), the lock file's record decides, as without file locks: a record
+    naming a pid that has ended is no live trainer, and pe-train's lock is taken at once, naming this process."""
     from pe_tools.recipes import run_state
 
     run = tmp_path / "run"
     run.mkdir()
-    (run / run_state.TRAINER_LOCK).write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname()}))
-    monkeypatch.setattr(run_state, "fcntl", None)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    (run / run_state.TRAINER_LOCK).write_text(json.dumps({"pid": gone.pid, "host": socket.gethostname()}))
+    monkeypatch.setattr(locks, "fcntl", None)
     assert run_state.live_trainer(run) is None
     with run_state.trainer_lock(run, tries=1):
         assert json.loads((run / run_state.TRAINER_LOCK).read_text())["pid"] == os.getpid()
+        assert run_state.live_trainer(run)["pid"] == os.getpid()
 
 
 def test_a_run_whose_command_names_no_max_update_is_not_finished(tmp_path):

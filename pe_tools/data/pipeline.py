@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..file_io import atomic
+from ..locks import Busy, describe, hold
 from .corpora import Corpus, collect, corpus_sides, extract, extract_single, load_table
 from .download import Archive, fetch, quarantine, verify_raw
 from .files import SPLITS, CorruptFile, PrepareError, count_lines, log, read_lines, shown
@@ -23,18 +24,14 @@ from .text import clean_corpus, filter_source_words, learn_sentencepiece, learn_
 
 @contextlib.contextmanager
 def exclusive(folder: Path, what: str, wait: bool = False):
-    """Hold folder/.lock, so two runs never write the same files at once."""
-    import fcntl
-
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / ".lock", "a") as lock:
+    """Hold folder/.lock (pe_tools/locks.py), so two runs never write the same files at once."""
+    with contextlib.ExitStack() as held:
         try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            if not wait:
-                raise PrepareError(f"another prepare run is using {folder} ({what}); wait for it to end.") from None
-            log(f"waiting for another prepare run to finish with {folder} ({what})")
-            fcntl.flock(lock, fcntl.LOCK_EX)
+            held.enter_context(hold(Path(folder) / ".lock", wait=wait, holder={"what": f"prepare {what} {folder}"},
+                                    say=lambda line: log(f"another prepare run is using {folder} ({what}): {line}")))
+        except Busy as e:
+            raise PrepareError(f"another prepare run is using {folder} ({what}): {describe(e.holder)}; wait for it "
+                               f"to end.") from None
         yield
 
 

@@ -1,7 +1,7 @@
 """pe-queue, the command: a queue file run here (pe_tools/recipes/queue.py) or on SLURM (pe_tools/recipes/slurm.py),
 its status, its check and, on SLURM, its cancellation. ``pe-queue --help`` prints the queue's documentation."""
 import argparse
-import fcntl
+import contextlib
 import os
 import shlex
 import signal
@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from ..command_line import fail, int_at_least
+from ..locks import Busy, describe, hold
 from . import queue as local, slurm
 from .queue import CHECKOUT, Queue, QueueError, failed_step, parse_queue, pin_code, status_table
 
@@ -80,16 +81,17 @@ def main(argv=None) -> int:
         return fail(str(e))
     if not (Path(code) / "pe_tools" / "recipes" / "launch.py").is_file():
         return fail(f"--code {code}: no pe_tools/recipes/launch.py there; give a copy of the project")
-    lock = open(a.queue.with_name(a.queue.name + ".lock"), "w")
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return fail(f"another pe-queue runs {a.queue} (it holds {lock.name}); "
-                    f"pe-queue status {shlex.quote(str(a.queue))} shows it")
-    queue = Queue(a.queue, runs, Path(code).resolve(), a.jobs, a.threads)
-    print(f"[queue] {len(runs)} runs, {a.jobs} at a time, code {queue.commit} ({queue.code})", flush=True)
-    signal.signal(signal.SIGTERM, queue.stop)
-    return queue.run()
+    lock = a.queue.with_name(a.queue.name + ".lock")
+    with contextlib.ExitStack() as held:
+        try:
+            held.enter_context(hold(lock, holder={"what": f"pe-queue run {a.queue}"}))
+        except Busy as e:
+            return fail(f"another pe-queue runs {a.queue}: {describe(e.holder)} holds {lock}; "
+                        f"pe-queue status {shlex.quote(str(a.queue))} shows it")
+        queue = Queue(a.queue, runs, Path(code).resolve(), a.jobs, a.threads)
+        print(f"[queue] {len(runs)} runs, {a.jobs} at a time, code {queue.commit} ({queue.code})", flush=True)
+        signal.signal(signal.SIGTERM, queue.stop)
+        return queue.run()
 
 
 if __name__ == "__main__":

@@ -2,108 +2,57 @@
 trainer holds the run, and its checkpoint_last.pt holds its --max-update), for pe-train, pe-generate, pe-record and
 pe-queue's status (they import it from pe_tools.recipes.train). Standard library only.
 
-While it trains, pe-train holds RUN/train.lock, an flock it passes to fairseq-train beneath it: the kernel releases
-it when the last of them exits, however they end (kill -9 included), so no stale lock outlives a trainer. The file
-names the holder (pid, host, start) for the messages; on a file system without locks (ENOLCK) a holder on this
-host is known by its pid."""
+While it trains, pe-train holds RUN/train.lock, a lock (pe_tools/locks.py) it passes to fairseq-train beneath it,
+so it lasts as long as either process and no stale lock outlives a trainer. The file names the holder (pid, host,
+start) for the messages; where the file system has no locks, that record decides (pe_tools/locks.py)."""
 import contextlib
-import json
-import os
-import socket
-import time
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Optional
 
 from ..checkpoint_files import updates_of
-from ..file_io import read_json_object
+from ..locks import PAUSE, Busy, describe, hold, holder_of
 from ..runs.identity import max_update_of  # noqa: F401  (re-exported: the command's --max-update)
 
-try:
-    import fcntl
-except ImportError:  # not on Windows, where fairseq-train does not run either: no lock, no live trainer
-    fcntl = None
-
 TRAINER_LOCK = "train.lock"  # RUN/train.lock: held while a trainer runs; it names the holder (pid, host, start)
-LOCK_TRIES = 200  # pe-train's attempts at the lock, 50 ms apart: 10 s for a killed predecessor to finish exiting
+LOCK_TRIES = 200  # pe-train's attempts at the lock, PAUSE apart: 10 s for a killed predecessor to finish exiting
 
 
-class TrainerBusy(RuntimeError):
+class TrainerBusy(Busy):
     """Another live trainer holds the run; the message names it and the lock file."""
+
+    def __init__(self, run_dir: Path, holder: dict):
+        self.path, self.holder = Path(run_dir) / TRAINER_LOCK, holder
+        RuntimeError.__init__(self, f"{run_dir} is being trained by {describe_trainer(run_dir, holder)}; wait for it "
+                                    f"to end (or end it), then run this again")
 
 
 def describe_trainer(run_dir: Path, holder: dict) -> str:
     """``pid 123 on host n1 since 2026-11-28 10:00:00 (RUN/train.lock)``, with what the lock file says."""
-    who = " ".join(x for x in (f"pid {holder['pid']}" if "pid" in holder else "",
-                               f"on {holder['host']}" if "host" in holder else "",
-                               f"since {holder['started']}" if "started" in holder else "") if x)
-    return f"{who or 'a process'} ({Path(run_dir) / TRAINER_LOCK})"
+    return f"{describe({k: v for k, v in holder.items() if k != 'what'})} ({Path(run_dir) / TRAINER_LOCK})"
 
 
 def live_trainer(run_dir: Path) -> Optional[dict]:
     """The trainer holding RUN/train.lock now (what its lock file says of it, {} when unreadable), or None when no
-    process holds it (none ever did, or every one has exited: the kernel releases an flock when the last process
-    holding it ends, killed or not). A shared lock is tried and dropped at once; pe-train retries its exclusive one."""
-    path = Path(run_dir) / TRAINER_LOCK
-    if fcntl is None or not path.is_file():
-        return None
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return read_json_object(path)
-    except OSError:  # a file system without locks (ENOLCK): the pid, when the holder ran on this host
-        holder = read_json_object(path)
-        return holder if holder.get("host") == socket.gethostname() and _alive(holder.get("pid")) else None
-    else:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return None
-    finally:
-        os.close(fd)
-
-
-def _alive(pid) -> bool:
-    try:
-        os.kill(int(pid), 0)
-    except (TypeError, ValueError, ProcessLookupError):
-        return False
-    except PermissionError:
-        return True
-    return True
+    process holds it (none ever did, or every one has exited)."""
+    return holder_of(Path(run_dir) / TRAINER_LOCK)
 
 
 @contextlib.contextmanager
 def trainer_lock(run_dir: Path, tries: Optional[int] = None):
-    """Hold RUN/train.lock (exclusive) while the block runs; yields its file descriptor, to pass to fairseq-train so
-    that the lock lasts as long as either process. Raises TrainerBusy naming the holder when another process has it
-    (``tries`` attempts 50 ms apart, default LOCK_TRIES: a ``live_trainer`` probe holds it for microseconds, and a
+    """Hold RUN/train.lock while the block runs; yields its file descriptor, to pass to fairseq-train so that the
+    lock lasts as long as either process. Raises TrainerBusy naming the holder when another process has it after
+    ``tries`` attempts PAUSE apart (default LOCK_TRIES: a ``live_trainer`` probe holds it for microseconds, and a
     trainer killed by a requeue may take a few seconds to exit)."""
-    tries = tries or LOCK_TRIES
     run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    path = run_dir / TRAINER_LOCK
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        for attempt in range(tries):
-            try:
-                if fcntl is not None:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if attempt == tries - 1:
-                    raise TrainerBusy(f"{run_dir} is being trained by {describe_trainer(run_dir, read_json_object(path))}; "
-                                      f"wait for it to end (or end it), then run this again") from None
-                time.sleep(0.05)
-        os.ftruncate(fd, 0)
-        os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
-                                 "started": datetime.now().strftime("%Y-%m-%d %H:%M:%S")}).encode())
+    with contextlib.ExitStack() as held:
+        try:
+            fd = held.enter_context(hold(run_dir / TRAINER_LOCK, wait=((tries or LOCK_TRIES) - 1) * PAUSE,
+                                         holder={"what": "pe-train"},
+                                         say=lambda line: print(f"[pe-train] {line}", flush=True)))
+        except Busy as e:
+            raise TrainerBusy(run_dir, e.holder) from None
         yield fd
-    finally:
-        os.close(fd)
 
 
 @dataclass
