@@ -104,8 +104,9 @@ def naive_bias_and_values(pe, q, pq, pk, layer):
     return out, lambda probs: 0
 
 
-def naive_attention(attn, x, pad, causal):
-    """Attention of x (T,B,C) with key padding ``pad`` (B,T), materialised pair by pair. (T,B,C)"""
+def naive_attention(attn, x, pad, causal, keep=None):
+    """Attention of x (T,B,C) with key padding ``pad`` (B,T), materialised pair by pair; ``keep`` (B,H,T,T), if
+    given, is attention dropout's mask (0 or 1 / (1 - p)), applied to the probabilities. (T,B,C)"""
     t, b, _ = x.shape
     split = lambda y: y.view(t, b, H, D).permute(1, 2, 0, 3)  # noqa: E731  (T,B,C) -> (B,H,T,d)
     q, k, v = split(attn.q_proj(x) * D ** -0.5), split(attn.k_proj(x)), split(attn.v_proj(x))
@@ -115,8 +116,8 @@ def naive_attention(attn, x, pad, causal):
     logits = logits.masked_fill(pad[:, None, None, :], float("-inf"))
     if causal:
         logits = logits.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
-    probs = logits.softmax(-1)
-    z = probs @ v + value_term(probs)  # (B,H,T,d)
+    probs = logits.softmax(-1) * (1 if keep is None else keep)  # what dropout leaves of each probability
+    z = probs @ v + value_term(probs)  # (B,H,T,d): both terms of Shaw's equation (3) take the dropped weights
     return attn.out_proj(z.permute(2, 0, 1, 3).reshape(t, b, C))
 
 
@@ -267,6 +268,34 @@ def test_attention_matches_naive_reference(case, name, overrides, side):
     for need_weights in (False, True):  # the fused path (bias-only encodings) and the explicit one
         out, _ = attn(x, x, x, key_padding_mask=pad, attn_mask=mask, need_weights=need_weights)
         assert (out - expected)[real].abs().max() < 1e-5
+
+
+@pytest.mark.parametrize("impl,need_weights", [("reference", False), ("reference", True), ("auto", True)])
+@pytest.mark.parametrize("side", ["encoder", "decoder"])
+def test_rpe_value_term_in_training_takes_the_probabilities_dropout_left(side, impl, need_weights):
+    """Training with attention dropout (p = 0.3) on the path that holds the probabilities (--pe-attention-impl
+    reference, or auto when weights are asked for): Shaw's value term sums the relative values with the same
+    dropped probabilities as the a v term (Shaw et al., eq. 3, with dropout on a). The reference draws dropout's
+    mask itself from the same seed (the layer's only random draw) and applies it to the naive probabilities."""
+    p = 0.3
+    pe = make_pe("rpe", side, init=excite, rpe_max_relative_position=3, rpe_per_head=True)
+    if impl == "reference":
+        pe.attention_impl = "reference"
+    torch.manual_seed(1)
+    attn = PEAttention(C, H, pe, 1, dropout=p).train()
+    x, pad = padded_input(side)
+    t, b = x.size(0), x.size(1)
+    mask = future_mask(t) if side == "decoder" else None
+    torch.manual_seed(5)
+    out, _ = attn(x, x, x, key_padding_mask=pad, attn_mask=mask, need_weights=need_weights)
+    torch.manual_seed(5)
+    keep = F.dropout(torch.ones(b, H, t, t), p, training=True)  # (B,H,Tq,Tk): 0 or 1 / (1 - p)
+    assert 0 < (keep == 0).float().mean() < 1
+    expected = naive_attention(attn, x, pad, causal=side == "decoder", keep=keep)
+    real = ~pad.t()  # (T,B)
+    assert (out - expected)[real].abs().max() < 1e-5
+    undropped = naive_attention(attn, x, pad, causal=side == "decoder")
+    assert (out - undropped)[real].abs().max() > 1e-2  # dropout changed the output: the comparison tells
 
 
 @pytest.mark.parametrize("case,name,overrides", CASES, ids=[c[0] for c in CASES])
