@@ -174,6 +174,42 @@ def test_a_run_requeued_mid_training_resumes_and_records_the_same(slurm, queue_r
     assert json.loads((run_dir / "slurm.json").read_text())["state"] == "RECORDED"
 
 
+@pytest.mark.slow
+def test_the_array_task_holding_the_arrays_id_requeues_itself_alone(slurm, data_bin, tmp_path):
+    """An array of three runs; the task to which SLURM gave the array's own id (the last one it starts) gets SLURM's
+    signal before a time limit and requeues itself: that task alone starts again (restarts 1, two start lines);
+    the other two keep going (restarts 0, one start line each), and every run is recorded. Seen failing with the
+    handler's `scontrol requeue $SLURM_JOB_ID`, which requeues the whole array."""
+    q = tmp_path / "q" / "queue.txt"
+    q.parent.mkdir()
+    table = test_queue.recipe(tmp_path, data_bin)
+    q.write_text("".join(f"{table} {m} en-de mini 1 runs-dir={q.parent / 'runs'} into={q.parent / 'rec'}\n"
+                         for m in test_queue.RUNS))
+    out = pe_queue(["run", q, "--slurm", "--code", code_copy(tmp_path)], tmp_path, env_of(slurm))
+    assert out.returncode == 0, out.stdout + out.stderr
+    (record,) = jobs_of(q)
+    array, by_line = record["job"], {int(n): Path(d) for n, d in record["snapshot_lines"].items()}
+
+    def holder():  # the array task whose own job id is the array's, once it runs its chain (its handler is set)
+        rows = dict(ln.split("|", 1) for ln in slurm.run("squeue", "-h", "-r", "-j", array, "-o", "%i|%A|%T"
+                                                          ).stdout.split())
+        return next((task for task, row in rows.items() if row == f"{array}|RUNNING"), None)
+    task = wait_for("the task holding the array's id to run", holder, 300)
+    run_dir = by_line[int(task.split("_")[1])]
+    wait_for(f"{task}'s first checkpoint", lambda: (run_dir / "checkpoint_last.pt").is_file()
+             and slurm_recipes.read_state(run_dir).get("state") == "RUNNING", 300)
+    slurm.run("scancel", "--batch", "--signal=USR1", task)  # SLURM's signal before a time limit
+    wait_queue(slurm, q)
+    logs = q.parent / "queue.txt.slurm" / "logs"
+    for line, run_dir in by_line.items():
+        state = json.loads((run_dir / "slurm.json").read_text())
+        (log,) = logs.glob(f"*_{array}_{line}.out")
+        starts = log.read_text().count(", start ")
+        want = (1, 2) if f"{array}_{line}" == task else (0, 1)
+        assert (state["state"], state["restarts"], starts) == ("RECORDED", *want), (line, state, log.read_text())
+    assert len(test_queue.recorded(q)) == 2 * len(test_queue.RUNS)  # the default decode and the last, per run
+
+
 STATS = ("loss", "nll_loss", "gnorm", "wpb", "bsz", "lr")
 
 

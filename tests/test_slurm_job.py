@@ -66,16 +66,29 @@ def test_a_refused_requeue_shows_scontrols_reason_from_stderr_else_stdout(requeu
     """When `scontrol requeue` fails, the job's log names its reason: scontrol's stderr, or its stdout when
     stderr is empty (some versions and wrappers print the refusal there), never an empty pair of brackets."""
     out = requeue_job(stdout, stderr, capsys)
-    assert f"could not requeue job 8 ({reason}); the time limit will end it" in out, out
+    assert f"could not requeue job 7_1 ({reason}); the time limit will end it" in out, out
+
+
+@pytest.mark.parametrize("array", [True, False])
+def test_a_job_requeues_its_own_array_task_alone(array, requeue_job, tmp_path, monkeypatch, capsys):
+    """SLURM's signal before the time limit: the job requeues itself by its own address, ARRAY_TASK (7_1) for an
+    array task, whose job id (8) may be the array's own id and would requeue every task of the array; the plain
+    job id for a job outside an array."""
+    if not array:
+        monkeypatch.delenv("SLURM_ARRAY_JOB_ID")
+        monkeypatch.delenv("SLURM_ARRAY_TASK_ID")
+    requeue_job("", "scontrol: error: stand-in\n", capsys)
+    assert (tmp_path / "bin" / "scontrol.args").read_text() == ("requeue 7_1\n" if array else "requeue 8\n")
 
 
 
 def fake_program(bin_dir: Path, name: str, stdout: str, stderr: str, status: int = 1) -> None:
-    """``name`` on PATH (``bin_dir``): prints ``stdout`` and ``stderr`` and exits with ``status``."""
+    """``name`` on PATH (``bin_dir``): prints ``stdout`` and ``stderr`` and exits with ``status``; each call's
+    arguments are appended to ``bin_dir / (name + '.args')``."""
     bin_dir.mkdir(exist_ok=True)
     program = bin_dir / name
-    program.write_text(f"#!/bin/sh\nprintf '%s' {shlex.quote(stdout)}\nprintf '%s' {shlex.quote(stderr)} >&2\n"
-                       f"exit {status}\n")
+    program.write_text(f"#!/bin/sh\necho \"$*\" >> {shlex.quote(str(bin_dir / (name + '.args')))}\n"
+                       f"printf '%s' {shlex.quote(stdout)}\nprintf '%s' {shlex.quote(stderr)} >&2\nexit {status}\n")
     program.chmod(0o755)
 
 

@@ -705,7 +705,9 @@ def _write_state_file(run_dir: Path, data: dict) -> bool:
 
 
 def job_task(env=os.environ) -> str:
-    """This job's id as jobs.json and status name it: ARRAY_TASK, else the job id."""
+    """This job's id as jobs.json and status name it, and as every command the job runs on itself addresses it:
+    ARRAY_TASK for an array task (SLURM gives the array's own id to one of its tasks, and a command given that id
+    acts on every task of the array), else the job id."""
     return (f"{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}" if env.get("SLURM_ARRAY_TASK_ID")
             else env.get("SLURM_JOB_ID", "-"))
 
@@ -828,7 +830,7 @@ def job_main(argv=None) -> int:
         return 1
 
     def requeue(*_):  # SLURM's signal before the time limit: requeue this job, SLURM then ends it
-        job_id = os.environ.get("SLURM_JOB_ID", "")
+        job_id = job  # this array task alone: the array's own id would requeue every task of the array
         state.write("REQUEUEING", "time limit near: requeued itself")
         print(f"[queue] {run.name}: time limit near, requeueing job {job_id}", flush=True)
         out = subprocess.run(["scontrol", "requeue", job_id], capture_output=True, text=True, check=False)
