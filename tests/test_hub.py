@@ -269,3 +269,38 @@ def test_the_checkpoint_allow_list_takes_numpy_core_where_there_is_no_numpy_unde
         warnings.simplefilter("ignore", DeprecationWarning)  # numpy 2: numpy.core is deprecated
         allowed = checkpoint_safe_globals()
     assert all(any(a is w for a in allowed) for w in want)
+
+
+@pytest.fixture
+def empty_allow_list():
+    """torch's process-wide allow-list of the safe unpickler emptied for one test, and given back after it: what
+    the test loads is admitted by the globals it registers itself, none left by earlier tests."""
+    saved = torch.serialization.get_safe_globals()
+    torch.serialization.clear_safe_globals()
+    yield
+    torch.serialization.clear_safe_globals()
+    torch.serialization.add_safe_globals(saved)
+
+
+DTYPES = ["float64", "float32", "float16", "int64", "int32", "int16", "int8", "uint8", "bool"]
+
+
+def test_a_checkpoint_holding_numpy_arrays_and_scalars_of_each_dtype_loads_safely(empty_allow_list, tmp_path):
+    """fairseq's --eval-bleu keeps numpy BLEU counts in a checkpoint (int64 arrays, float64 scalars); numpy >= 1.25
+    pickles each dtype by its own class (numpy.dtypes.Float64DType, ...). A checkpoint holding an array and a scalar
+    of each common dtype loads with weights_only=True and the plugin's allow-list, each value and dtype kept; without
+    the allow-list the same file is refused, so the allow-list is what admits it."""
+    import numpy as np
+
+    from pe_plugin.safe_load import load_checkpoint
+
+    state = {"extra_state": {dt: {"array": np.arange(3).astype(dt), "scalar": np.dtype(dt).type(1)} for dt in DTYPES}}
+    path = tmp_path / "checkpoint_last.pt"
+    torch.save(state, path)
+    with pytest.raises(Exception, match="weights_only"):
+        torch.load(path, weights_only=True)
+    loaded = load_checkpoint(str(path))["extra_state"]
+    for dt in DTYPES:
+        array, scalar = loaded[dt]["array"], loaded[dt]["scalar"]
+        assert array.dtype == np.dtype(dt) and array.tolist() == np.arange(3).astype(dt).tolist(), dt
+        assert type(scalar) is np.dtype(dt).type and scalar == 1, dt
