@@ -294,3 +294,23 @@ def test_both_windows_start_the_same_way(tmp_path, installed):
 def test_the_window_script_states_its_usage():
     proc = subprocess.run(["bash", REPO / "scripts" / "gpu_queue.sh"], capture_output=True, text=True)
     assert proc.returncode == 2 and "usage:" in proc.stderr and "QUEUE OUTDIR" in proc.stderr
+
+
+def test_only_whole_records_are_packed_never_a_folder_pe_record_is_still_writing(tmp_path):
+    """What the window packs (``whole_records``): the record folders holding command.json, under any depth of the
+    queue's into= folders, but none inside a hidden folder: pe-record writes a record under a hidden name
+    (INTO/.pe-record/NAME.PID/, or .NAME.tmpPID/ beside the records in older versions) and moves a replaced one
+    aside (.NAME.oldPID/) before renaming, so a hidden folder holding command.json is a record being written or
+    replaced, never one to bring back."""
+    records = tmp_path / "records"
+    whole = [records / "examples/multi30k/results_6k" / name for name in ("rope.en-fr.annealed6k.seed1",
+                                                                           "sape.en-fr.annealed6k.seed1")]
+    hidden = [records / "examples/multi30k/results_6k" / sub for sub in (
+        ".pe-record/rpe.en-fr.annealed6k.seed1.4242", ".rpe.en-fr.annealed6k.seed1.tmp4242",
+        ".sape.en-fr.annealed6k.seed1.old4242")] + [records / ".cache/examples/x/kerple.en-fr.annealed6k.seed1"]
+    for folder in whole + hidden:
+        folder.mkdir(parents=True)
+        (folder / "command.json").write_text("{}\n")
+        (folder / "last").mkdir()
+        (folder / "last" / "hyp.detok.fr").write_text("une phrase\n")
+    assert gpu_queue.whole_records(records) == whole
