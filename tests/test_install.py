@@ -252,8 +252,8 @@ def test_pip_install_gives_console_scripts_that_run_without_a_checkout(tmp_path)
     (work / "base.de").write_text("\n".join(ref) + "\n")
     (work / "sys.de").write_text("\n".join(" ".join(line.split()[::-1]) for line in ref) + "\n")
     out = run([bin_dir / "pe-evaluate", "--ref", "ref.de", "--trg-lang", "de", "--baseline", "base=base.de",
-               "--system", "rev=sys.de", "--out-dir", "results", "--n-samples", "20"])
-    assert "| base (baseline) | 100.00" in out.stdout, out.stdout
+               "--system", "rev=sys.de", "--out-dir", "results", "--n-samples", "20", "--allow-unchecked"])
+    assert "| base (baseline) (unchecked) | 100.00" in out.stdout, out.stdout
     assert {p.name for p in (work / "results").iterdir()} >= {"results.md", "results.json", "results.csv"}
 
     # fairseq-train with --user-dir the installed plugin

@@ -369,7 +369,8 @@ def test_progress_notes_give_the_updates_done_and_an_estimated_finish():
 
 # ------------------------------------------------------------------------------------ identity and report
 # the keys a run's identity must have, written out here (an independent list, not results.IDENTITY itself)
-IDENTITY_KEYS = {"recipe": "wmt14", "pair": "en-fr", "size": "annealed", "updates": 8, "changes": "--dropout 0.1"}
+IDENTITY_KEYS = {"recipe": "wmt14", "pair": "en-fr", "size": "annealed", "updates": 8, "changes": "--dropout 0.1",
+                 "decode": "1 checkpoint"}
 
 
 def test_the_identity_is_every_key_a_report_keeps_apart():
@@ -390,9 +391,12 @@ def record_twin(tmp_path, into, key, value):
         command[key] = value
     elif key == "changes":
         command["extra"] = value.split()
-    elif key == "updates":  # a run of another --max-update, decoded at its end
+    elif key == "updates":  # a run of another --max-update, decoded at its end (the same span of checkpoints)
         command["argv"][command["argv"].index("--max-update") + 1] = str(value)
-        meta["checkpoints"][-1] = f"checkpoint_1_{value}.pt"
+        ends = [int(name[:-len(".pt")].rsplit("_", 1)[1]) for name in meta["checkpoints"]]
+        meta["checkpoints"] = [f"checkpoint_1_{u + value - ends[-1]}.pt" for u in ends]
+    elif key == "decode":  # the last checkpoint alone, not the average
+        meta["checkpoints"] = meta["checkpoints"][-1:]
     meta["run"] = dict(meta["run"], **{key: value})
     assert results.run_identity(command, meta) == meta["run"]
     meta_file.write_text(json.dumps(meta))

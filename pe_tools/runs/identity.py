@@ -1,5 +1,6 @@
-"""A run's identity: every key that tells two runs apart (recipe, language pair, size, updates, changed flags, method,
-seed), read from the run's command.json (pe-train writes it) and its decode's meta file (pe-generate writes it).
+"""A run's identity: every key that tells two decodes apart (recipe, language pair, size, updates, changed flags, the
+decode's checkpoints, method, seed), read from the run's command.json (pe-train writes it) and its decode's meta
+file (pe-generate writes it).
 
 Every comparison is derived from ``IDENTITY``: the runs one report (or one pe-evaluate table) compares are equal in
 every key but ``COMPARED``, the keys it sets side by side. Standard library and base modules only: pe-evaluate,
@@ -11,7 +12,7 @@ from ..checkpoint_files import PATTERNS
 # A run's identity: every key that tells two runs apart. The runs one report (or one pe-evaluate table) compares are
 # equal in every key but COMPARED, the keys it sets side by side; a run differing from the baseline's in any other
 # key is refused, or marked when asked (pe-evaluate --allow-mismatch). Every comparison is derived from this tuple.
-IDENTITY = ("recipe", "pair", "size", "updates", "changes", "method", "seed")
+IDENTITY = ("recipe", "pair", "size", "updates", "changes", "decode", "method", "seed")
 COMPARED = ("method", "seed")
 
 
@@ -39,6 +40,22 @@ def decode_updates(meta: dict, command: Optional[dict] = None) -> Optional[int]:
     return max_update_of((command or {}).get("argv", []))
 
 
+def decode_of(meta: dict) -> Optional[str]:
+    """What a decode's meta file says it decoded (``checkpoints``, the files pe-generate averaged), beside the update
+    it ends at (``updates``): ``1 checkpoint`` or ``average of N checkpoints spanning S updates`` (the average of the
+    last 4 and the last checkpoint alone are not alike, nor are averages over other spans), the file names where
+    they are not update checkpoints; None for a meta file without ``checkpoints``."""
+    names = [str(n) for n in meta.get("checkpoints") or []]
+    if not names:
+        return None
+    updates = [int(m[1]) for n in names if (m := PATTERNS["update"].fullmatch(n))]
+    if len(updates) < len(names):
+        return f"{len(names)} checkpoint(s) " + ", ".join(names)
+    if len(updates) == 1:
+        return "1 checkpoint"
+    return f"average of {len(updates)} checkpoints spanning {max(updates) - min(updates)} updates"
+
+
 def max_update_of(argv) -> Optional[int]:
     """The --max-update of a fairseq-train argv (the last one wins), or None."""
     flags = [i for i, x in enumerate(argv) if x == "--max-update"]
@@ -52,14 +69,17 @@ _IDENTITY_OF = {
     "size": lambda command, meta: command.get("size"),
     "updates": lambda command, meta: decode_updates(meta, command),
     "changes": lambda command, meta: " ".join(changes(command)),
+    "decode": lambda command, meta: decode_of(meta),
     "method": lambda command, meta: command.get("method"),
     "seed": lambda command, meta: None if command.get("seed") is None else int(command["seed"]),
 }
 
 
 def run_identity(command: dict, meta: Optional[dict] = None) -> Dict:
-    """The ``IDENTITY`` of a decoded run, key by key: its command.json and the decode's meta file (the updates)."""
-    return {key: _IDENTITY_OF[key](command, meta or {}) for key in IDENTITY}
+    """The ``IDENTITY`` of a decoded run, key by key: its command.json and the decode's meta file (the updates and the
+    checkpoints; ``decode`` is left out where the meta file names no checkpoints, and is then not compared)."""
+    ident = {key: _IDENTITY_OF[key](command, meta or {}) for key in IDENTITY}
+    return {key: value for key, value in ident.items() if key != "decode" or value is not None}
 
 
 def identity_differences(run: dict, baseline: dict) -> List[str]:

@@ -39,10 +39,13 @@ corpus order by sentence id, and a missing id stops with an error naming it and 
 PE settings: ``--meta NAME=settings.json``, or a file ``HYPOTHESIS.meta.json`` beside a hypothesis file,
 is copied into the outputs. Its ``pe_signature`` entry, if any, fills the table's PE column.
 
-Comparable inputs only (``inputs``): a hypothesis file that does not read as the reference's language is refused
-(``language``; --no-language-check skips it), and so is a system whose runs (pe-generate's decodes, with their
-meta files) differ from their baseline runs in recipe, language pair, size, updates or changed flags, unless
---allow-mismatch, which marks it in the table (``‡``, and a note naming what differs).
+Comparable inputs only (``inputs``), the baseline checked like every system: a hypothesis file that does not read
+as the reference's language is refused (``language``; --no-language-check skips it), and so is a run (pe-generate's
+decode, with its meta file) that differs from its baseline run in recipe, language pair, size, updates, changed
+flags or decode (an average of the last 4 checkpoints against the last one alone), or whose label names another
+method than its run's (``--baseline sape=FILE`` of a rope run), unless --allow-mismatch, which marks it in the table
+(``‡``, and a note naming what differs). A file without its meta file (copied away from it, or fairseq-generate's
+raw output) cannot be checked: it is refused unless --allow-unchecked, which marks it ``(unchecked)``.
 
 Modules: metrics, inputs, significance, ngram (Figure 4), length (buckets), report; this one is the CLI.
 
@@ -155,8 +158,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--width", type=int, default=2, help="decimals in the markdown table (default: 2)")
     p.add_argument("--allow-mismatch", action="store_true",
                    help="score a system whose runs differ from the baseline's in recipe, language pair, size, "
-                        "updates or changed flags (their meta files' run identity), marked in the table; without "
-                        "it such a system is refused")
+                        "updates, changed flags or decoded checkpoints (their meta files' run identity), or whose "
+                        "label names another method than its run's, marked in the table; without it such a system "
+                        "is refused")
+    p.add_argument("--allow-unchecked", action="store_true",
+                   help="score a hypothesis file without its meta file (HYP.meta.json, which pe-generate writes "
+                        "beside it), such as fairseq-generate's raw output, marked unchecked in the table; without "
+                        "it such a file is refused, since nothing tells which run it is a decode of")
     p.add_argument("--no-language-check", action="store_true",
                    help="skip the check that every hypothesis file reads as the reference's language")
     return p

@@ -1,19 +1,24 @@
 """The inputs of a report: the reference, the baseline and the systems (one or several runs each, with their
 PE settings from HYP.meta.json or --meta), read and validated before anything is computed or written.
 
-Two checks make sure a table compares what it says it compares. Every hypothesis file must read as the
-reference's language (``language``: French scored against German is refused). And each run of a decode of
-pe-generate (a file with a HYP.meta.json) has an identity (pe_tools.runs.identity.IDENTITY: recipe, language
-pair, size, updates, changed flags; method and seed aside): the meta file's ``run``, else, for a meta file written
-before it held one, what the command.json of the run's (or recorded run's) folder and the meta's checkpoints say.
-A run whose identity differs from its baseline run's is refused, or with --allow-mismatch marked in the table."""
+Two checks make sure a table compares what it says it compares, on every input, the baseline's runs included.
+Every hypothesis file must read as the reference's language (``language``: French scored against German is
+refused). And each run has an identity (pe_tools.runs.identity.IDENTITY: recipe, language pair, size, updates,
+changed flags, the decode's checkpoints; method and seed aside), from its meta file HYP.meta.json: its ``run`` (and
+its ``checkpoints``), else, for a meta file written before it held one, what the command.json of the run's (or
+recorded run's) folder says. A run whose identity differs from its baseline run's (a baseline run: from the
+baseline's first), or whose label names another method than the run's (``--baseline sape=FILE`` of a rope run), is
+refused, or with --allow-mismatch marked in the table. A file without a meta file (copied away from it, or
+fairseq-generate's raw output) has no identity to check: it is refused, or with --allow-unchecked scored and marked
+unchecked in the table."""
 import argparse
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from ..runs.identity import identity_differences, run_identity
+from ..recipes import load_table, recipe_names
+from ..runs.identity import decode_of, identity_differences, run_identity
 from . import generate_output
 from .errors import InputError
 
@@ -27,6 +32,7 @@ class System:
     run_meta: List[Optional[dict]] = field(default_factory=list)  # HYP.meta.json of each run, if any
     identities: List[Optional[dict]] = field(default_factory=list)  # each run's identity (run_identity), if known
     mismatch: List[str] = field(default_factory=list)  # how its runs differ from their baseline runs (--allow-mismatch)
+    unchecked: List[str] = field(default_factory=list)  # its runs without an identity (--allow-unchecked)
 
 
 @dataclass
@@ -118,11 +124,12 @@ def load_system(value: str, option: str, n_ref: int, ref_file: str) -> System:
 def identity(path: str, meta: Optional[dict]) -> Optional[dict]:
     """The identity of the run a hypothesis file is a decode of (module docstring), or None for a file without a
     meta file, or one whose run cannot be told (no ``run`` in it and no command.json in its folder, or in the one or
-    two above it: RUN/gen/, RUN/gen/NAME/, REC/NAME/)."""
+    two above it: RUN/gen/, RUN/gen/NAME/, REC/NAME/). Its ``decode`` is always the meta file's ``checkpoints``."""
     if meta is None:
         return None
     if isinstance(meta.get("run"), dict):
-        return meta["run"]
+        decode = decode_of(meta)
+        return {**meta["run"], **({"decode": decode} if decode is not None else {})}
     folder = Path(path).parent
     for command in (folder / "command.json", folder.parent / "command.json", folder.parent.parent / "command.json"):
         if command.is_file():
@@ -133,24 +140,90 @@ def identity(path: str, meta: Optional[dict]) -> Optional[dict]:
     return None
 
 
-def check_comparable(inputs: "Inputs", allow_mismatch: bool) -> None:
-    """Each run of each system against its baseline run: identities that differ outside the compared keys raise
-    InputError naming them, or with ``allow_mismatch`` go into the system's ``mismatch``."""
+def unknown_identity(path: str, meta: Optional[dict]) -> str:
+    """Why the run of ``path`` has no identity (``identity`` gave None), in words."""
+    if meta is None:
+        return f"{path} has no meta file ({path}.meta.json)"
+    return (f"{path}'s meta file names no run (no \"run\" in {path}.meta.json, and no command.json in its folder or "
+            f"the two above it)")
+
+
+def method_names() -> set:
+    """Every method of the shipped recipes' tables and every encoding (``pe``) they name: a label that is one of
+    these names a method."""
+    names = set()
+    for recipe in recipe_names():
+        for method, row in load_table(recipe).get("method", {}).items():
+            names |= {method, row.get("pe", method)}
+    return names
+
+
+def encoding_of(meta: Optional[dict]) -> Optional[str]:
+    """The encoding of a pe_plugin model's signature (``pe:NAME|...`` -> NAME), or None."""
+    sig = (meta or {}).get("pe_signature")
+    return sig.split("|", 1)[0][len("pe:"):] if isinstance(sig, str) and sig.startswith("pe:") else None
+
+
+def label_problem(label: str, run: dict, meta: Optional[dict], known: set) -> Optional[str]:
+    """The run's method where ``label`` names another method (one of ``known``) than the run's method or its
+    encoding; None where the label is the run's method or encoding, names no method, or the run's method is not
+    known."""
+    method = run.get("method")
+    if not method or label not in known or label in (method, encoding_of(meta)):
+        return None
+    return method
+
+
+# what to do about a difference in each key of a run's identity
+FIX = {"decode": "decode both alike (pe-generate --checkpoints N averages the last N update checkpoints; the meta "
+                 "files' \"checkpoints\" name them)"}
+FIX_OTHERWISE = "compare runs of one recipe, language pair, size, update count and flags"
+
+
+def check_comparable(inputs: "Inputs", allow_mismatch: bool, allow_unchecked: bool = False) -> None:
+    """Every run of every system, the baseline included: one without an identity raises InputError naming it, or
+    with ``allow_unchecked`` goes into the system's ``unchecked``; a label that names another method than its run's,
+    and an identity that differs outside the compared keys from its baseline run's (a baseline run: from the
+    baseline's first run), raise InputError naming them and the fix, or with ``allow_mismatch`` go into the
+    system's ``mismatch``."""
     baseline = inputs.baseline
-    for s in inputs.systems:
+    everyone = [baseline] + inputs.systems
+    known = method_names() | {i["method"] for s in everyone for i in s.identities if i and i.get("method")}
+    for s in everyone:
+        option = "--baseline" if s is baseline else "--system"
         for r, (mine, f) in enumerate(zip(s.identities, s.files)):
-            b = inputs.paired_baseline_run(r)
-            theirs = baseline.identities[b]
-            if mine is None or theirs is None:
+            if mine is None:
+                why = unknown_identity(f, s.run_meta[r])
+                if not allow_unchecked:
+                    raise InputError(f"{s.name}: {why}: nothing tells which run it is a decode of, so it cannot be "
+                                     f"checked against the other inputs (method, language pair, size, updates, flags, "
+                                     f"checkpoints). Score the file pe-generate wrote, its meta file beside it, or "
+                                     f"pass --allow-unchecked to score it marked unchecked in the table")
+                s.unchecked.append(f"run {r + 1}: {why}")
                 continue
-            if differs := identity_differences(mine, theirs):
-                what = f"run {r + 1} ({f}): " + "; ".join(differs)
+            found = []
+            if method := label_problem(s.name, mine, s.run_meta[r], known):
                 if not allow_mismatch:
-                    raise InputError(f"{s.name} is not comparable with the baseline {baseline.name}'s run {b + 1} "
-                                     f"({baseline.files[b]}): its {what.split(': ', 1)[1]}. Compare runs of one "
-                                     f"recipe, language pair, size, update count and flags, or pass "
-                                     f"--allow-mismatch to score it marked in the table")
-                s.mismatch.append(what)
+                    raise InputError(f"{option} {s.name}={f}: the label {s.name} names another method than its "
+                                     f"run's: {f} is a decode of a {method} run (its meta file). Label each file "
+                                     f"with its run's method ({option} {method}={f}), or pass --allow-mismatch to "
+                                     f"score it marked in the table")
+                found.append(f"labelled {s.name}, a decode of a {method} run")
+            b = 0 if s is baseline else inputs.paired_baseline_run(r)
+            theirs = baseline.identities[b]
+            differs = [] if theirs is None or (s is baseline and r == 0) else identity_differences(mine, theirs)
+            if differs and not allow_mismatch:
+                keys = {d.split(" ", 1)[0] for d in differs}
+                fix = "; ".join([FIX[k] for k in FIX if k in keys] + ([FIX_OTHERWISE] if keys - set(FIX) else []))
+                what = (f"the baseline {s.name}'s run {r + 1} ({f}) is not comparable with its run 1"
+                        if s is baseline else f"{s.name} is not comparable with the baseline {baseline.name}'s run "
+                                              f"{b + 1}")
+                raise InputError(f"{what} ({baseline.files[b]}): its {'; '.join(differs)}. "
+                                 f"{fix[0].upper() + fix[1:]}, or pass --allow-mismatch to score it marked in the "
+                                 f"table")
+            found += differs
+            if found:
+                s.mismatch.append(f"run {r + 1} ({f}): " + "; ".join(found))
 
 
 def check_languages(ref: List[str], ref_file: str, trg_lang: str, systems: List[System]) -> None:
@@ -205,5 +278,5 @@ def load_inputs(args: argparse.Namespace) -> Inputs:
         raise InputError(f"line counts differ: source {args.source} has {len(source)} lines, reference {args.ref} "
                          f"has {len(ref)} lines (--source must be line-aligned with --ref)")
     inputs = Inputs(args.ref, ref, baseline, systems, args.source, source)
-    check_comparable(inputs, getattr(args, "allow_mismatch", False))
+    check_comparable(inputs, getattr(args, "allow_mismatch", False), getattr(args, "allow_unchecked", False))
     return inputs

@@ -25,7 +25,8 @@ def build_report(inputs: Inputs, scored: Dict[str, Any], args: argparse.Namespac
             summary[spec.key]["signature"] = scored["signatures"][spec.key]
         systems.append({"name": s.name, "baseline": is_base, "files": s.files, "meta": s.meta,
                         "pe_signature": pe_signature(s.meta), "runs": runs, "summary": summary,
-                        **({"mismatch": s.mismatch} if s.mismatch else {})})
+                        **({"mismatch": s.mismatch} if s.mismatch else {}),
+                        **({"unchecked": s.unchecked} if s.unchecked else {})})
     return {
         "reference": inputs.ref_file, "segments": len(inputs.ref), "target_language": args.trg_lang,
         "baseline": inputs.baseline.name,
@@ -48,6 +49,13 @@ def pe_signature(meta: Dict[str, Any]) -> str:
 
 
 MISMATCH = "‡"  # after a system's name: its runs differ from the baseline's (pe-evaluate --allow-mismatch)
+UNCHECKED = "(unchecked)"  # after a system's name: a run without an identity (pe-evaluate --allow-unchecked)
+
+
+def shown_name(s: Dict[str, Any]) -> str:
+    """A system's name in the table, with what it is compared as: baseline, mismatched, unchecked."""
+    return " ".join([s["name"]] + (["(baseline)"] if s["baseline"] else []) + ([MISMATCH] if s.get("mismatch") else [])
+                    + ([UNCHECKED] if s.get("unchecked") else []))
 
 
 def cell(summary: Dict[str, Any], width: int) -> str:
@@ -82,7 +90,7 @@ def render_markdown(report: Dict[str, Any], width: int) -> str:
             + (["Params", "Train min"] if with_training else []) + (["PE"] if with_pe else []))
     rows = []
     for s in report["systems"]:
-        row = [s["name"] + (" (baseline)" if s["baseline"] else "") + (f" {MISMATCH}" if s.get("mismatch") else "")]
+        row = [shown_name(s)]
         row += [cell(s["summary"][spec.key], width) for spec in METRICS]
         if with_training:
             t = trained[s["name"]]
@@ -113,6 +121,9 @@ def render_markdown(report: Dict[str, Any], width: int) -> str:
         if s.get("mismatch"):
             notes.append(f"{MISMATCH} {s['name']} is not a run like the baseline's, compared as asked "
                          f"(--allow-mismatch): " + "; ".join(s["mismatch"]) + ".")
+        if s.get("unchecked"):
+            notes.append(f"{s['name']} {UNCHECKED}: its identity is unchecked (--allow-unchecked): "
+                         + "; ".join(s["unchecked"]) + ".")
     lines += [
         "",
         " ".join(notes),
@@ -132,8 +143,9 @@ def table_rows(report: Dict[str, Any]) -> List[Dict[str, Any]]:
                "params": t["params"], "train_minutes": t["train_minutes"]}
         for spec in METRICS:
             row.update(summary_columns(spec.key, s["summary"][spec.key]))
-        if any(x.get("mismatch") for x in report["systems"]):  # the column, only in a table that marks one
-            row["mismatch"] = "; ".join(s.get("mismatch", []))
+        for mark in ("mismatch", "unchecked"):  # the column, only in a table that marks one
+            if any(x.get(mark) for x in report["systems"]):
+                row[mark] = "; ".join(s.get(mark, []))
         rows.append(row)
     return rows
 
