@@ -631,3 +631,21 @@ def test_two_runs_never_share_an_output_folder(tmp_path):
 def test_sentencepiece_option(tmp_path):
     _, out, _ = prepare_raw_split(tmp_path, 5, 260, 40, "--bpe", "sentencepiece", "--spm-vocab-size", 60)
     assert (out / "text" / "spm.model").exists() and "\u2581" in (out / "text" / "train.en").read_text()
+
+
+# Moses' tokeniser splits an apostrophe by the language's rules: English keeps it with the clitic after it ('s),
+# French with the elided word before it (l'), German (no rule of its own) splits it off both sides.
+TOKENISED = {
+    "en": "L &apos;homme est là , it &apos;s John &apos;s car .",
+    "fr": "L&apos; homme est là , it&apos; s John&apos; s car .",
+    "de": "L &apos; homme est là , it &apos; s John &apos; s car .",
+}
+
+
+@pytest.mark.parametrize("kind", ["tok-train", "tok-test"])
+@pytest.mark.parametrize("lang", sorted(TOKENISED))
+def test_each_language_is_tokenised_by_its_own_rules(lang, kind):
+    """pe-prepare's tokeniser of a side (training and test sets alike) takes that side's language: the same line
+    tokenised as English, French and German gives three different token sequences, each the one Moses' rules of
+    the language give."""
+    assert data_text.make_line_fn(kind, lang)("L'homme est là, it's John's car.") == TOKENISED[lang]

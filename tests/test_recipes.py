@@ -761,3 +761,28 @@ def test_pe_train_starts_one_srun_task_per_rank_only_for_several_gpus_inside_slu
     else:
         assert launched == cmd
         assert "ranks under SLURM" not in out
+
+
+# Moses' rules for an apostrophe differ by language, and each language the recipes ship (en-de, en-fr, and English
+# as a source) is tokenised and detokenised with its own: French keeps an elided article with the word before it
+# (l' homme), English a clitic with the word after it ('s), German splits both sides. Spelled out here per language.
+DETOKENISED = {  # language: (fairseq-generate's tokens, the text pe-generate writes)
+    "fr": ("l' homme est là , c' est l' été !", "l'homme est là, c'est l'été !"),
+    "en": ("it 's John 's car , I can 't go .", "it's John's car, I can't go."),
+    "de": ("Er sagt : „ Hallo “ ! Ein Haus .", "Er sagt: „Hallo“! Ein Haus."),
+}
+
+
+@pytest.mark.parametrize("lang", sorted(DETOKENISED))
+def test_pe_generate_detokenises_each_target_language_by_its_own_rules(lang, tmp_path):
+    """pe-generate's hyp.detok.LANG and ref.detok.LANG: fairseq-generate's tokens (H- and T- lines) detokenised by
+    Moses' rules of the target language (French: ``l' homme`` -> ``l'homme``, a space kept before ``!``)."""
+    from pe_tools.recipes import generate
+
+    tokens, text = DETOKENISED[lang]
+    out = tmp_path / "gen"
+    out.mkdir()
+    fairseq_output = f"S-0\tx\nT-0\t{tokens}\nH-0\t-0.5\t{tokens}\nD-0\t-0.5\t{tokens}\nP-0\t-0.1\n"
+    assert generate.write_outputs(fairseq_output, out, lang, tmp_path / "train.log", no_detok=False) == 0
+    assert (out / f"hyp.detok.{lang}").read_text(encoding="utf-8") == text + "\n"
+    assert (out / f"ref.detok.{lang}").read_text(encoding="utf-8") == text + "\n"
