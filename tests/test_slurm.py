@@ -520,12 +520,15 @@ def test_sacct_states_read_accountings_parsable_lines(tmp_path, monkeypatch):
     bin_dir.mkdir()
     sacct = bin_dir / "sacct"
     sacct.write_text("#!/bin/sh\nprintf '%s\\n' \"$@\" > \"$(dirname \"$0\")/args\"\n"
-                     "printf '12_0|COMPLETED\\n12_1|CANCELLED by 0\\n13|TIMEOUT\\n14|\\n\\n'\n")
+                     "printf '12_0|COMPLETED|pe-q\\n12_1|CANCELLED by 0|pe-q\\n13|TIMEOUT|x|y\\n14||z\\n\\n'\n")
     sacct.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     assert slurm_recipes.sacct_states(["12_0", "12_1", "13", "14"]) == {
         "12_0": "COMPLETED", "12_1": "CANCELLED", "13": "TIMEOUT"}
-    assert (bin_dir / "args").read_text().split() == ["-n", "-P", "-X", "-j", "12_0,12_1,13,14", "-o", "JobID,State"]
+    assert (bin_dir / "args").read_text().split() == ["-n", "-P", "-X", "-j", "12_0,12_1,13,14", "-o",
+                                                      "JobID,State,JobName"]
+    # a job recorded under another name than the one it was submitted with is another job: left out
+    assert slurm_recipes.sacct_states(["12_0", "13"], {"12": "pe-other", "13": "x|y"}) == {"13": "TIMEOUT"}
     sacct.write_text("#!/bin/sh\necho 'sacct: error: Slurm accounting storage is disabled' >&2\nexit 1\n")
     assert slurm_recipes.sacct_states(["12_0"]) == {} and slurm_recipes.sacct_states([]) == {}
 
@@ -592,6 +595,37 @@ def test_three_submitters_at_once_make_one_job_per_run(slurm, data_bin, tmp_path
     for queue_file in (q, q2):
         assert pe_queue(["cancel", queue_file], tmp_path, env).returncode == 0
     assert set(listed(slurm)) <= before
+
+
+def test_a_job_id_that_another_queue_holds_now_is_not_this_queues(slurm, data_bin, tmp_path):
+    """SLURM's state lost (or its ids wrapped): QUEUE.slurm/jobs.json names an id that SLURM has since given to
+    another queue's job. pe-queue status does not show that job as this queue's, run --slurm does not refuse on
+    it (it submits the run), and cancel leaves it queued. Held jobs: nothing runs. Seen failing before the queue
+    key in the job's name (status showed it PENDING, run said "has it already", cancel cancelled it)."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    qa, qb = (two_run_queue(tmp_path / d, data_bin, methods=("sape",)) for d in ("a", "b"))
+    code, env = code_copy(tmp_path), env_of(slurm)
+    for q in (qa, qb):
+        out = pe_queue(["run", q, "--slurm", "--code", code, "--sbatch=--hold"], tmp_path, env)
+        assert out.returncode == 0, out.stdout + out.stderr
+    (theirs,), (ours,) = jobs_of(qa), jobs_of(qb)
+    jobs_b = qb.with_name(qb.name + ".slurm") / "jobs.json"
+    jobs_b.write_text(json.dumps([dict(ours, job=theirs["job"])]))  # the id now another queue's
+    slurm.run("scancel", ours["job"])
+    (run_b,) = ours["snapshot_lines"].values()
+    (Path(run_b) / "slurm.json").unlink()  # the state of b's first job, lost with SLURM's
+
+    status = pe_queue(["status", qb], tmp_path, env)
+    assert status.returncode == 0 and "PENDING" not in status.stdout, status.stdout + status.stderr
+    out = pe_queue(["run", qb, "--slurm", "--code", code, "--sbatch=--hold"], tmp_path, env)
+    assert out.returncode == 0 and "has it already" not in out.stdout and "submitted job" in out.stdout, \
+        out.stdout + out.stderr
+    out = pe_queue(["cancel", qb], tmp_path, env)
+    assert out.returncode == 0 and theirs["job"] not in out.stdout, out.stdout + out.stderr
+    assert listed(slurm).get(f"{theirs['job']}_1") == "PENDING"
+    assert jobs_of(qb)[-1]["job"] not in {t.split("_")[0] for t in listed(slurm)}  # b's own job: cancelled
+    slurm.run("scancel", theirs["job"])
 
 
 # ------------------------------------------------------------------------------------ a status that is true
@@ -714,7 +748,7 @@ def test_a_job_finding_its_run_owned_by_another_live_job_leaves_it(job_env, hold
     job, run_dir = job_env
     theirs = json.dumps({"job": "9_1", "state": "RUNNING", "restarts": 0}) + "\n"
     (run_dir / slurm_recipes.STATE_FILE).write_text(theirs)
-    monkeypatch.setattr(slurm_recipes, "job_states", lambda ids, timeout=None: {"9_1": "RUNNING"} if
+    monkeypatch.setattr(slurm_recipes, "job_states", lambda ids, timeout=None, names=None: {"9_1": "RUNNING"} if
                         holder == "state" else {})
     with open(run_dir / slurm_recipes.JOB_LOCK, "a") as lock:
         if holder == "lock":
@@ -728,7 +762,7 @@ def test_a_job_finding_its_run_owned_by_another_live_job_leaves_it(job_env, hold
     assert "in use by 9_1" in out and "leaves it untouched" in out, out
     # SLURM no longer runs job 9_1: this job takes the run
     if holder == "state":
-        monkeypatch.setattr(slurm_recipes, "job_states", lambda ids, timeout=None: {"9_1": "CANCELLED"})
+        monkeypatch.setattr(slurm_recipes, "job_states", lambda ids, timeout=None, names=None: {"9_1": "CANCELLED"})
         assert job() == 1 and state_of(run_dir)["job"] == "7_1"
 
 

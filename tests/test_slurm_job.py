@@ -127,7 +127,7 @@ def test_a_failed_cancel_names_scancels_reason_from_stderr_else_stdout(stdout, s
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
     fake_program(tmp_path / "bin", "scancel", stdout, stderr)
     monkeypatch.setattr(slurm, "load_jobs", lambda queue_path: [{"job": "9"}])
-    monkeypatch.setattr(slurm, "live_states", lambda jobs: {"9_1": "RUNNING"})
+    monkeypatch.setattr(slurm, "live_states", lambda jobs, names=None: {"9_1": "RUNNING"})
     assert slurm.cancel(tmp_path / "q.txt") == 2
     assert capsys.readouterr().err == f"error: scancel 9 failed: {reason}\n"
 
@@ -200,3 +200,20 @@ def test_a_slurm_job_runs_its_lines_pe_train_command_adding_gpus_only_for_severa
     assert slurm.job_main([str(snapshot), "--line", "1", "--code", str(tmp_path / "code"), "--gpus", str(gpus)]) == 0
     assert trained == [line.train_args() + (["--gpus", str(gpus)] if gpus > 1 else [])]
     assert "--gpus" not in line.train_args()
+
+
+# ---- whose job an id is (``job_states``) ----------------------------------------------------------------------
+def test_a_job_listed_under_another_name_than_its_submissions_is_not_this_queues(tmp_path, monkeypatch):
+    """squeue lists each job with its name (``%j``, last: another user's name may hold `|` or spaces); a job whose
+    name is not the one pe-queue gave its id at submission (the queue's key in it) is another job that got the id
+    since, and is left out; an id without a recorded name is taken as listed. squeue is a stand-in on PATH."""
+    from pe_tools.recipes import slurm
+
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    fake_program(tmp_path / "bin", "squeue", "5_1|RUNNING|pe-q-0a1b-0\n6_2|PENDING|their job|x\n7|FAILED|pe-q-9-0\n",
+                 "", status=0)
+    assert slurm.job_states(["5", "6", "7"], names={"5": "pe-q-0a1b-0", "6": "pe-q-0a1b-1"}) == {
+        "5_1": "RUNNING", "7": "FAILED"}
+    assert slurm.job_states(["5", "6"], names={"5": "pe-q-ffff-0", "6": "their job|x"}) == {"6_2": "PENDING",
+                                                                                      "7": "FAILED"}
+    assert (tmp_path / "bin" / "squeue.args").read_text().split()[-2:] == ["-o", "%i|%T|%j"]

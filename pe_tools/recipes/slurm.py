@@ -271,14 +271,18 @@ class NoAnswer(SlurmError):
     """SLURM's controller did not answer a query (squeue failed or timed out); the message says which."""
 
 
-def job_states(job_ids: Sequence[str], timeout: float = QUERY_SECONDS) -> Dict[str, str]:
+def job_states(job_ids: Sequence[str], timeout: float = QUERY_SECONDS,
+               names: Optional[Dict[str, str]] = None) -> Dict[str, str]:
     """{array task id "JOB_TASK" or job id: SLURM state} of the jobs SLURM knows: queued, running, or ended less
-    than MinJobAge ago (one ``squeue -t all``); {} without squeue or when SLURM knows none of them. Raises NoAnswer
-    when the controller does not answer within ``timeout`` seconds: nobody can then tell whether a job lives."""
+    than MinJobAge ago (one ``squeue -t all``); {} without squeue or when SLURM knows none of them. ``names``:
+    {job id: the job name pe-queue gave it at submission (it holds the queue's key)}; a job SLURM lists under
+    another name is another job that got the id since (SLURM's state lost, or its ids wrapped), and is left out.
+    Raises NoAnswer when the controller does not answer within ``timeout`` seconds: nobody can then tell whether a
+    job lives."""
     job_ids = sorted({j for j in job_ids if j.isdigit()})  # a state file written outside SLURM names job "-"
     if not job_ids or not shutil.which("squeue"):
         return {}
-    cmd = ["squeue", "-h", "-r", "-t", "all", "-j", ",".join(job_ids), "-o", "%i|%T"]
+    cmd = ["squeue", "-h", "-r", "-t", "all", "-j", ",".join(job_ids), "-o", "%i|%T|%j"]
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -287,7 +291,13 @@ def job_states(job_ids: Sequence[str], timeout: float = QUERY_SECONDS) -> Dict[s
         if "Invalid job id" in out.stderr:  # squeue -j of a single job SLURM has forgotten
             return {}
         raise NoAnswer(f"`squeue` failed: {(out.stderr or out.stdout).strip()[:300]}")
-    return dict(line.split("|", 1) for line in out.stdout.split())
+    names = names or {}
+    states = {}
+    for line in out.stdout.splitlines():
+        task, state, name = (line.split("|", 2) + ["", ""])[:3]  # a name is last: it may hold "|" or spaces
+        if task.strip() and names.get(task.split("_")[0], name) == name:
+            states[task.strip()] = state
+    return states
 
 
 def active(states: Dict[str, str]) -> Dict[str, str]:
@@ -295,10 +305,22 @@ def active(states: Dict[str, str]) -> Dict[str, str]:
     return {job: state for job, state in states.items() if state in ACTIVE_STATES}
 
 
-def live_states(job_ids: Sequence[str]) -> Dict[str, str]:
+def live_states(job_ids: Sequence[str], names: Optional[Dict[str, str]] = None) -> Dict[str, str]:
     """``job_states`` of the jobs still queued or running, for a command that submits or cancels (it waits
     WAIT_SECONDS for the controller)."""
-    return active(job_states(job_ids, WAIT_SECONDS))
+    return active(job_states(job_ids, WAIT_SECONDS, names))
+
+
+def job_names(jobs: Sequence[dict]) -> Dict[str, str]:
+    """{job id: the name pe-queue gave it} of jobs.json's records or RUN/slurm.json's (those that say it)."""
+    return {str(j["job"]).split("_")[0]: j["name"] for j in jobs if j.get("job") and j.get("name")}
+
+
+def queue_key(queue_path: Path) -> str:
+    """The key of one submission of a queue file, in its jobs' names: a hash of the file's resolved path and the
+    moment, so that a job id SLURM gives again to another job is not taken for this queue's."""
+    seed = f"{Path(queue_path).resolve()}\n{time.time_ns()}\n{os.getpid()}"
+    return hashlib.sha256(seed.encode()).hexdigest()[:10]
 
 
 def limit_seconds(limit: str) -> Optional[int]:
@@ -450,10 +472,12 @@ def _submit(a, runs, queue_path: Path, shapes, part, code: Path, subdir: Path) -
     for j in earlier:
         for line, run_dir in j["snapshot_lines"].items():
             tasks.setdefault(run_dir, []).append(f"{j['job']}_{line}")
-    for run in runs:
-        if owner := read_state(run.run_dir).get("job"):
-            tasks.setdefault(str(run.run_dir.resolve()), []).append(owner)
-    live = {} if a.dry_run else live_states(sorted({t.split("_")[0] for ts in tasks.values() for t in ts}))
+    owners = [read_state(run.run_dir) for run in runs]
+    for run, owner in zip(runs, owners):
+        if owner.get("job"):
+            tasks.setdefault(str(run.run_dir.resolve()), []).append(owner["job"])
+    names = {**job_names(owners), **job_names(earlier)}
+    live = {} if a.dry_run else live_states(sorted({t.split("_")[0] for ts in tasks.values() for t in ts}), names)
     todo = []
     for run in runs:
         busy = [t for t in tasks.get(str(run.run_dir.resolve()), []) if t in live]
@@ -474,9 +498,10 @@ def _submit(a, runs, queue_path: Path, shapes, part, code: Path, subdir: Path) -
     for run in todo:
         groups.setdefault(shapes[run.line], []).append(run.line)
     stem = re.sub(r"[^A-Za-z0-9_.-]", "_", queue_path.stem)[:40] or "queue"
+    key = queue_key(queue_path)
     scripts = []
     for k, (shape, lines) in enumerate(groups.items()):
-        name = f"pe-{stem}-{k}"
+        name = f"pe-{stem}-{key}-{k}"
         script = batch_script(name, shape, lines, snapshot, code, commit, a, part and part["partition"] or
                               a.partition, Path.cwd().resolve(), logs)
         scripts.append((subdir / f"{name}-{digest}.sh", script, shape, lines))
@@ -499,17 +524,24 @@ def _submit(a, runs, queue_path: Path, shapes, part, code: Path, subdir: Path) -
             _save_jobs(subdir, records)
             return fail(f"sbatch {path} failed: {(out.stderr or out.stdout).strip()}; nothing more submitted")
         job = out.stdout.strip().split(";")[0]
-        records.append({"job": job, "script": str(path), "snapshot": str(snapshot), "lines": lines,
+        records.append({"job": job, "name": _name_of(path), "script": str(path), "snapshot": str(snapshot),
+                        "lines": lines,
                         "snapshot_lines": {str(n): str(by_line[n].run_dir.resolve()) for n in lines},
                         "submitted": _now()})
         _save_jobs(subdir, records)
         for n in lines:  # the run's owner, for a submitter of another queue file naming the same run directory
-            _write_state_file(by_line[n].run_dir, {"job": f"{job}_{n}", "state": "SUBMITTED", "time": _now(),
-                                                   "heartbeat": time.time(), "queue": str(queue_path.resolve())})
+            _write_state_file(by_line[n].run_dir, {"job": f"{job}_{n}", "name": _name_of(path), "state": "SUBMITTED",
+                                                   "time": _now(), "heartbeat": time.time(),
+                                                   "queue": str(queue_path.resolve())})
         print(f"[queue] submitted job {job}: {len(lines)} run(s) (lines {','.join(map(str, lines))}), each "
               f"{shape.describe()}; logs in {logs}")
     print(f"[queue] code {commit} ({code}); watch with: pe-queue status {shlex.quote(str(queue_path))}")
     return 0
+
+
+def _name_of(script: Path) -> str:
+    """The job name a batch script of ``_submit`` gives (its file is NAME-DIGEST.sh)."""
+    return script.stem.rsplit("-", 1)[0]
 
 
 def _save_jobs(subdir: Path, records: List[dict]) -> None:
@@ -521,15 +553,18 @@ def _now() -> str:
 
 
 def cancel(queue_path: Path) -> int:
-    """pe-queue cancel QUEUE: scancel the jobs this queue submitted (their ids in QUEUE.slurm/jobs.json)."""
-    jobs = [j["job"] for j in load_jobs(queue_path)]
+    """pe-queue cancel QUEUE: scancel the jobs this queue submitted (their ids in QUEUE.slurm/jobs.json) that SLURM
+    lists, just before, under the name they were submitted with (it holds the queue's key): a job that got one of
+    the ids since is left alone."""
+    records = load_jobs(queue_path)
+    jobs, names = [j["job"] for j in records], job_names(records)
     if not jobs:
         return fail(f"{queue_path}: no SLURM jobs were submitted for it ({submit_dir(queue_path) / 'jobs.json'} "
                     f"is missing); nothing to cancel")
     if not shutil.which("scancel"):
         return fail(f"scancel not found on PATH; {INSTALL_HINT}")
     try:
-        live = live_states(jobs)
+        live = live_states(jobs, names)
     except NoAnswer as e:
         return fail(f"{e}; nothing cancelled: try again once `scontrol ping` answers")
     ids = sorted({k.split("_")[0] for k in live})
@@ -573,8 +608,9 @@ def status_columns(queue_path: Path, runs, notes: Optional[List[str]] = None,
     ids = [j["job"] for j in jobs]
     states = {run.name: read_state(run.run_dir) for run in runs}
     asked = sorted(set(ids) | {st["job"].split("_")[0] for st in states.values() if st.get("job")})
+    names = {**job_names(list(states.values())), **job_names(jobs)}
     try:
-        known, answered = job_states(asked), True
+        known, answered = job_states(asked, names=names), True
     except NoAnswer as e:
         known, answered = {}, False
         notes.insert(0, f"SLURM's controller does not answer ({e}): the states below are the jobs' own last words "
@@ -598,7 +634,7 @@ def status_columns(queue_path: Path, runs, notes: Optional[List[str]] = None,
             ended = known.get(job)
             if ended is None and answered:
                 if accounted is None:
-                    accounted = sacct_states(ids)
+                    accounted = sacct_states(ids, names)
                 ended = accounted.get(job)
             if own in OWN_ALIVE or own in (None, "SUBMITTED"):
                 log, tail = log_tail(queue_path, job)
@@ -659,19 +695,24 @@ def _tail_note(log: Optional[Path], tail: List[str]) -> str:
         f"{log} is empty"
 
 
-def sacct_states(job_ids: Sequence[str]) -> Dict[str, str]:
-    """{JOB_TASK: state} from SLURM's accounting (sacct), {} where it is off or missing."""
+def sacct_states(job_ids: Sequence[str], names: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+    """{JOB_TASK: state} from SLURM's accounting (sacct), {} where it is off or missing; a job recorded under
+    another name than ``names`` gives its id ({job id: name}, as ``job_states``) is another job, left out."""
     if not job_ids or not shutil.which("sacct"):
         return {}
     try:
-        out = subprocess.run(["sacct", "-n", "-P", "-X", "-j", ",".join(job_ids), "-o", "JobID,State"],
+        out = subprocess.run(["sacct", "-n", "-P", "-X", "-j", ",".join(job_ids), "-o", "JobID,State,JobName"],
                              capture_output=True, text=True, timeout=QUERY_SECONDS)
     except subprocess.TimeoutExpired:
         return {}
     if out.returncode:
         return {}
-    return {job: state.split()[0] for job, state in (ln.split("|", 1) for ln in out.stdout.split("\n") if "|" in ln)
-            if state.strip()}
+    names, states = names or {}, {}
+    for line in out.stdout.split("\n"):
+        job, state, name = (line.split("|", 2) + ["", ""])[:3]
+        if state.strip() and names.get(job.split("_")[0], name) == name:
+            states[job] = state.split()[0]
+    return states
 
 
 def forgotten(queue_path: Path, run, job: str, notes: Optional[List[str]]) -> str:
@@ -721,7 +762,8 @@ class JobState:
         env = os.environ
         self.run_dir, self.word, self.message = Path(run_dir), None, ""
         self.fields = {"job": job_task(), "job_id": env.get("SLURM_JOB_ID"),
-                       "restarts": int(env.get("SLURM_RESTART_COUNT") or 0), "node": env.get("SLURMD_NODENAME"),
+                       "name": env.get("SLURM_JOB_NAME"), "restarts": int(env.get("SLURM_RESTART_COUNT") or 0),
+                       "node": env.get("SLURMD_NODENAME"),
                        **fields}
         self.lock = threading.RLock()  # the heartbeat's thread and the signal handlers (main thread) write
         self.done = threading.Event()
@@ -768,7 +810,7 @@ def claim(run, job: str):
     other = owner.get("job")
     if other and other != job and owner.get("state") in OWN_ALIVE:
         try:
-            theirs = job_states([other.split("_")[0]]).get(other)
+            theirs = job_states([other.split("_")[0]], names=job_names([owner])).get(other)
         except NoAnswer:
             theirs = None
         if theirs in WORKING_STATES:
