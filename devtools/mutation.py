@@ -24,6 +24,16 @@ Hand-written classes, the mistakes a person makes (issue 57):
                positional dim of ``sum``, ``softmax``, ``cat``, ...) moved to its neighbour
   dtype        a cast dropped: ``x.float()`` / ``.double()`` / ``.half()`` / ``.long()`` / ... to ``x``, ``x.to(DTYPE)``
                / ``x.type_as(y)`` to ``x``, a ``dtype=`` argument left out
+The reviewer's classes, drawn at every site (never sampled: ``DRAW_ALL``; ``_reviewer_variants`` says each):
+  refusal      each and/or term of a guard whose branch refuses (raise, exit, an error returned) left out, nested
+               ones too; a one-term refusal dropped (``if False``)
+  per-input    a check applied to several inputs skips one: an element of the list it loops over or is given left
+               out (``[baseline] + systems`` to ``systems``), a checking loop over ``xs`` run over
+               ``list(xs)[1:]``, one of several calls of one check_* in a block dropped
+  env          an environment variable swapped with a sibling (``ENV_SIBLINGS``: SLURM_LOCALID / SLURM_PROCID, ...)
+  language     a language or locale argument dropped (``lang=lang``) or swapped (``src_lang`` / ``tgt_lang``)
+  except       an except tuple narrowed (``except (OSError, ValueError)`` to ``except (OSError,)``)
+  status       a status code check dropped (``resp.status != 206`` to False, ``returncode == 0`` to True)
 Strings are never changed, nor anything inside a ``raise`` (messages), a logging / print / warnings call, an
 annotation or a docstring; inside an f-string only its quoting calls are; a line with ``# pragma: no mutate`` is
 skipped. Each mutant's source is parsed again and must equal the tree with that one node replaced.
@@ -46,7 +56,6 @@ import ast
 import copy
 import fnmatch
 import hashlib
-import itertools
 import json
 import os
 import random
@@ -62,8 +71,9 @@ from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 from pe_tools.tables import markdown_table
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("pe_plugin", "pe_plugin/encodings", "pe_plugin/encoding_parts", "pe_plugin/kernels", "pe_plugin/models",
-            "pe_plugin/modules", "pe_tools/scoring", "pe_tools/recipes")
+# every package of the two (a folder with an __init__.py), found rather than listed: a new one is mutated too
+PACKAGES = tuple(sorted(str(init.parent.relative_to(REPO)) for top in ("pe_plugin", "pe_tools")
+                        for init in (REPO / top).rglob("__init__.py")))
 NO_MUTATE = "pragma: no mutate"
 
 # ---- which tests execute which module ------------------------------------------------------------------------
@@ -191,7 +201,10 @@ _BINOP = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mu
           ast.Mod: ast.FloorDiv, ast.Pow: ast.Mult}
 _AUG = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult}
 _QUIET_CALLS = {"print", "debug", "info", "warning", "warn", "error", "exception", "critical", "log"}
-HAND_WRITTEN = ("boundary", "guard", "key", "quoting", "axis", "dtype")
+# the reviewer's classes (issue 64): every site of each is drawn, never a sample (DRAW_ALL)
+REVIEWER = ("refusal", "per-input", "env", "language", "except", "status")
+HAND_WRITTEN = ("boundary", "guard", "key", "quoting", "axis", "dtype") + REVIEWER
+DRAW_ALL = frozenset(REVIEWER)
 # the hand-written classes' sites
 _QUOTES = {"q", "quote"}  # q(x), quote(x), shlex.quote(x)
 _ORDER_CALLS = {"view", "reshape", "permute", "expand", "repeat"}  # sizes / axes in order: neighbours exchanged
@@ -386,10 +399,214 @@ def _dropped_keys(node: ast.Compare) -> Iterable[Tuple[str, ast.AST, bool]]:
                 yield "key", new, True
 
 
+# ---- the reviewer's classes: what a careful reviewer plants, at every site ----------------------------------------
+# Environment variables that name a sibling of another (a slip between them is a wrong rank, job or node, seen only
+# on a cluster): each is swapped with every other of its group.
+ENV_SIBLINGS = (("SLURM_LOCALID", "SLURM_PROCID", "SLURM_NODEID"), ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID"),
+                ("SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_JOB_ID"), ("SLURM_NTASKS", "SLURM_NNODES"),
+                ("SLURM_JOB_NODELIST", "SLURMD_NODENAME"), ("SLURM_CPUS_PER_TASK", "SLURM_CPUS_ON_NODE"),
+                ("LOCAL_RANK", "RANK"), ("LOCAL_WORLD_SIZE", "WORLD_SIZE"))
+_LANG_KEYWORDS = {"lang", "language", "locale", "src_lang", "tgt_lang", "trg_lang", "source_lang", "target_lang"}
+_LANG_SWAPS = {"src_lang": ("tgt_lang", "trg_lang"), "tgt_lang": ("src_lang",), "trg_lang": ("src_lang",),
+               "source_lang": ("target_lang",), "target_lang": ("source_lang",)}
+_STATUS_NAMES = {"status", "status_code", "returncode", "code", "getcode", "exit_code"}
+_CHECK_PREFIXES = ("check", "_check", "require", "validate", "ensure", "verify", "refuse")
+_REFUSING_CALLS = {"exit", "_exit", "fail", "error", "abort"}  # sys.exit, pytest's fail, argparse's ap.error
+
+
+def _siblings(name: str) -> List[str]:
+    return [other for group in ENV_SIBLINGS if name in group for other in group if other != name]
+
+
+def _call_name(node: ast.AST) -> str:
+    if not isinstance(node, ast.Call):
+        return ""
+    func = node.func
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+
+
+def _is_check_call(node: ast.AST) -> bool:
+    return _call_name(node).lower().startswith(_CHECK_PREFIXES)
+
+
+def _own_statements(body: Sequence[ast.stmt]) -> Iterator[ast.AST]:
+    """The nodes of a block, not entering nested functions, classes or lambdas (another scope's refusals)."""
+    todo = list(body)
+    while todo:
+        node = todo.pop()
+        yield node
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            todo.extend(ast.iter_child_nodes(node))
+
+
+def _refuses(body: Sequence[ast.stmt]) -> bool:
+    """Whether a branch refuses: its own statements (not a nested block's) raise, exit, fail, or return an error
+    (a message, an f-string, a non-zero exit code, or a call named *error* / *problem* / *fail*)."""
+    for stmt in body:
+        if isinstance(stmt, ast.Raise):
+            return True
+        if isinstance(stmt, ast.Expr) and _call_name(stmt.value) in _REFUSING_CALLS:
+            return True
+        if isinstance(stmt, ast.Return) and stmt.value is not None:
+            v = stmt.value
+            if isinstance(v, ast.JoinedStr) or (isinstance(v, ast.Constant) and (
+                    isinstance(v.value, str) or (type(v.value) is int and v.value != 0))):
+                return True
+            if any(w in _call_name(v).lower() for w in ("error", "problem", "fail", "refus")):
+                return True
+    return False
+
+
+def _loop_checks(body: Sequence[ast.stmt]) -> bool:
+    """Whether a loop's body checks each input: it raises, exits or calls a check (check_*, require*, ...)."""
+    return any(isinstance(n, ast.Raise) or (isinstance(n, ast.Expr) and (_is_check_call(n.value) or
+                                                                           _call_name(n.value) in _REFUSING_CALLS))
+               for n in _own_statements(body))
+
+
+def _bool_terms(test: ast.AST) -> Iterator[Tuple[ast.AST, ast.AST]]:
+    """(BoolOp, parent) for every and/or inside a condition, nested ones included (not inside lambdas or calls'
+    comprehensions: another condition)."""
+    todo = [(test, None)]
+    while todo:
+        node, parent = todo.pop()
+        if isinstance(node, (ast.Lambda, ast.GeneratorExp, ast.ListComp, ast.SetComp, ast.DictComp)):
+            continue
+        if isinstance(node, ast.BoolOp):
+            yield node, parent
+        todo.extend((child, node) for child in ast.iter_child_nodes(node))
+
+
+def _without(node: ast.BoolOp, i: int) -> ast.AST:
+    rest = [copy.deepcopy(v) for j, v in enumerate(node.values) if j != i]
+    return rest[0] if len(rest) == 1 else ast.BoolOp(op=copy.deepcopy(node.op), values=rest)
+
+
+def _one_input_fewer(it: ast.AST) -> List[ast.AST]:
+    """The inputs of a loop or a check with one of them left out: each element of a list / tuple literal, each side
+    of ``[a] + b``; else None (the caller drops the first input)."""
+    if isinstance(it, (ast.List, ast.Tuple)) and len(it.elts) > 1 and not any(isinstance(e, ast.Starred)
+                                                                                for e in it.elts):
+        out = []
+        for i in range(len(it.elts)):
+            new = copy.deepcopy(it)
+            del new.elts[i]
+            out.append(new)
+        return out
+    if isinstance(it, ast.BinOp) and isinstance(it.op, ast.Add) and any(
+            isinstance(side, (ast.List, ast.Tuple)) for side in (it.left, it.right)):
+        return [copy.deepcopy(it.right), copy.deepcopy(it.left)]
+    return []
+
+
+def _reviewer_variants(tree: ast.AST) -> Dict[int, List[Tuple[str, ast.AST, bool]]]:
+    """{id(node): [(class, replacement, needs parentheses)]}: the reviewer's classes at every site of a module.
+
+    refusal    a guard whose branch refuses (raise, exit, an error returned): each and/or term of its condition left
+               out, nested ones too (``d < 16 or d & (d - 1)`` to ``d < 16``); a one-term condition dropped
+               (``if False``)
+    per-input  a check applied to several inputs, for one of them fewer: an element of the list it loops over or is
+               given left out (``[baseline] + systems`` to ``systems``), a checking loop over ``xs`` run over
+               ``list(xs)[1:]``, one of several calls of the same check_* in a block dropped
+    env        an environment variable swapped with a sibling (ENV_SIBLINGS: SLURM_LOCALID and SLURM_PROCID, ...)
+    language   a language or locale argument dropped (``lang=lang`` left out) or swapped (``src_lang`` for
+               ``tgt_lang``, the two of one call exchanged)
+    except     an except tuple narrowed: one exception of ``except (A, B)`` left out
+    status     a status code check dropped: ``resp.status != 206`` to False, ``proc.returncode == 0`` to True (an
+               ordering check to each)
+    """
+    out: Dict[int, List[Tuple[str, ast.AST, bool]]] = {}
+
+    def add(node, kind, new, parens=True):
+        out.setdefault(id(node), []).append((kind, new, parens))
+
+    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    attrs = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and _refuses(node.body) and "__main__" not in ast.unparse(node.test):
+            if isinstance(node.test, ast.BoolOp) or any(True for _ in _bool_terms(node.test)):
+                for boolop, _ in _bool_terms(node.test):
+                    for i in range(len(boolop.values)):
+                        add(boolop, "refusal", _without(boolop, i))
+            else:
+                add(node.test, "refusal", ast.Constant(False), False)
+        elif isinstance(node, (ast.For, ast.AsyncFor)) and _loop_checks(node.body):
+            fewer = _one_input_fewer(node.iter)
+            for new in fewer:
+                add(node.iter, "per-input", new)
+            if not fewer:
+                add(node.iter, "per-input", ast.Subscript(
+                    value=ast.Call(func=ast.Name("list", ast.Load()), args=[copy.deepcopy(node.iter)], keywords=[]),
+                    slice=ast.Slice(lower=ast.Constant(1)), ctx=ast.Load()), False)
+        elif isinstance(node, ast.Call):
+            if _is_check_call(node):
+                for arg in node.args:
+                    for new in _one_input_fewer(arg):
+                        add(arg, "per-input", new)
+            lang = [i for i, kw in enumerate(node.keywords) if kw.arg in _LANG_KEYWORDS]
+            for i in lang:
+                new = copy.deepcopy(node)
+                del new.keywords[i]
+                add(node, "language", new, False)
+            if len(lang) == 2:
+                new = copy.deepcopy(node)
+                a, b = lang
+                new.keywords[a].value, new.keywords[b].value = new.keywords[b].value, new.keywords[a].value
+                add(node, "language", new, False)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            for other in _siblings(node.value):
+                add(node, "env", ast.Constant(other), False)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) and node.attr in _LANG_SWAPS:
+            for other in _LANG_SWAPS[node.attr]:
+                if other in attrs:
+                    add(node, "language", ast.Attribute(value=copy.deepcopy(node.value), attr=other, ctx=ast.Load()),
+                        False)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in _LANG_SWAPS:
+            for other in _LANG_SWAPS[node.id]:
+                if other in names:
+                    add(node, "language", ast.Name(other, ast.Load()), False)
+        elif isinstance(node, ast.ExceptHandler) and isinstance(node.type, ast.Tuple) and len(node.type.elts) > 1:
+            for new in _one_input_fewer(node.type):
+                add(node.type, "except", new)
+        elif isinstance(node, ast.Compare) and len(node.ops) == 1:
+            sides = (node.left, node.comparators[0])
+            named = any((isinstance(s, ast.Attribute) and s.attr in _STATUS_NAMES) or
+                        (isinstance(s, ast.Name) and s.id in _STATUS_NAMES) or _call_name(s) in _STATUS_NAMES
+                        for s in sides)
+            codes = any(_int_value(s) is not None or (isinstance(s, ast.Tuple) and s.elts and all(
+                _int_value(e) is not None for e in s.elts)) for s in sides)
+            if named and codes:
+                op = node.ops[0]
+                fixed = ([True] if isinstance(op, (ast.Eq, ast.In, ast.Is)) else
+                         [False] if isinstance(op, (ast.NotEq, ast.NotIn, ast.IsNot)) else [True, False])
+                for value in fixed:
+                    add(node, "status", ast.Constant(value), False)
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.For, ast.While, ast.If,
+                             ast.With, ast.Try)):
+            for body in (getattr(node, f, None) for f in ("body", "orelse", "finalbody")):
+                if not body:
+                    continue
+                calls = [s for s in body if isinstance(s, ast.Expr) and _is_check_call(s.value)]
+                by_name: Dict[str, List[ast.AST]] = {}
+                for s in calls:
+                    by_name.setdefault(_call_name(s.value), []).append(s)
+                for same in by_name.values():
+                    if len(same) > 1:  # one check called on several inputs: one of the calls dropped
+                        for s in same:
+                            add(s, "per-input", ast.Pass(), False)
+    return out
+
+
 def generate(path: Path, root: Path = REPO, limit: Optional[int] = None) -> List[Mutant]:
     """Every mutant of one file, in source order; each compiles and changes the syntax tree. With ``limit``, the
     first ``limit`` found in the walk (each found costs a parse of the whole file)."""
-    mutants = list(itertools.islice(_walk_mutants(path, root), limit))
+    mutants, seen = [], set()
+    for m in _walk_mutants(path, root):  # one change found by two classes counts once, as the reviewer's
+        if m.key not in seen:
+            seen.add(m.key)
+            mutants.append(m)
+            if limit is not None and len(mutants) >= limit:
+                break
     mutants.sort(key=lambda m: (m.line, m.col, m.kind, m.replacement))
     return mutants
 
@@ -431,13 +648,15 @@ def _walk_mutants(path: Path, root: Path) -> Iterator[Mutant]:
         marked.append(marked[-1] + (NO_MUTATE in text))
     encoded = [text.encode() for text in source.splitlines(keepends=True)]  # offsets are in UTF-8 bytes
     original_dump = ast.dump(tree)
+    reviewer = _reviewer_variants(tree)
     for node in ast.walk(tree):
         if id(node) in skip_messages or not hasattr(node, "lineno") or node.end_lineno is None:
             continue
         if marked[node.end_lineno] - marked[node.lineno - 1]:
             continue
         parent = parents.get(id(node))
-        variants = [v for v in _variants(node, parent) if id(node) not in skip or v[0] == "quoting"]
+        variants = [v for v in [*reviewer.get(id(node), []), *_variants(node, parent)]
+                    if id(node) not in skip or v[0] == "quoting"]
         if not variants or parent is None:
             continue
         first, last = node.lineno - 1, node.end_lineno - 1  # the node's source text, as ast.get_source_segment
@@ -468,14 +687,15 @@ def sample(mutants: List[Mutant], n: Optional[int], seed: int = 0) -> List[Mutan
 def sample_per_class(mutants: List[Mutant], n: Optional[int], seed: int = 0,
                      kinds: Optional[Sequence[str]] = None) -> List[Mutant]:
     """At most n mutants of each class (of ``kinds``, default all) drawn reproducibly per file, class and seed: every
-    class that has a site in the file is sampled. In source order."""
+    class that has a site in the file is sampled, and the reviewer's classes (DRAW_ALL) at all their sites. In source
+    order."""
     by_kind: Dict[str, List[Mutant]] = {}
     for m in mutants:
         if kinds is None or m.kind in kinds:
             by_kind.setdefault(m.kind, []).append(m)
     out = []
     for kind, group in sorted(by_kind.items()):
-        if n is None or len(group) <= n:
+        if n is None or len(group) <= n or kind in DRAW_ALL:  # the reviewer's classes: every site
             out += group
         else:
             out += random.Random(f"{seed}|{group[0].path}|{group[0].file_sha}|{kind}").sample(group, n)

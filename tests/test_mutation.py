@@ -47,7 +47,8 @@ def test_mutants_of_a_toy_module(tmp_path):
     # the arithmetic of add, its dropped term, the comparison x < 0 and its constant; nothing in the docstring,
     # the raise's message or the line marked no-mutate
     assert changes == {(5, "a + b -> (a - b)"), (5, "a + b -> (a)"), (9, "x < 0 -> (x <= 0)"), (9, "0 -> 1"),
-                       (9, "x < 0 -> True")}  # the last: the if's condition removed (guard)
+                       (9, "x < 0 -> True"),  # the if's condition removed (guard)
+                       (9, "x < 0 -> False")}  # the refusal dropped (refusal)
     for m in mutants:
         mutated = m.apply(TOY)
         ast.parse(mutated)
@@ -66,30 +67,30 @@ def test_verdicts_resume_and_record(tmp_path):
                                  log=seen.append)
     verdicts = {r["change"]: r["status"] for r in results.values()}
     # add is checked: both of its mutants fail test_add; is_small(3) is True under x <= 0 and x < 1 alike
-    assert verdicts == {"a + b -> (a - b)": "killed", "a + b -> (a)": "killed",
+    assert verdicts == {"a + b -> (a - b)": "killed", "a + b -> (a)": "killed", "x < 0 -> False": "survived",
                         "x < 0 -> (x <= 0)": "survived", "0 -> 1": "survived", "x < 0 -> True": "killed"}
     assert all(r["path"] == "toy/calc.py" and r["line"] in (5, 9) for r in results.values())
     # resumable: nothing runs again, and the record is one line per mutant
     again = []
     mutation.run_check(["toy/calc.py"], tmp_path, test_map=test_map, files=FILES, root=tmp_path, log=again.append)
     assert any("already recorded" in line for line in again)
-    assert len((tmp_path / "results.jsonl").read_text().splitlines()) == 5
+    assert len((tmp_path / "results.jsonl").read_text().splitlines()) == 6
     equivalent = {f"toy/calc.py|if x < 0:|x < 0 -> (x <= 0)": "x = 0 behaves as x > 0 here"}
     # a rerun of the survivors skips the one judged equivalent (equivalent.json beside the record)
     (tmp_path / "equivalent.json").write_text(json.dumps(equivalent))
     rerun = []
     mutation.run_check(["toy/calc.py"], tmp_path, test_map=test_map, files=FILES, root=tmp_path,
                        rerun_survivors=True, log=rerun.append)
-    assert any("1 of 5 mutants to run" in line for line in rerun), rerun
-    ran = [line for line in rerun if line.lstrip().startswith(("survived", "killed"))]
-    assert len(ran) == 1 and "toy/calc.py:9 constant: 0 -> 1" in ran[0], ran
+    assert any("2 of 6 mutants to run" in line for line in rerun), rerun
+    ran = sorted(line.strip() for line in rerun if line.lstrip().startswith(("survived", "killed")))
+    assert len(ran) == 2 and "toy/calc.py:9 constant: 0 -> 1" in ran[0] and "refusal: x < 0 -> False" in ran[1], ran
     rows, text = mutation.summarize(mutation.load_results(tmp_path / "results.jsonl"), equivalent)
-    row = {"module": "toy/calc.py", "mutants": 5, "killed": 3, "survived": 2, "equivalent": 1,
-           "kill_rate": 0.6, "kill_rate_non_equivalent": 3 / 4}
+    row = {"module": "toy/calc.py", "mutants": 6, "killed": 3, "survived": 3, "equivalent": 1,
+           "kill_rate": 0.5, "kill_rate_non_equivalent": 3 / 5}
     assert rows == [row, dict(row, module="toy/ (all)")]  # the module, then its package's total
-    assert "| toy/ (all) | 5 | 3 | 2 | 1 | 60% | 75% |" in text
-    # per package and class: boundary 0/1, guard 1/1, then the mechanical classes
-    assert "| toy/ | 0/1 | 1/1 | 1/1 | 0/1 | 1/1 | 3/5 (60%) |" in text, text
+    assert "| toy/ (all) | 6 | 3 | 3 | 1 | 50% | 60% |" in text
+    # per package and class: boundary 0/1, guard 1/1, refusal 0/1, then the mechanical classes
+    assert "| toy/ | 0/1 | 1/1 | 0/1 | 1/1 | 0/1 | 1/1 | 3/6 (50%) |" in text, text
     assert "`toy/calc.py:9` (boundary) `x < 0` -> `(x <= 0)`: equivalent: x = 0" in text
     assert "`toy/calc.py:9` (constant) `0` -> `1`: NOT KILLED" in text
 
@@ -102,14 +103,14 @@ def test_only_mutants_of_each_files_present_version_count(tmp_path):
     calc.write_text(TOY)
     records = {m.key: {"path": m.path, "file_sha": m.file_sha, "status": "killed"}
                for m in mutation.generate(calc, tmp_path)}
-    assert len(records) == 5
+    assert len(records) == 6
     kept, superseded = mutation.current(records, tmp_path)
     assert kept == records and superseded == {}
     calc.write_text(TOY.replace("a + b", "b + a"))  # an edit: every record of the file is of the old version
     kept, superseded = mutation.current(records, tmp_path)
-    assert kept == {} and superseded == {"toy/calc.py": 5}
+    assert kept == {} and superseded == {"toy/calc.py": 6}
     calc.unlink()  # a file that is gone supersedes its records too
-    assert mutation.current(records, tmp_path) == ({}, {"toy/calc.py": 5})
+    assert mutation.current(records, tmp_path) == ({}, {"toy/calc.py": 6})
 
 
 @pytest.mark.slow
@@ -157,8 +158,8 @@ HAND_MUTANTS = {
     (12, "quoting", "q(cwd) -> (cwd)"),  # inside an f-string
     (12, "quoting", "shlex.join(code) -> ' '.join(code)"),
     (16, "boundary", "n > limit -> (n >= limit)"),
-    (16, "guard", "n > limit and strict -> (n > limit)"),
-    (16, "guard", "n > limit and strict -> (strict)"),
+    (16, "refusal", "n > limit and strict -> (n > limit)"),  # the guard's terms, its branch refusing: the reviewer's
+    (16, "refusal", "n > limit and strict -> (strict)"),
     (16, "guard", "n > limit and strict -> True"),
     (18, "key", "lambda r: (r, limit) -> (lambda r: (limit,))"),
     (18, "key", "lambda r: (r, limit) -> (lambda r: (r,))"),
@@ -182,8 +183,109 @@ def test_the_hand_written_classes(tmp_path):
     for m in mutants:
         ast.parse(m.apply(HAND))
     picked = mutation.sample_per_class(mutants, 1, kinds=mutation.HAND_WRITTEN)
-    assert sorted(m.kind for m in picked) == sorted(mutation.HAND_WRITTEN)  # one of each class that has a site
+    # one of each class that has a site, and each of the reviewer's classes at every site (here refusal's two)
+    kinds = [m.kind for m in picked]
+    assert set(kinds) == {m.kind for m in mutants if m.kind in mutation.HAND_WRITTEN}, kinds
+    assert kinds.count("refusal") == 2 and all(kinds.count(k) == 1 for k in set(kinds) - {"refusal"}), kinds
     assert picked == mutation.sample_per_class(mutants, 1, kinds=mutation.HAND_WRITTEN)  # the same draw
+
+
+REVIEW = '''import os
+
+
+def head_size(d):
+    if d < 16 or d & (d - 1):
+        raise ValueError("a power of 2, at least 16")
+    return d
+
+
+def device(env):
+    return int(env.get("SLURM_LOCALID", "0"))
+
+
+def detok(lines, lang):
+    return MosesDetokenizer(lang=lang).detokenize(lines)
+
+
+def read(path):
+    try:
+        return json.loads(open(path).read())
+    except (OSError, ValueError):
+        return {}
+
+
+def resume(resp, have):
+    if have and resp.status != 206:
+        have = 0
+    return have
+
+
+def score(baseline, systems, trg_lang):
+    check_languages(trg_lang, [baseline] + systems)
+    for s in systems:
+        if s is None:
+            raise ValueError("missing")
+    check_size(baseline)
+    check_size(systems)
+
+
+def problem(x, src_lang):
+    if not x:
+        return f"empty: {src_lang}"
+    if x > 3:
+        return 0
+    return src_lang
+
+
+def load(d, source_lang, target_lang):
+    return from_pretrained(d, source_lang=source_lang, target_lang=target_lang)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+'''
+# the reviewer's mutants of REVIEW, by (line, class, change), written out by hand: the twelve bugs of a review
+# (a head-size refusal's term, a sibling variable, a language dropped, an except narrowed, a 206 check dropped, a
+# check of the baseline dropped), one site each, and nothing for a refusal-free branch or the __main__ guard
+REVIEW_MUTANTS = {
+    (5, "refusal", "d < 16 or d & (d - 1) -> (d < 16)"),
+    (5, "refusal", "d < 16 or d & (d - 1) -> (d & d - 1)"),
+    (11, "env", "\"SLURM_LOCALID\" -> 'SLURM_PROCID'"),
+    (11, "env", "\"SLURM_LOCALID\" -> 'SLURM_NODEID'"),
+    (15, "language", "MosesDetokenizer(lang=lang) -> MosesDetokenizer()"),
+    (21, "except", "(OSError, ValueError) -> ((OSError,))"),
+    (21, "except", "(OSError, ValueError) -> ((ValueError,))"),
+    (26, "status", "resp.status != 206 -> False"),
+    (32, "language", "trg_lang -> src_lang"),
+    (32, "per-input", "[baseline] + systems -> (systems)"),
+    (32, "per-input", "[baseline] + systems -> ([baseline])"),  # also the mechanical dropped term: counted once
+    (33, "per-input", "systems -> list(systems)[1:]"),  # a checking loop: the first input skipped
+    (34, "refusal", "s is None -> False"),
+    (36, "per-input", "check_size(baseline) -> pass"),
+    (37, "per-input", "check_size(systems) -> pass"),
+    (41, "refusal", "not x -> False"),  # an error returned as a message refuses; `return 0` does not
+    (45, "language", "src_lang -> trg_lang"),  # not inside the f-string (a message)
+    (49, "language", "from_pretrained(d, source_lang=source_lang, target_lang=target_lang) -> from_pretrained(d, target_lang=target_lang)"),
+    (49, "language", "from_pretrained(d, source_lang=source_lang, target_lang=target_lang) -> from_pretrained(d, source_lang=source_lang)"),
+    (49, "language", "from_pretrained(d, source_lang=source_lang, target_lang=target_lang) -> from_pretrained(d, source_lang=target_lang, target_lang=source_lang)"),
+    (49, "language", "source_lang -> target_lang"),
+    (49, "language", "target_lang -> source_lang"),
+}
+
+
+def test_the_reviewers_classes_at_every_site(tmp_path):
+    """Each reviewer's class (refusal, per-input, env, language, except, status) at every site of a toy module,
+    drawn whole by sample_per_class whatever N, and each change found by two classes counted once."""
+    (tmp_path / "review.py").write_text(REVIEW)
+    mutants = mutation.generate(tmp_path / "review.py", tmp_path)
+    got = {(m.line, m.kind, m.change) for m in mutants if m.kind in mutation.REVIEWER}
+    assert got == REVIEW_MUTANTS, sorted(got ^ REVIEW_MUTANTS)
+    assert len({m.key for m in mutants}) == len(mutants)  # no change twice (the dropped term is the reviewer's)
+    for m in mutants:
+        ast.parse(m.apply(REVIEW))
+    drawn = mutation.sample_per_class(mutants, 1, kinds=mutation.REVIEWER)
+    assert {(m.line, m.kind, m.change) for m in drawn} == REVIEW_MUTANTS
+    assert len(mutation.sample_per_class(mutants, 0)) == len(REVIEW_MUTANTS)  # the other classes: N = 0 each
 
 
 def test_the_map_runs_the_tests_that_execute_a_module(tmp_path):
