@@ -217,3 +217,34 @@ def test_a_job_listed_under_another_name_than_its_submissions_is_not_this_queues
     assert slurm.job_states(["5", "6"], names={"5": "pe-q-ffff-0", "6": "their job|x"}) == {"6_2": "PENDING",
                                                                                       "7": "FAILED"}
     assert (tmp_path / "bin" / "squeue.args").read_text().split()[-2:] == ["-o", "%i|%T|%j"]
+
+
+# ---- a start that finds the run's lock held (``claim``) -------------------------------------------------------
+@pytest.mark.parametrize("holder_job", ["7_1", "9_1"])
+def test_a_start_waits_for_its_own_earlier_processes_and_leaves_another_jobs_run(holder_job, tmp_path, monkeypatch):
+    """RUN/slurm.lock held (pe_tools/locks.py, in a thread here) by array task 7_1's earlier processes, which SLURM
+    started again while they still work (slurmd restarted): the new start of 7_1 says so and waits for them, then
+    takes the run. Held by another job (9_1): it leaves the run at once (None), taking nothing."""
+    import threading
+
+    from pe_tools import locks
+    from pe_tools.recipes import slurm
+
+    run = SimpleNamespace(name="sape.en-de.mini.seed1", run_dir=tmp_path)
+    said, holding, release = [], threading.Event(), threading.Event()
+
+    def earlier():
+        with locks.hold(tmp_path / slurm.JOB_LOCK, holder={"what": "SLURM job", "job": holder_job}):
+            holding.set()
+            release.wait(30)
+    threading.Thread(target=earlier, daemon=True).start()
+    assert holding.wait(30)
+    monkeypatch.setattr(slurm, "_say", lambda message: said.append(message) or release.set())
+    lock = slurm.claim(run, "7_1")
+    release.set()
+    if holder_job == "7_1":
+        assert lock is not None and "earlier processes" in said[0] and "waiting" in said[0], said
+        assert locks.holder_of(tmp_path / slurm.JOB_LOCK)["job"] == "7_1"
+        lock.close()
+    else:
+        assert lock is None and "in use by 9_1" in said[0] and "leaves it untouched" in said[0], said

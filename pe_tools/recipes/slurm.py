@@ -30,7 +30,6 @@ death (a traceback ending its log, a stale heartbeat).
 """
 import argparse
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -48,6 +47,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from .. import locks
 from ..command_line import fail, int_at_least
 from ..file_io import read_json_object, write_atomic
 from . import load_table
@@ -400,24 +400,14 @@ def check_time(a, runs) -> List[str]:
 
 @contextlib.contextmanager
 def locked(paths: Sequence[Path]):
-    """Hold an exclusive flock on each of ``paths`` (created as needed, taken in sorted order so that two
-    submitters never wait on each other); says so on stderr when it has to wait for another submitter."""
-    files = []
-    try:
+    """Hold the lock (pe_tools/locks.py) of each of ``paths``, taken in sorted order so that two submitters never
+    wait on each other; says so on stderr when it has to wait for another submitter."""
+    with contextlib.ExitStack() as stack:
         for path in sorted({Path(p).resolve() for p in paths}):
-            path.parent.mkdir(parents=True, exist_ok=True)
-            f = open(path, "a")
-            files.append(f)
-            try:
-                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                print(f"[queue] waiting for another pe-queue that is submitting (it holds {path})", file=sys.stderr,
-                      flush=True)
-                fcntl.flock(f, fcntl.LOCK_EX)
+            stack.enter_context(locks.hold(path, wait=True, holder={"what": "pe-queue run --slurm"},
+                                           say=lambda message: print(f"[queue] {message} (another pe-queue "
+                                                                     f"submitting)", file=sys.stderr, flush=True)))
         yield
-    finally:
-        for f in files:
-            f.close()
 
 
 def read_state(run_dir: Path) -> dict:
@@ -791,21 +781,31 @@ def stalled_starts(previous: dict, job: str, restarts: int, saved: Optional[int]
     return int(previous.get("stalled") or 0) + 1
 
 
-def claim(run, job: str):
-    """Take the run directory for this job: an flock on RUN/slurm.lock for the job's whole life, and no other
-    working job named in RUN/slurm.json. Returns the lock's open file, or None (said on stdout) when another live
-    job has the run: this job then leaves it untouched."""
+def _say(message: str) -> None:
+    """A line of the job's own log (its SLURM log)."""
+    print(message, flush=True)
+
+
+def claim(run, job: str) -> Optional[contextlib.ExitStack]:
+    """Take the run directory for this job: the lock RUN/slurm.lock (pe_tools/locks.py) for the job's whole life,
+    and no other working job named in RUN/slurm.json. A lock held by this same job (its own earlier processes,
+    still at work after SLURM started it again, e.g. when slurmd was restarted) is waited for: those processes
+    keep the run's state until they end. Returns what holds the lock (``close`` releases it), or None (said in the
+    job's log) when another live job has the run: this job then leaves it untouched."""
     path = run.run_dir / JOB_LOCK
-    lock = open(path, "a")
+    stack = contextlib.ExitStack()
     try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        lock.close()
-        print(f"[queue] {run.name}: {run.run_dir} is in use by {read_state(run.run_dir).get('job') or 'another job'}"
-              f" (it holds {path}); this job ({job}) leaves it untouched and exits", flush=True)
-        return None
-    except OSError:  # a file system without flock: RUN/slurm.json alone decides
-        pass
+        stack.enter_context(locks.hold(path, holder={"what": f"SLURM job {job}", "job": job}))
+    except locks.Busy as busy:
+        holder = busy.holder.get("job") or read_state(run.run_dir).get("job")
+        if holder != job:
+            _say(f"[queue] {run.name}: {run.run_dir} is in use by {holder or 'another job'} "
+                 f"({locks.describe(busy.holder)}, it holds {path}); this job ({job}) leaves it untouched and exits")
+            return None
+        _say(f"[queue] {run.name}: this job's earlier processes ({locks.describe(busy.holder)}) still work in "
+             f"{run.run_dir}; waiting for them to end")
+        stack.enter_context(locks.hold(path, wait=True, holder={"what": f"SLURM job {job}", "job": job}, say=_say))
+    lock = stack
     owner = read_state(run.run_dir)
     other = owner.get("job")
     if other and other != job and owner.get("state") in OWN_ALIVE:
