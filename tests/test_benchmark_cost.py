@@ -87,9 +87,13 @@ def test_attention_sized_outputs_by_hand():
 def test_every_encoding_at_or_under_its_recorded_counts(tmp_path):
     from pe_plugin.encodings import PE_REGISTRY
 
+    from pe_documented import not_yet_in, report_pending
+
     s = recorded()["settings"]
-    assert s["sizes"] == ["tiny"] and s["encodings"][:-1] == list(PE_REGISTRY)  # the registry drives the rows
-    cmd = [sys.executable, str(REPO / "scripts" / "benchmark.py"), "cost", "--sizes", "tiny",
+    # the registry drives the rows: the recorded encodings in its order, stock last
+    assert s["sizes"] == ["tiny"] and s["encodings"][:-1] == [pe for pe in PE_REGISTRY if pe in s["encodings"]]
+    assert s["encodings"][-1] == "stock" and len(s["encodings"]) >= 12
+    cmd = [sys.executable, str(REPO / "scripts" / "benchmark.py"), "cost", "--sizes", "tiny", "--pe", *s["encodings"],
            "--lengths", *map(str, s["lengths"]), "--max-tokens", str(s["max_tokens"]), "--vocab", str(s["vocab"]),
            "--recipe", s["recipe"], "--out-dir", str(tmp_path), "--check", str(RECORDED)]
     proc = subprocess.run(cmd, cwd=REPO, env=dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1"),
@@ -101,6 +105,9 @@ def test_every_encoding_at_or_under_its_recorded_counts(tmp_path):
         if r["pe"] in ("sape", "stock"):
             assert r[f"saved_bytes_to_{r['pe']}"] == r[f"ops_to_{r['pe']}"] == 1.0
         assert r["ops"] == r["ops_forward"] + r["ops_backward"] > 0 and r["saved_bytes"] > 0 and r["flops"] > 0
+    # an encoding added since the record (docs/extending.md) has no recorded counts to stay under yet
+    report_pending(not_yet_in(s["encodings"], PE_REGISTRY), "examples/benchmarks/cost/tiny.json",
+                   "its --stem tiny command in the file's settings records every encoding anew")
 
 
 def test_the_guard_trips_on_one_more_saved_tensor():
