@@ -2,7 +2,7 @@
 
 Architecture names, the ``--pe`` choices, recipe entries and parametrized tests all derive from
 ``PE_REGISTRY``. Adding a method takes one module in this package (it is imported automatically and
-registers itself with ``@register_pe``) and one defining test.
+registers itself with ``@register_pe``), its entry in each recipe table and one defining test (docs/extending.md).
 """
 from dataclasses import fields
 from typing import Dict, List, Type
