@@ -204,6 +204,28 @@ def test_average_is_the_mean_of_its_inputs(tmp_path, capsys):
     assert torch.equal(avg["model"]["steps"], models[-1]["steps"]) and avg["extra_state"] == {"num_updates": 8}
 
 
+@pytest.mark.parametrize("odd", ["an_extra_parameter_later", "a_parameter_missing_later", "one_renamed"])
+def test_average_refuses_checkpoints_of_different_models(odd, tmp_path, capsys):
+    """Checkpoints whose models hold different parameters (another encoding's, one more layer, a renamed one) are
+    not averaged, whichever of them holds more: the error names the odd file and the first, and no output is
+    written. (Averaged anyway, a parameter missing from some inputs would be divided by all of them.)"""
+    import torch
+
+    from pe_tools import average
+
+    base = {"embed.weight": torch.ones(4, 2), "layers.0.w": torch.ones(2, 2)}
+    other = {"an_extra_parameter_later": {**base, "layers.0.rpe_table": torch.ones(3, 2)},
+             "a_parameter_missing_later": {"embed.weight": torch.ones(4, 2)},
+             "one_renamed": {"embed.weight": torch.ones(4, 2), "layers.1.w": torch.ones(2, 2)}}[odd]
+    for u, model in ((2, base), (4, base), (6, other)):
+        torch.save({"model": model, "extra_state": {"num_updates": u}}, tmp_path / f"checkpoint_1_{u}.pt")
+    out = tmp_path / "avg.pt"
+    with pytest.raises(SystemExit, match=r"checkpoint_1_6\.pt has different parameters than \S*checkpoint_1_2\.pt; "
+                                         "average one model only"):
+        average.main(["--inputs", str(tmp_path), "--num-update-checkpoints", "3", "--output", str(out)])
+    assert not out.exists()
+
+
 def test_a_missing_table_is_named_by_its_kind():
     """load_table's error says which table is missing: a methods table is the 'recipe table', corpora.toml the
     'corpora table' (__init__.py: kind == "methods")."""
