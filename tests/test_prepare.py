@@ -166,10 +166,11 @@ def fixture_table(blobs, **overrides):
 
 # ----------------------------------------------------------------------------------- the server
 class Server:
-    """Serves a folder on 127.0.0.1 with Range support; can cut a response off halfway."""
+    """Serves a folder on 127.0.0.1 with Range support; can cut a response off halfway, and can ignore Range for
+    some paths (``ignore_range``: the whole file with 200, as a server without Range support answers)."""
 
     def __init__(self, root):
-        self.root, self.log, self.cut_once = root, [], set()
+        self.root, self.log, self.cut_once, self.ignore_range = root, [], set(), set()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -180,6 +181,8 @@ class Server:
                     server.log.append((self.path, None, 404, 0))
                     return
                 data, rng, start = path.read_bytes(), self.headers.get("Range"), 0
+                if rng and self.path in server.ignore_range:
+                    rng = None
                 if rng:
                     start = int(re.fullmatch(r"bytes=(\d+)-", rng).group(1))
                     if start >= len(data):
@@ -361,6 +364,32 @@ def test_interrupted_download_resumes_on_the_next_run(site, tmp_path):
     assert second.returncode == 0, second.output
     assert server.requests("nc-v9.tgz")[-1][1] == f"bytes={len(blobs['nc-v9']) // 2}-"
     assert (tmp_path / "a" / "training-parallel-nc-v9.tgz").read_bytes() == blobs["nc-v9"]
+
+
+@pytest.mark.parametrize("ignores_range", [False, True])
+def test_a_resumed_download_is_the_whole_file_once_whether_the_server_honours_range_or_not(ignores_range, tmp_path):
+    """A partial NAME.part (the first third of the file) resumed from a server on 127.0.0.1: one that honours Range
+    sends the rest (206) and the part is completed; one that ignores it sends the whole file (200), which replaces
+    the part instead of being appended to it. Either way the part holds the file once, byte for byte."""
+    from pe_tools.data.download import Archive, download
+
+    blob = bytes(range(256)) * 40
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "corpus.tgz").write_bytes(blob)
+    server = Server(tmp_path / "site")
+    if ignores_range:
+        server.ignore_range.add("/corpus.tgz")
+    part = tmp_path / "downloads" / "corpus.tgz.part"
+    part.parent.mkdir()
+    part.write_bytes(blob[:len(blob) // 3])
+    try:
+        total = download(f"{server.url}/corpus.tgz", part, Archive("corpus", "unused", "corpus.tgz", len(blob)),
+                         retries=0)
+    finally:
+        server.close()
+    assert server.log == [("/corpus.tgz", None if ignores_range else f"bytes={len(blob) // 3}-",
+                           200 if ignores_range else 206, len(blob) - (0 if ignores_range else len(blob) // 3))]
+    assert total == len(blob) and part.read_bytes() == blob
 
 
 def test_checksum_mismatch_is_rejected_and_not_trusted(site, tmp_path):
