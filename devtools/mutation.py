@@ -804,10 +804,31 @@ def load_results(path: Path) -> Dict[str, dict]:
     return results
 
 
-def load_equivalent(out: Path) -> Dict[str, str]:
-    """out/equivalent.json, written by hand: {equivalence key: why that survivor is equivalent} ({} if absent)."""
+class EquivalentError(ValueError):
+    """An entry of equivalent.json without its demonstration."""
+
+
+def load_equivalent(out: Path) -> Dict[str, Dict[str, str]]:
+    """out/equivalent.json, written by hand: {equivalence key: {"tried": the input that was tried, "why": why no input
+    tells the mutant from the original}} ({} if absent). A survivor is accepted as equivalent only with that
+    demonstration: an entry without both (or a key that is not ``path|line text|change``) is an EquivalentError
+    naming the file, the key and the fix."""
     path = out / "equivalent.json"
-    return json.loads(path.read_text()) if path.is_file() else {}
+    if not path.is_file():
+        return {}
+    entries = json.loads(path.read_text())
+    for key, entry in entries.items():
+        if key.count("|") < 2:
+            raise EquivalentError(f"{path}: the key {key!r} is not path|line text|change; copy it from the survivor's "
+                                  f"line in results.jsonl (path, line_text, change)")
+        lacking = [f for f in ("tried", "why") if not isinstance(entry, dict) or not str(entry.get(f, "")).strip()]
+        if lacking:
+            raise EquivalentError(
+                f"{path}: {key!r} lacks {' and '.join(repr(f) for f in lacking)}: an equivalent survivor needs "
+                f"{{\"tried\": the input that was tried on the mutant and the original, \"why\": why no input "
+                f"tells them apart}}; without such a demonstration remove the entry (the survivor then counts as not "
+                f"killed)")
+    return entries
 
 
 def run_check(modules: Sequence[str], out: Path, max_per_module: Optional[int] = None, seed: int = 0,
@@ -898,7 +919,7 @@ def current(results: Dict[str, dict], root: Path = REPO) -> Tuple[Dict[str, dict
     return kept, superseded
 
 
-def summarize(results: Dict[str, dict], equivalent: Dict[str, str]) -> Tuple[List[dict], str]:
+def summarize(results: Dict[str, dict], equivalent: Dict[str, dict]) -> Tuple[List[dict], str]:
     """Per-module rows (mutants, killed, survived, equivalent, kill rate) and the markdown record."""
     by_module: Dict[str, List[dict]] = {}
     for rec in results.values():
@@ -923,7 +944,20 @@ def summarize(results: Dict[str, dict], equivalent: Dict[str, str]) -> Tuple[Lis
 
     def rate(x):
         return "n/a" if x is None else f"{100 * x:.0f}%"
-    lines = [markdown_table(["module", "mutants", "killed", "survived", "of which equivalent", "kill rate",
+    # the raw rate first, every mutant counted: what a reviewer's planted bugs measure; the rate that leaves out the
+    # survivors judged equivalent is printed beside it, never alone
+    lines = ["Raw kill rate per package (killed / every mutant), beside the rate with the survivors judged "
+             "equivalent left out:", ""]
+    packages = [r for r in rows if r["module"].endswith(" (all)")]
+    for top in sorted({r["module"].split("/")[0] for r in packages}):  # pe_plugin, pe_tools: all their packages
+        mine = [r for r in packages if r["module"].split("/")[0] == top]
+        n, k, e = (sum(r[c] for r in mine) for c in ("mutants", "killed", "equivalent"))
+        packages.append({"module": f"{top}, every package (all)", "mutants": n, "killed": k, "equivalent": e,
+                         "kill_rate": k / n, "kill_rate_non_equivalent": k / (n - e) if n > e else None})
+    lines += [f"* `{r['module'][:-len(' (all)')]}`: {rate(r['kill_rate'])} raw ({r['killed']}/{r['mutants']}); "
+              f"{rate(r['kill_rate_non_equivalent'])} with the {r['equivalent']} equivalent excluded"
+              for r in packages]
+    lines += ["", markdown_table(["module", "mutants", "killed", "survived", "of which equivalent", "kill rate (raw)",
                              "kill rate (equivalent excluded)"],
                             [[r["module"], str(r["mutants"]), str(r["killed"]), str(r["survived"]), str(r["equivalent"]),
                               rate(r["kill_rate"]), rate(r["kill_rate_non_equivalent"])]
@@ -934,11 +968,21 @@ def summarize(results: Dict[str, dict], equivalent: Dict[str, str]) -> Tuple[Lis
     if not survivors:
         lines.append("None.")
     for r in survivors:
-        why = equivalent.get(_eq_key(r))
-        verdict = f"equivalent: {why}" if why else "NOT KILLED (a gap in the tests)"
+        demo = equivalent.get(_eq_key(r))
+        verdict = (f"equivalent: {demo['why']} (tried: {demo['tried']})" if demo
+                   else "NOT KILLED (a gap in the tests)")
         lines.append(f"* `{r['path']}:{r['line']}` ({r['kind']}) `{_one_line(r['original'])}` -> "
                      f"`{r['replacement']}`: {verdict}")
     return rows, "\n".join(lines) + "\n"
+
+
+def line_of(row: dict) -> str:
+    """One row of the printed record: the raw kill rate, and beside it the rate with the equivalent survivors
+    excluded."""
+    excluded = row["kill_rate_non_equivalent"]
+    return (f"{row['module']:45s} {row['killed']:3d}/{row['mutants']:3d} killed  raw {100 * row['kill_rate']:5.1f}%  "
+            f"(equivalent excluded {'n/a' if excluded is None else f'{100 * excluded:5.1f}%'})  "
+            f"survived {row['survived']} (equivalent {row['equivalent']})")
 
 
 def class_table(results: Dict[str, dict]) -> str:
@@ -1048,6 +1092,9 @@ def main(argv=None) -> int:
     ap.add_argument("--rerun-survivors", action="store_true", help="run the recorded survivors again (new tests)")
     ap.add_argument("--list", action="store_true", help="print the mutants that would run, and stop")
     ap.add_argument("--summary-only", action="store_true", help="only rewrite summary.md from results.jsonl")
+    ap.add_argument("--map", type=Path, default=MAP_FILE,
+                    help=f"the map of which tests execute which module that --trace writes and a run reads (default "
+                         f"examples/mutation/{MAP_FILE.name}; another file for a trace of your own)")
     ap.add_argument("--trace", nargs="*", default=None, metavar="TEST_FILE",
                     help=f"record which tests execute which module (the fast tier under a tracer) in {MAP_FILE.name}, "
                          "and stop; with test files, trace only those and merge them into the map")
@@ -1056,8 +1103,10 @@ def main(argv=None) -> int:
              else args.classes.split(","))
 
     if args.trace is not None:
-        trace(args.out / MAP_FILE.name, commit=args.commit, log=lambda s: print(s, flush=True), files=args.trace)
+        trace(args.map, commit=args.commit, log=lambda s: print(s, flush=True), files=args.trace)
         return 0
+    if not args.map.is_file() and not args.summary_only:
+        ap.error(f"--map {args.map}: no such file; write it with --trace --map {args.map} (or leave --map out)")
     every = all_modules()
     modules = every if not args.modules else list(dict.fromkeys(  # in the order the patterns are given
         m for pat in args.modules for m in every
@@ -1076,7 +1125,7 @@ def main(argv=None) -> int:
         run_check(modules, args.out, args.max_per_module, args.seed, args.timeout, commit=args.commit,
                   rerun_survivors=args.rerun_survivors, log=lambda s: print(s, flush=True),
                   per_class=args.per_class, kinds=kinds, tests_per_file=args.tests_per_file,
-                  max_files=args.max_files)
+                  max_files=args.max_files, test_map=derived_test_map(json.loads(args.map.read_text())))
     equivalent = load_equivalent(args.out)
     results, superseded = current(load_results(args.out / "results.jsonl"))
     rows, text = summarize(results, equivalent)
@@ -1088,8 +1137,7 @@ def main(argv=None) -> int:
         + text + (f"\nNot counted: mutants of earlier versions of a file (results.jsonl keeps them; the file has "
                   f"changed since, and its new sample is what counts):\n{old}\n" if old else ""))
     for r in rows:
-        print(f"{r['module']:45s} {r['killed']:3d}/{r['mutants']:3d} killed  {100 * r['kill_rate']:5.1f}%  "
-              f"survived {r['survived']} (equivalent {r['equivalent']})")
+        print(line_of(r))
     return 0
 
 

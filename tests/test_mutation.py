@@ -4,6 +4,7 @@ other, run in a temporary copy, resumable; the map of which tests execute which 
 tool of the checkout, not of the installed wheel."""
 import ast
 import json
+import re
 import runpy
 import sys
 
@@ -75,7 +76,7 @@ def test_verdicts_resume_and_record(tmp_path):
     mutation.run_check(["toy/calc.py"], tmp_path, test_map=test_map, files=FILES, root=tmp_path, log=again.append)
     assert any("already recorded" in line for line in again)
     assert len((tmp_path / "results.jsonl").read_text().splitlines()) == 6
-    equivalent = {f"toy/calc.py|if x < 0:|x < 0 -> (x <= 0)": "x = 0 behaves as x > 0 here"}
+    equivalent = {f"toy/calc.py|if x < 0:|x < 0 -> (x <= 0)": {"tried": "x = 0", "why": "x = 0 behaves as x > 0 here"}}
     # a rerun of the survivors skips the one judged equivalent (equivalent.json beside the record)
     (tmp_path / "equivalent.json").write_text(json.dumps(equivalent))
     rerun = []
@@ -91,8 +92,66 @@ def test_verdicts_resume_and_record(tmp_path):
     assert "| toy/ (all) | 6 | 3 | 3 | 1 | 50% | 60% |" in text
     # per package and class: boundary 0/1, guard 1/1, refusal 0/1, then the mechanical classes
     assert "| toy/ | 0/1 | 1/1 | 0/1 | 1/1 | 0/1 | 1/1 | 3/6 (50%) |" in text, text
-    assert "`toy/calc.py:9` (boundary) `x < 0` -> `(x <= 0)`: equivalent: x = 0" in text
+    assert "`toy/calc.py:9` (boundary) `x < 0` -> `(x <= 0)`: equivalent: x = 0 behaves as x > 0 here (tried: x = 0)" \
+        in text
     assert "`toy/calc.py:9` (constant) `0` -> `1`: NOT KILLED" in text
+
+
+def record(module, line, status, change="a -> b"):
+    """A result line of results.jsonl as run_check writes it (the fields summarize reads)."""
+    original, replacement = change.split(" -> ")
+    return {"module": module, "path": module, "line": line, "col": 0, "kind": "refusal", "status": status,
+            "line_text": f"line {line}", "original": original, "replacement": replacement}
+
+
+def test_the_raw_rate_is_printed_beside_the_rate_without_equivalents():
+    """Counted by hand: 4 mutants in p/a.py, 2 killed, 2 survived of which 1 equivalent: raw 2/4 = 50%, equivalent
+    excluded 2/3 = 67%; p/b.py 1 of 1 killed. Each package's raw rate leads, the excluded one beside it, in the record's
+    opening list, the table and the printed lines; the equivalent survivor shows its demonstration."""
+    results = {str(i): rec for i, rec in enumerate([
+        record("p/a.py", 1, "killed"), record("p/a.py", 2, "killed"), record("p/a.py", 3, "survived"),
+        record("p/a.py", 4, "survived", "x -> y"), record("p/b.py", 1, "killed")])}
+    equivalent = {"p/a.py|line 4|x -> y": {"tried": "x = 0", "why": "only x is read"}}
+    rows, text = mutation.summarize(results, equivalent)
+    assert "* `p/`: 60% raw (3/5); 75% with the 1 equivalent excluded" in text, text
+    assert "* `p, every package`: 60% raw (3/5); 75% with the 1 equivalent excluded" in text, text
+    assert "| kill rate (raw) | kill rate (equivalent excluded) |" in text
+    assert "| p/a.py | 4 | 2 | 2 | 1 | 50% | 67% |" in text, text
+    assert "`p/a.py:4` (refusal) `x` -> `y`: equivalent: only x is read (tried: x = 0)" in text
+    assert "`p/a.py:3` (refusal) `a` -> `b`: NOT KILLED" in text
+    printed = mutation.line_of(rows[0])
+    assert "raw  50.0%" in printed and "(equivalent excluded  66.7%)" in printed, printed
+    every_equivalent = mutation.line_of(mutation.summarize({"0": record("p/c.py", 4, "survived", "x -> y")},
+                                                          {"p/c.py|line 4|x -> y": equivalent["p/a.py|line 4|x -> y"]})[0][0])
+    assert "raw   0.0%" in every_equivalent and "(equivalent excluded n/a)" in every_equivalent, every_equivalent
+
+
+@pytest.mark.parametrize("entry, lacking", [
+    ("x is only read here", "'tried' and 'why'"),  # the old form: a reason, no input tried
+    ({"why": "only x is read"}, "'tried'"),
+    ({"tried": "x = 0", "why": " "}, "'why'"),
+])
+def test_an_equivalent_survivor_needs_its_demonstration(tmp_path, entry, lacking):
+    """equivalent.json is refused, naming the file, the entry and the fix, unless each entry says which input was
+    tried and why no input tells the mutant apart; one with both loads."""
+    key = "p/a.py|line 4|x -> y"
+    (tmp_path / "equivalent.json").write_text(json.dumps({key: entry}))
+    with pytest.raises(mutation.EquivalentError) as e:
+        mutation.load_equivalent(tmp_path)
+    assert str(tmp_path / "equivalent.json") in str(e.value) and key in str(e.value)
+    assert f"lacks {lacking}:" in str(e.value) and "remove the entry" in str(e.value)
+    (tmp_path / "equivalent.json").write_text(json.dumps({"p/a.py x -> y": {"tried": "x = 0", "why": "w"}}))
+    with pytest.raises(mutation.EquivalentError, match=re.escape("is not path|line text|change")):
+        mutation.load_equivalent(tmp_path)
+    good = {key: {"tried": "x = 0", "why": "only x is read"}}
+    (tmp_path / "equivalent.json").write_text(json.dumps(good))
+    assert mutation.load_equivalent(tmp_path) == good
+
+
+def test_the_recorded_equivalents_each_carry_a_demonstration():
+    """examples/mutation/equivalent.json as committed: every entry names the input tried and why (it loads)."""
+    entries = mutation.load_equivalent(mutation.MAP_FILE.parent)
+    assert entries and all(e["tried"] and e["why"] for e in entries.values())
 
 
 def test_only_mutants_of_each_files_present_version_count(tmp_path):
