@@ -292,6 +292,42 @@ def test_generate_refuses_an_unfinished_run_unless_partial(case, refusal, partia
         assert "partial" not in meta and "--partial" not in err and "pe-record will refuse" not in err
 
 
+# a progress line of fairseq-train's json log (training_log's format) at update 3
+INNER_AT_3 = '2026-01-01 10:00:00 | INFO | train_inner | {"epoch": 1, "update": 0.6, "loss": "9.1", "num_updates": "3"}\n'
+
+
+@pytest.mark.parametrize("case, says", [
+    ("no interval", "has no update checkpoints checkpoint_E_U.pt (train with --save-interval-updates)"),
+    ("training", "has no checkpoint yet: training is at update 3 of 10 ("),
+    ("training, nothing logged", "has no checkpoint yet: training has started and logged no update yet ("),
+    ("not started", "has no checkpoint yet: its training has not started ("),
+    ("stopped", "has no checkpoint yet: its training stopped at update 3, before its first update checkpoint "
+                "(update 4, --save-interval-updates 4)"),
+])
+def test_generate_before_the_first_checkpoint_names_where_training_is(case, says, tmp_path, capsys):
+    """pe-generate on a run with no update checkpoint: a run that saves them (--save-interval-updates 4) is told
+    where its training is (a live trainer at the update its train.log last names, or none: not started or
+    stopped), never to add the flag it has; only a command without the flag is told to train with it. Seen
+    failing before (every case said "train with --save-interval-updates")."""
+    from pe_tools.recipes import generate, train
+
+    run = tmp_path / "run"
+    run.mkdir()
+    argv = ["--max-update", "10"] + ([] if case == "no interval" else ["--save-interval-updates", "4"])
+    (run / "command.json").write_text(json.dumps({"data": str(tmp_path / "data"), "pair": "en-de", "argv": argv}))
+    if case in ("training", "stopped"):
+        (run / "train.log").write_text("fairseq-train starting\n" + INNER_AT_3)
+    if case.startswith("training"):  # the message alone: pe-generate itself waits for no live writer of the run
+        with train.trainer_lock(run):
+            err = generate.no_checkpoint_yet(run, json.loads((run / "command.json").read_text()))
+    else:
+        assert generate.generate(generate_args(run, 2)) == 2
+        err = capsys.readouterr().err
+        assert not (run / "gen").exists()
+    assert f"{run} {says}" in err, err
+    assert ("--save-interval-updates)" in err) == (case == "no interval")
+
+
 def test_generate_warns_when_the_newest_checkpoint_is_not_the_last_update(tmp_path, capsys, monkeypatch):
     """A finished run whose --max-update (5) is not a multiple of --save-interval-updates (2): its newest update
     checkpoint is update 4. pe-generate decodes it with a warning (pe-demo's odd --updates), pe-record refuses it."""

@@ -22,7 +22,7 @@ from ..command_line import fail
 from ..fairseq_plugin import plugin_dir
 from ..file_io import write_atomic
 from ..naming import is_pe_arch
-from . import results
+from . import results, training_log
 from .train import cuda, training_state
 
 # the paper's decoding settings
@@ -44,7 +44,7 @@ def generate(a) -> int:
     except ValueError as e:
         return fail(f"--checkpoints: {e}")
     if not paths:
-        return fail(f"{run_dir} has no update checkpoints checkpoint_E_U.pt (train with --save-interval-updates)")
+        return fail(no_checkpoint_yet(run_dir, meta))
     if len(paths) < a.checkpoints:
         print(f"warning: averaging {len(paths)} checkpoints, fewer than the {a.checkpoints} asked for", file=sys.stderr)
     partial = unfinished(run_dir, meta)
@@ -81,6 +81,31 @@ def generate(a) -> int:
     extra = {"positions_beyond_max": limits, "checkpoints": [Path(p).name for p in paths]}
     return write_outputs(text, out, tgt, run_dir / "train.log", a.no_detok,
                          {**extra, **({"partial": partial} if partial else {})}, meta)
+
+
+def no_checkpoint_yet(run_dir: Path, command: dict) -> str:
+    """Why a run has no update checkpoint to decode: its command saves none (no --save-interval-updates), or it
+    has not reached its first one yet: still training (at the update its train.log last names), or not training
+    (never started, or stopped before it)."""
+    argv = [str(x) for x in command.get("argv", [])]
+    flags = [i for i, x in enumerate(argv[:-1]) if x == "--save-interval-updates"]
+    interval = int(argv[flags[-1] + 1]) if flags else 0
+    if interval <= 0:
+        return f"{run_dir} has no update checkpoints checkpoint_E_U.pt (train with --save-interval-updates)"
+    log = run_dir / "train.log"
+    at = training_log.last_update(log.read_text(encoding="utf-8", errors="replace")) if log.is_file() else None
+    state = training_state(run_dir, argv)
+    first = f"its first update checkpoint (update {interval}, --save-interval-updates {interval})"
+    if state.trainer is not None:
+        where = (f"training is at update {at}" + (f" of {state.top}" if state.top else "") if at is not None else
+                 "training has started and logged no update yet")
+        return (f"{run_dir} has no checkpoint yet: {where} ({log}), before {first}; decode it once that is saved "
+                f"(pe-generate --partial decodes a run before its end)")
+    if at is None:
+        return (f"{run_dir} has no checkpoint yet: its training has not started ({log} names no update), and "
+                f"{first} comes after it starts. Start it with its pe-train command (command.txt)")
+    return (f"{run_dir} has no checkpoint yet: its training stopped at update {at}, before {first}. Run its "
+            f"pe-train command again (command.txt)")
 
 
 def unfinished(run_dir: Path, command: dict) -> dict:
