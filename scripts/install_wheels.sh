@@ -4,7 +4,7 @@
 # does nothing when every MODULE imports; else installs the wheels of DIR into $PYTHON (default python3) without
 # the network. A folder of scripts/gather_wheels.sh (it holds requirements.txt) goes in as
 # docs/benchmarks.md §Offline install has it: its requirements, then ve-fairseq without its own (they name torch
-# and torchaudio). A folder of chosen wheels only (no requirements.txt; python -m pe_tools.gpu_queue wheels: what
+# and torchaudio). A folder of chosen wheels only (no requirements.txt; python -m devtools.gpu_queue wheels: what
 # the GPU image lacks) goes in with --no-deps.
 set -uo pipefail
 if [ $# -lt 1 ]; then

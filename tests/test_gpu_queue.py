@@ -1,4 +1,4 @@
-"""Issue 59's GPU window (pe_tools/gpu_queue.py, scripts/gpu_queue.sh): the queue files of the 6,000-update runs are
+"""Issue 59's GPU window (devtools/gpu_queue.py, scripts/gpu_queue.sh): the queue files of the 6,000-update runs are
 the generated ones and parse with pe-queue's own parser; the window's time estimate comes from the recorded
 3,000-update GPU runs; with a fake pe-queue, a window cut short by its budget brings back only whole records and
 the next window trains the rest; the offline install is one script both GPU windows call. The real window on the
@@ -18,7 +18,7 @@ import pytest
 from pe_testing import REPO
 
 from pe_plugin.encodings import PE_REGISTRY
-from pe_tools import gpu_queue
+from devtools import gpu_queue
 from pe_tools.recipes import load_table
 from pe_tools.recipes.queue import parse_queue
 from pe_tools.recipes.results import max_update_of
@@ -34,10 +34,10 @@ def queue_path(pair):
 # ------------------------------------------------------------------------------------------------ the queue files
 @pytest.mark.parametrize("pair", PAIRS)
 def test_queue_files_are_generated_from_the_recipe_and_parse(pair):
-    """Each queue file is `python -m pe_tools.gpu_queue queue PAIR`'s output: the encodings of the recorded
+    """Each queue file is `python -m devtools.gpu_queue queue PAIR`'s output: the encodings of the recorded
     3,000-update En-Fr table, in the recipe's order, at annealed6k, seed 1, into results_6k; pe-queue parses it."""
     path = queue_path(pair)
-    assert path.read_text() == gpu_queue.queue_text(pair), f"regenerate: python -m pe_tools.gpu_queue queue {pair}"
+    assert path.read_text() == gpu_queue.queue_text(pair), f"regenerate: python -m devtools.gpu_queue queue {pair}"
     runs = parse_queue(path, data=False)
     table = load_table("multi30k")
     recorded = sorted(p.name.split(".")[0] for p in (REPO / gpu_queue.REFERENCE_RUNS).glob("*.en-fr.annealed.seed1"))

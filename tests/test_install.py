@@ -92,6 +92,78 @@ def test_shared_names_are_what_pe_plugin_registers():
     assert {ARCH_MODEL_NAME_REGISTRY.get(name) for name in names} == {"pe_transformer"}  # each registered
 
 
+def wheel_packages() -> list:
+    """The packages setup.py gives the wheel (its find_packages call, run from the checkout)."""
+    import runpy
+
+    import setuptools
+
+    seen, setup, cwd = {}, setuptools.setup, os.getcwd()
+    setuptools.setup = lambda **kw: seen.update(kw)
+    try:
+        os.chdir(REPO)
+        runpy.run_path(str(REPO / "setup.py"))
+    finally:
+        setuptools.setup = setup
+        os.chdir(cwd)
+    return seen["packages"]
+
+
+OUTSIDE = ("scripts", "examples")  # the checkout's folders that a wheel does not hold
+
+
+def checkout_paths(source: str, depth: int, wheel_tops: set) -> list:
+    """(line, what) of each place a module's code reaches the checkout's scripts/ or examples/: a path literal into
+    them (``Path("examples/...")``, ``x / "scripts"``, a ``default=`` or module-level string "scripts/..."), or a
+    path from ``__file__`` that rises above the module's top package (``depth`` folders up reach it) to anything
+    but another package of the wheel. Docstrings and help texts may name them."""
+    found = []
+
+    def into(value) -> bool:
+        return isinstance(value, str) and (value in OUTSIDE or value.startswith(tuple(f"{o}/" for o in OUTSIDE)))
+
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == "Path":
+            if node.args and isinstance(node.args[0], ast.Constant) and into(node.args[0].value):
+                found.append((node.lineno, f"Path({node.args[0].value!r})"))
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+            for side in (node.left, node.right):
+                if isinstance(side, ast.Constant) and into(side.value):
+                    found.append((node.lineno, f"/ {side.value!r}"))
+        if isinstance(node, ast.keyword) and node.arg == "default" and isinstance(node.value, ast.Constant):
+            if into(node.value.value):
+                found.append((node.value.lineno, f"default={node.value.value!r}"))
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and into(node.value.value):
+            found.append((node.lineno, f"{node.value.value!r}"))
+    for number, line in enumerate(source.splitlines(), 1):
+        if "__file__" not in line or line.lstrip().startswith("#"):
+            continue
+        m = re.search(r"__file__\)(?:\.resolve\(\))?((?:\.parent)*)(?:\.parents\[(\d+)\])?\s*(?:/\s*\"(\w+)\")?", line)
+        up = (m[1].count(".parent") + (int(m[2]) + 1 if m[2] else 0)) if m else None
+        if up is None or (up > depth and m[3] not in wheel_tops):
+            found.append((number, line.strip()))
+    return found
+
+
+def test_no_module_of_the_wheel_reads_the_checkouts_scripts_or_examples():
+    """A module the wheel installs finds nothing in scripts/ or examples/, which only a checkout has (the tools
+    that do, the GPU queue's and the analysis collector, are in devtools/); and the check sees such a module."""
+    packages = wheel_packages()
+    tops = {p.split(".")[0] for p in packages}
+    assert tops == {"pe_plugin", "pe_tools"} and "devtools" not in packages
+    bad = []
+    for package in packages:
+        for path in sorted((REPO / package.replace(".", "/")).glob("*.py")):
+            depth = package.count(".") + 1  # folders from the module's file up to its top package's parent
+            bad += [f"{path.relative_to(REPO)}:{n}: {what}" for n, what in
+                    checkout_paths(path.read_text(encoding="utf-8"), depth, tops)]
+    assert not bad, bad
+    for tool in ("gpu_queue.py", "collect_analysis.py"):  # where they stand, the check would refuse them
+        assert checkout_paths((REPO / "devtools" / tool).read_text(encoding="utf-8"), 1, tops), tool
+
+
 def test_json_has_one_rule_for_nan_and_infinity(tmp_path):
     import json
 

@@ -1,10 +1,10 @@
 """examples/multi30k/analysis/: what the eleven annealed Multi30k En-De models learned (issue 32, part 5; KERPLE
 added by issue 41).
 
-The CSV holds what pe-probe, pe-swap-probe and pe-evaluate wrote (gathered by pe_tools/collect_analysis.py); these
+The CSV holds what pe-probe, pe-swap-probe and pe-evaluate wrote (gathered by devtools/collect_analysis.py); these
 tests need neither the checkpoints nor the corpus. They check that the CSV is whole, that the models without an
 encoder position signal give their exact references, that summary.md (the tables docs/analysis.md shows) is what
-pe_tools.collect_analysis renders from the CSV, that collect_analysis keeps the recorded rows of an encoding it has
+devtools.collect_analysis renders from the CSV, that collect_analysis keeps the recorded rows of an encoding it has
 no probes of (and that KERPLE's map in probe_maps.csv is the one its rows describe), and that every number and
 comparison stated in docs/analysis.md §What the trained Multi30k models learned is read from the CSV. Where the test
 reference exists, the CSV's BLEU is re-scored from the recorded translations.
@@ -35,7 +35,7 @@ FIGURE = re.compile(r"(?<![\w.])[+-]?\d+\.\d{2,4}(?![\w]|\.\d)|(?<![\w.])\d+\.\d
 
 
 def load_collect():
-    from pe_tools import collect_analysis
+    from devtools import collect_analysis
 
     return collect_analysis
 

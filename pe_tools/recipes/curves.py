@@ -18,7 +18,7 @@ from ..command_line import fail
 from ..figures import png_bytes, pyplot
 from ..file_io import csv_text, write_atomic
 from ..scoring.style import system_style
-from . import training_log
+from . import load_table, training_log
 
 def valid_curve(log_text: str) -> List[Dict[str, float]]:
     """[{updates, loss, nll_loss}] of every validation in a training log, by update (a resumed run's repeated
@@ -65,7 +65,8 @@ def plot(rows: List[Dict], sizes: List[str], methods: List[str]) -> bytes:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m pe_tools.recipes.curves", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--results", type=Path, default=Path("examples/multi30k/results"), help="recorded runs")
+    p.add_argument("--results", type=Path, default=Path(load_table("multi30k")["results_dir"]),
+                   help="recorded runs (default: the multi30k recipe's results_dir, where pe-record puts them)")
     p.add_argument("--pair", default="en-de")
     p.add_argument("--seed", type=int, default=None, help="only this seed (default: every seed)")
     p.add_argument("--sizes", nargs="+", help="the sizes, one panel each (default: every size recorded)")

@@ -3,12 +3,12 @@ recorded by pe-queue, the records packed for the way back, all within the window
 leaves no half record, and the next one trains the unrecorded runs again from scratch.
 
     scripts/gpu_queue.sh QUEUE OUTDIR [--wheels DIR] [--data DIR] [--budget S] [--commit REV] [--rehearse]
-    python -m pe_tools.gpu_queue run QUEUE OUTDIR [--data DIR] [--budget S] [--commit REV] [--rehearse] ...
-    python -m pe_tools.gpu_queue unpack FOLDER          here: the window's RUN.tar.gz into the checkout
-    python -m pe_tools.gpu_queue data PAIR --raw-dir D  here: the data folder a window carries
-    python -m pe_tools.gpu_queue wheels                 here: the wheels a window carries (what the GPU image lacks)
-    python -m pe_tools.gpu_queue queue PAIR             the 6,000-update queue file of PAIR (queue_6k_*.txt)
-    python -m pe_tools.gpu_queue estimate QUEUE         the window's time, from the recorded 3,000-update GPU runs
+    python -m devtools.gpu_queue run QUEUE OUTDIR [--data DIR] [--budget S] [--commit REV] [--rehearse] ...
+    python -m devtools.gpu_queue unpack FOLDER          here: the window's RUN.tar.gz into the checkout
+    python -m devtools.gpu_queue data PAIR --raw-dir D  here: the data folder a window carries
+    python -m devtools.gpu_queue wheels                 here: the wheels a window carries (what the GPU image lacks)
+    python -m devtools.gpu_queue queue PAIR             the 6,000-update queue file of PAIR (queue_6k_*.txt)
+    python -m devtools.gpu_queue estimate QUEUE         the window's time, from the recorded 3,000-update GPU runs
 
 ``run`` (on the GPU machine, from the checkout's root; scripts/gpu_queue.sh installs the wheels first):
   1. every run of QUEUE already recorded in the checkout (its ``into=`` folder holds RUN/command.json) is skipped;
@@ -45,11 +45,11 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from .command_line import fail, int_at_least
-from .recipes import load_table
-from .recipes import queue as pe_queue
-from .recipes.results import max_update_of
-from .recipes.train import size_entry
+from pe_tools.command_line import fail, int_at_least
+from pe_tools.recipes import load_table
+from pe_tools.recipes import queue as pe_queue
+from pe_tools.recipes.results import max_update_of
+from pe_tools.recipes.train import size_entry
 
 CHECKOUT = Path(__file__).resolve().parents[1]
 PASSES = 3  # pe-queue passes at most, while runs are left unrecorded and time is left
@@ -104,7 +104,7 @@ def queue_text(pair: str) -> str:
     name = f"examples/multi30k/queue_6k_{pair.replace('-', '_')}.txt"
     src, tgt = pair.split("-")
     return (QUEUE_HEADER[pair]
-            + f"# Written by `python -m pe_tools.gpu_queue queue {pair}`. One GPU window trains it (docs/results.md"
+            + f"# Written by `python -m devtools.gpu_queue queue {pair}`. One GPU window trains it (docs/results.md"
               f"#6000-updates):\n"
             + f"#   scripts/gpu_queue.sh {name} OUTDIR --wheels build/gpu_queue_wheels "
               f"--data data-bin/gpu/multi30k_{src}_{tgt} --budget 570 --commit COMMIT\n"
@@ -160,7 +160,7 @@ def rehearsal_table(path: Path, methods: List[str], pairs: List[str]) -> Path:
             "--end-learning-rate", "0", "--save-interval-updates", "2", "--log-interval", "1", "--max-valid-steps", "2"]
     q = lambda words: "[" + ", ".join(json.dumps(w) for w in words) + "]"  # noqa: E731  TOML arrays of strings
     arch = ", ".join(f'{pair} = "tiny"' for pair in pairs)
-    lines = [f"# written by pe_tools.gpu_queue --rehearse from the multi30k recipe: {REHEARSE_SIZE} is tiny, on the CPU",
+    lines = [f"# written by devtools.gpu_queue --rehearse from the multi30k recipe: {REHEARSE_SIZE} is tiny, on the CPU",
              f"[common]\nflags = {q(common)}", f"[size.{REHEARSE_SIZE}]\narch = {{ {arch} }}\nflags = {q(size)}"]
     for m in methods:
         entry = table["method"][m]
@@ -298,7 +298,7 @@ def run_window(a) -> int:
         folder = data or run.data
         if missing := [f"dict.{lang}.txt" for lang in run.pair.split("-") if not (folder / f"dict.{lang}.txt").is_file()]:
             say(f"error: data folder {folder} has no {' and no '.join(missing)} for {run.name}; build it with "
-                f"python -m pe_tools.gpu_queue data {run.pair} --raw-dir DIR, and carry it")
+                f"python -m devtools.gpu_queue data {run.pair} --raw-dir DIR, and carry it")
             return 2
     sizes = {run.size for run in todo}
     if not a.rehearse:
@@ -319,7 +319,7 @@ def run_window(a) -> int:
         recipe = rehearsal_table(work / "rehearse_methods.toml", list(dict.fromkeys(r.method for r in todo)),
                                  sorted({r.pair for r in todo}))
     copy = work / "queue.txt"
-    lines = [f"# the window's copy of {a.queue} (pe_tools.gpu_queue)"]
+    lines = [f"# the window's copy of {a.queue} (devtools.gpu_queue)"]
     for run in todo:
         into = Path(os.path.relpath(run.into.resolve(), Path.cwd()))
         into = into if not into.is_absolute() and ".." not in into.parts else Path(run.into.name)
@@ -474,13 +474,13 @@ def gather_wheels(out: Path, gathered: Path, pyver: str = "3.12", say=print) -> 
 
 # ------------------------------------------------------------------------------------------------ command line
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m pe_tools.gpu_queue", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m devtools.gpu_queue", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="train, decode, record and pack one queue file's runs within a budget")
     r.add_argument("queue", help="the queue file (pe-queue's format)")
     r.add_argument("out", help="the folder that comes back: log.txt, window.json, RUN.tar.gz")
-    r.add_argument("--data", help="the data folder of every run (python -m pe_tools.gpu_queue data)")
+    r.add_argument("--data", help="the data folder of every run (python -m devtools.gpu_queue data)")
     r.add_argument("--budget", type=float, default=570, help="seconds for everything, from --started-at (570)")
     r.add_argument("--started-at", type=float, help="the wrapper's start (seconds since the epoch); default: now")
     r.add_argument("--reserve", type=float, default=RESERVE, help=f"seconds kept for the stop ({RESERVE})")

@@ -1,7 +1,7 @@
 """Gather what pe-probe, pe-swap-probe and pe-evaluate wrote for the annealed Multi30k En-De models into one CSV
 and four figures (examples/multi30k/analysis/README.md says which commands made the inputs).
 
-    python -m pe_tools.collect_analysis --probes DIR --evaluate DIR [--out examples/multi30k/analysis]
+    python -m devtools.collect_analysis --probes DIR --evaluate DIR [--out examples/multi30k/analysis]
 
 --probes DIR holds one folder per encoding (DIR/METHOD/probe.json, probe_maps.npz, swap_probe.json); --evaluate
 DIR is pe-evaluate's --out-dir (results.csv, results_length.csv, prefix "results"), run on every encoding of
@@ -39,9 +39,9 @@ import numpy as np
 
 from pe_plugin.analysis import probing
 
-from .figures import png_bytes, pyplot
-from .file_io import csv_text, write_all_atomic
-from .tables import markdown_table
+from pe_tools.figures import png_bytes, pyplot
+from pe_tools.file_io import csv_text, write_all_atomic
+from pe_tools.tables import markdown_table
 
 # the models analysed: the encodings of the recorded annealed runs (examples/multi30k/results), in table order
 METHODS = ["nope", "sape", "lape", "rpe", "t5", "at5", "posnet_embed", "posnet_attn", "rope", "alibi", "kerple"]
