@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import pe_testing
+from pe_references import CHEN_TABLE, uniform_locality
 from pe_plugin.analysis import indicators as ind
 from pe_plugin.analysis import probing, swap
 from pe_plugin.models.validation import pe_signature
@@ -30,11 +31,6 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
-
-
-def uniform_locality(L):
-    """sum_ij 2^-|i-j| / L^2 = (L + 2 sum_d (L-d) 2^-d) / L^2 = (3L - 4 + 2^(2-L)) / L^2."""
-    return (3 * L - 4 + 2.0 ** (2 - L)) / L ** 2
 
 
 def dist_map(f, L):
@@ -73,17 +69,6 @@ def test_uniform_map(L):
     assert ind.symmetry_code(A) == 1.0 and ind.symmetry_abs(A) == 1.0
     assert ind.symmetry_deviation(A) == 0.0 and ind.direction_balance(A) == pytest.approx(1.0)
     assert ind.locality(A) == pytest.approx(3 / L, rel=0.2 if L >= 32 else 1)  # the ~3/L rule of thumb
-
-
-# docs/analysis.md §Attenuated map: (w, Loc/Sym at s=1, s=0.5, s=2), L=128, Sym_code
-CHEN_TABLE = [
-    (0.005, (0.126, 1.000), (0.107, 0.534), (0.145, 0.632)),
-    (0.01, (0.171, 1.000), (0.145, 0.632), (0.196, 0.720)),
-    (0.02, (0.230, 1.000), (0.196, 0.720), (0.262, 0.793)),
-    (0.05, (0.333, 1.000), (0.287, 0.812), (0.373, 0.863)),
-    (0.1, (0.427, 1.000), (0.373, 0.863), (0.470, 0.899)),
-    (0.5, (0.671, 1.000), (0.609, 0.932), (0.716, 0.953)),
-]
 
 
 @pytest.mark.parametrize("w,sym1,half,double", CHEN_TABLE)

@@ -10,16 +10,16 @@ from collections import Counter
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import pe_testing
+from pe_references import loop_matmul
 from pe_testing import OpLog, make_attention, make_pe
 from pe_plugin.encodings import PE_REGISTRY
 from pe_plugin.encoding_parts.base import Positions
 from pe_plugin.encoding_parts.posnet_kernels import positional_matmul
 from pe_plugin.modules.pe_attention import PEAttention
-from test_posnet import loop_matmul
-import torch.nn.functional as F
 
 SYNC_OPS = {"_local_scalar_dense", "nonzero", "is_nonzero", "item", "equal"}
 PLUGIN_DIR = str(pe_testing.REPO / "pe_plugin")

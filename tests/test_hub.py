@@ -14,11 +14,12 @@ import sys
 
 import pytest
 import torch
+
+import pe_testing
 from pe_testing import PLUGIN, REPO, SAFE_ENV, fairseq_train, run
 
 from pe_plugin import hub as pe_hub
 from pe_plugin.safe_load import load_checkpoint
-import pe_testing
 
 DECODING = {"beam": 4, "lenpen": 0.6, "max_len_a": 1, "max_len_b": 10}  # pinned on both sides
 L_MAX = 64

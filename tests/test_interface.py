@@ -1,11 +1,16 @@
 """The encoding interface and its fairseq glue: registry, CLI errors, SAPE/LAPE tables, PEAttention."""
 import argparse
+import math
 import shutil
+import sys
+import types
 
 import pytest
 import torch
 from fairseq.modules import MultiheadAttention, SinusoidalPositionalEmbedding
 from fairseq.modules.positional_embedding import PositionalEmbedding
+
+import pe_testing
 from pe_testing import build_model, call_main, fairseq_train, run
 
 from pe_plugin.encodings import PE_REGISTRY, config_fields
@@ -15,10 +20,6 @@ from pe_plugin.encodings.sinusoidal import SinusoidalPositionalEncoding
 from pe_plugin.models.architectures import architecture_names
 from pe_plugin.naming import CLASS_OF_SUFFIX
 from pe_plugin.modules.pe_attention import PEAttention
-import math
-import pe_testing
-import sys
-import types
 
 
 # ---- registry and architectures ----------------------------------------------------------------------

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from pe_plugin.encoding_parts.base import Positions
-from pe_testing import make_attention, make_pe
-from test_relative import future_mask, padded_input
 import pe_testing
+from pe_references import future_mask, padded_input
+from pe_testing import make_attention, make_pe
 
 C, H = 16, 2
 
@@ -52,7 +52,7 @@ def test_kerple_parameters_stay_positive():
 def test_kerple_attention_equals_naive_attention(side):
     """Per head and sentence, softmax(q k^T - r1 log(1 + r2 |i - j|) + masks) v over the real tokens."""
     attn = make_attention(make_pe("kerple", side, init=away_from_the_clamp))
-    x, pad = padded_input(side)
+    x, pad = padded_input(left=side == "encoder")
     causal = side == "decoder"
     out, _ = attn(x, x, x, key_padding_mask=pad, attn_mask=future_mask(x.size(0)) if causal else None,
                   need_weights=False)

@@ -17,6 +17,7 @@ import re
 import pytest
 
 import pe_testing
+from pe_references import uniform_locality
 from pe_testing import REPO
 
 FOLDER = REPO / "examples" / "multi30k" / "analysis"
@@ -61,11 +62,6 @@ def model(rows, pe):
 
 def num(x: str) -> float:
     return math.nan if x == "" else float(x)
-
-
-def uniform_locality(n: int) -> float:
-    """Locality of the uniform n x n map (docs/analysis.md §Locality)."""
-    return (3 * n - 4 + 2.0 ** (2 - n)) / n ** 2
 
 
 def test_every_encoding_side_layer_and_length_has_a_row(rows):

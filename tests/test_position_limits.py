@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from pe_testing import PLUGIN, REPO, build_model, run
-from test_posnet import loop_matmul, padded_positions
+from pe_references import loop_matmul, padded_positions
 
 from pe_plugin.encoding_parts.base import Positions
 from pe_plugin.encoding_parts.limits import UNLIMITED

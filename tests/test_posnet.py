@@ -12,9 +12,11 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+
 import pe_testing
 from pe_plugin.encoding_parts.base import Dims
 from pe_plugin.encodings import PE_REGISTRY
+from pe_references import loop_matmul, padded_positions
 
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]  # also as a script
 from pe_testing import (PLUGIN, TRAIN_FLAGS, assert_micro_batches_add_up, batch, build_model, make_pe,  # noqa: E402
@@ -34,24 +36,6 @@ RELEASED = ["--posnet-sides", "encoder", "--max-source-positions", "512", "--pos
 VARIANTS = [(EMBED, []), (EMBED, ["--posnet-init", "per-matrix"]), (EMBED, RELEASED + ["--posnet-init", "per-matrix"]),
             (ATTN, ["--posnet-init", "per-matrix"]), (ATTN, ["--posnet-attn-per-layer", "--posnet-init", "per-matrix"])]
 IDS = ["embed", "embed-permatrix", "embed-released-cfg", "attn", "attn-per-layer"]
-
-
-def padded_positions(lengths, t, left):
-    """(B,T) positions and nonpad mask of rows of the given lengths, padded on the left or the right."""
-    nonpad = torch.zeros(len(lengths), t, dtype=torch.bool)
-    for b, n in enumerate(lengths):
-        nonpad[b, slice(t - n, None) if left else slice(0, n)] = True
-    return Positions.from_padding(nonpad, t, "cpu"), nonpad
-
-
-def loop_matmul(u, phi, pos, nonpad):
-    """The reference: y[t,b,n] = u[t,b,n] phi[pos[b,t]], one token at a time (pads: 0)."""
-    y = u.new_zeros(*u.shape[:3], phi.size(-1))
-    for b in range(u.size(1)):
-        for t in range(u.size(0)):
-            if nonpad[b, t]:
-                y[t, b] = u[t, b] @ phi[pos[b if pos.size(0) > 1 else 0, t]]
-    return y
 
 
 # ---- the kernel product ------------------------------------------------------------------------------------

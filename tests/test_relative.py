@@ -9,6 +9,7 @@
 * model level: beam search equals a full forward pass, the encoder output of a sentence does not depend
   on padding side or batch, parameter counts are closed-form, fp16 matches fp32.
 """
+import copy
 import math
 
 import numpy as np
@@ -17,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 import pe_testing
+from pe_references import BIDIRECTIONAL_STARTS, CAUSAL_STARTS, future_mask, hf_bucket, padded_input
 from pe_testing import logit_bias, make_attention, make_pe
 from pe_plugin.encodings import PE_REGISTRY
 from pe_plugin.encoding_parts.base import Dims, Positions
@@ -25,7 +27,6 @@ from pe_plugin.encoding_parts.relative import (buckets_to_pairs, call_offsets, c
                                           t5_bucket)
 from pe_plugin.modules import pe_attention
 from pe_plugin.modules.pe_attention import PEAttention
-import copy
 
 C, H, LAYERS = 16, 2, 2
 D = C // H
@@ -50,23 +51,6 @@ def excite(pe):
                 p.uniform_(0.02 * pe.max_length, 0.3 * pe.max_length)
             else:
                 p.normal_(0, 1.0)
-
-
-# ---- independent references -------------------------------------------------------------------------
-def hf_bucket(r, bidirectional, num_buckets=32, max_distance=128):
-    """HF T5Attention._relative_position_bucket for one distance r = key - query, in float32."""
-    ret, n = 0, -r
-    if bidirectional:
-        num_buckets //= 2
-        ret += num_buckets if n < 0 else 0
-        n = abs(n)
-    else:
-        n = max(n, 0)
-    exact = num_buckets // 2
-    if n < exact:
-        return ret + n
-    ratio = np.log(np.float32(n) / np.float32(exact)) / np.float32(math.log(max_distance / exact))
-    return ret + min(exact + int(ratio * np.float32(num_buckets - exact)), num_buckets - 1)
 
 
 def naive_bias_and_values(pe, q, pq, pk, layer):
@@ -119,27 +103,6 @@ def naive_attention(attn, x, pad, causal, keep=None):
     probs = logits.softmax(-1) * (1 if keep is None else keep)  # what dropout leaves of each probability
     z = probs @ v + value_term(probs)  # (B,H,T,d): both terms of Shaw's equation (3) take the dropped weights
     return attn.out_proj(z.permute(2, 0, 1, 3).reshape(t, b, C))
-
-
-def padded_input(side, t=11, lengths=(11, 7, 4)):
-    torch.manual_seed(2)
-    x = torch.randn(t, len(lengths), C)
-    cols = torch.arange(t)
-    if side == "encoder":  # left-padded, as fairseq's sources
-        pad = torch.stack([cols < t - n for n in lengths])
-    else:  # right-padded, as fairseq's targets
-        pad = torch.stack([cols >= n for n in lengths])
-    return x, pad
-
-
-def future_mask(t):
-    return torch.full((t, t), float("-inf")).triu(1)
-
-
-# ---- pure functions -----------------------------------------------------------------------------------
-# docs/encodings.md §T5 (N=32, max distance 128): first distance n = i - j of each log bucket
-BIDIRECTIONAL_STARTS = [8, 12, 16, 23, 32, 46, 64, 91]  # buckets 8..15 (16..31 for keys to the right)
-CAUSAL_STARTS = [16, 19, 21, 24, 27, 31, 35, 40, 46, 52, 59, 67, 77, 87, 99, 113]  # buckets 16..31
 
 
 @pytest.mark.parametrize(
@@ -261,7 +224,7 @@ def test_strided_position_bias_equals_the_indexed_equation(name, overrides, side
 @pytest.mark.parametrize("case,name,overrides", CASES, ids=[c[0] for c in CASES])
 def test_attention_matches_naive_reference(case, name, overrides, side):
     attn = make_attention(make_pe(name, side, init=excite, **overrides))
-    x, pad = padded_input(side)
+    x, pad = padded_input(left=side == "encoder")
     mask = future_mask(x.size(0)) if side == "decoder" else None
     expected = naive_attention(attn, x, pad, causal=side == "decoder")
     real = ~pad.t()  # (T,B)
@@ -283,7 +246,7 @@ def test_rpe_value_term_in_training_takes_the_probabilities_dropout_left(side, i
         pe.attention_impl = "reference"
     torch.manual_seed(1)
     attn = PEAttention(C, H, pe, 1, dropout=p).train()
-    x, pad = padded_input(side)
+    x, pad = padded_input(left=side == "encoder")
     t, b = x.size(0), x.size(1)
     mask = future_mask(t) if side == "decoder" else None
     torch.manual_seed(5)
@@ -304,7 +267,7 @@ def test_gradients_match_naive_reference(case, name, overrides):
     grads = []
     for fn in ("module", "naive"):
         attn = make_attention(make_pe(name, "encoder", init=excite, **overrides))
-        x, pad = padded_input("encoder")
+        x, pad = padded_input(left=True)
         if fn == "module":
             out, _ = attn(x, x, x, key_padding_mask=pad, need_weights=False)
         else:
@@ -394,7 +357,7 @@ def test_rpe_clips_beyond_k():
 
 def test_t5_bias_is_query_independent_and_keeps_the_fused_kernel(monkeypatch):
     attn = make_attention(make_pe("t5", "encoder", t5_num_buckets=8, t5_max_distance=6, init=excite))
-    x, pad = padded_input("encoder")
+    x, pad = padded_input(left=True)
     bias = logit_bias(attn.pe, torch.randn(3, H, 11, D), Positions(torch.arange(11)[None], torch.arange(11)[None]), 0)
     assert bias.shape == (1, H, 11, 11)
     calls = []
@@ -438,7 +401,7 @@ def test_fp16_matches_fp32(case, name, overrides):
     """CPU half: biases cast to half without overflow (masks are -inf, never a large finite constant) and
     the output matches fp32 within 2e-2 (outputs are O(1); fp16 has 11 significant bits)."""
     attn = make_attention(make_pe(name, "decoder", init=excite, **overrides))
-    x, pad = padded_input("decoder")
+    x, pad = padded_input(left=False)
     mask = future_mask(x.size(0))
     ref, _ = attn(x, x, x, key_padding_mask=pad, attn_mask=mask, need_weights=False)
     attn.half()

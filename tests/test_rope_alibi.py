@@ -10,6 +10,7 @@
   decoding equals the full pass; fp16 matches fp32; beam search equals a full forward pass; two half
   batches give the gradients of the full batch (--update-freq 2); fp16 training runs.
 """
+import copy
 import math
 
 import pytest
@@ -18,31 +19,15 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import pe_testing
+from pe_references import future_mask, padded_input
 from pe_testing import logit_bias, make_attention, make_pe
 from pe_plugin.encoding_parts.base import Positions, as_positions
 from pe_plugin.modules import pe_attention
 from pe_plugin.modules.pe_attention import PEAttention
 from pe_tools.fairseq_plugin import CPU_FP16_FLAGS
-import copy
 
 C, H, LAYERS = 16, 2, 2
 D = C // H
-
-
-def future_mask(t):
-    return torch.triu(torch.full((t, t), float("-inf")), 1)
-
-
-def padded_input(t=11, lengths=(11, 7, 4), left=(False, True, False)):
-    """(T,B,C) input and its (B,T) key padding mask: one full row, one left-padded, one right-padded."""
-    torch.manual_seed(2)
-    pad = torch.zeros(len(lengths), t, dtype=torch.bool)
-    for b, (n, lp) in enumerate(zip(lengths, left)):
-        if lp:
-            pad[b, : t - n] = True
-        else:
-            pad[b, n:] = True
-    return torch.randn(t, len(lengths), C), pad
 
 
 # ==== RoPE ==================================================================================================

@@ -409,7 +409,7 @@ def test_computed_micro_batch_by_memory():
 
 def test_computed_t5_buckets():
     """docs/encodings.md §T5: the first distance of each log bucket, as tests/test_relative.py checks them."""
-    from test_relative import BIDIRECTIONAL_STARTS, CAUSAL_STARTS
+    from pe_references import BIDIRECTIONAL_STARTS, CAUSAL_STARTS
 
     doc, line, header, rows = marked("t5_buckets")
     assert [r[2] for r in rows] == [", ".join(map(str, s)) for s in (BIDIRECTIONAL_STARTS, CAUSAL_STARTS)]
@@ -417,7 +417,7 @@ def test_computed_t5_buckets():
 
 def test_computed_attenuated_map():
     """docs/analysis.md §Attenuated map: the values tests/test_analysis.py checks against the indicators."""
-    from test_analysis import CHEN_TABLE
+    from pe_references import CHEN_TABLE
 
     doc, line, header, rows = marked("attenuated_map")
     assert [[r[0], *r[1:]] for r in rows] == [
