@@ -22,6 +22,7 @@ import test_queue
 from pe_testing import REPO, SAFE_ENV, code_copy
 from pe_tools.recipes import queue, queue_cli
 from pe_tools.recipes import slurm as slurm_recipes
+from pe_tools.recipes import slurm_state
 from pe_tools.recipes.results import SEGMENT_START
 
 
@@ -670,18 +671,20 @@ def test_a_job_whose_state_write_fails_shows_failed_or_died_with_its_reason(slur
     lost = str(int(record["job"]) + 100000)
     (q.parent / "q.txt.slurm" / "jobs.json").write_text(json.dumps([dict(record, job=lost)]))
     for f in (q.parent / "q.txt.slurm" / "logs").glob("*.out"):
-        f.rename(f.with_name(f.name.replace(record["job"], lost)))
+        f.rename(f.with_name(f.name.replace(f"_{record['job']}_", f"_{lost}_")))
     shutil.rmtree(run_dir / slurm_recipes.STATE_FILE)
-    stale = time.time() - slurm_recipes.STALE_SECONDS - 1
+    stale = time.time() - slurm_state.STALE_SECONDS - 1
     (run_dir / slurm_recipes.STATE_FILE).write_text(json.dumps(
         {"job": f"{lost}_1", "state": "RUNNING", "restarts": 0, "heartbeat": stale}))
     row, notes, _ = status()
     assert row == [f"{lost}_1", "DIED"], (row, notes)
     assert "heartbeat" in notes[0] and "was begun by code theirs" in notes[0], notes
-    # a fresh heartbeat of a job SLURM does not list: its own word (it may be starting), not yet DIED
+    # a fresh heartbeat of a job SLURM answers for and does not list: DIED all the same, whatever MinJobAge (a
+    # job that ends writes its last word before SLURM stops listing it)
     (run_dir / slurm_recipes.STATE_FILE).write_text(json.dumps(
-        {"job": f"{lost}_1", "state": "RUNNING", "restarts": 0, "heartbeat": stale + 60}))
-    assert status()[0] == [f"{lost}_1", "RUNNING"]
+        {"job": f"{lost}_1", "state": "RUNNING", "restarts": 0, "heartbeat": time.time() - 7}))
+    row, notes, _ = status()
+    assert row == [f"{lost}_1", "DIED"] and re.search(r"no heartbeat for \d+ s", notes[0]), (row, notes)
 
     # the controller down: one line says so, and the run directories answer, within QUERY_SECONDS and a margin
     dead = tmp_path / "dead.conf"

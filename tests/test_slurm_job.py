@@ -248,3 +248,33 @@ def test_a_start_waits_for_its_own_earlier_processes_and_leaves_another_jobs_run
         lock.close()
     else:
         assert lock is None and "in use by 9_1" in said[0] and "leaves it untouched" in said[0], said
+
+
+# ---- pe-queue status of a job whose state file is cut short ----------------------------------------------------
+@pytest.mark.parametrize("with_log", [False, True])
+def test_status_names_a_truncated_state_file_as_unreadable(with_log, tmp_path, monkeypatch):
+    """RUN/slurm.json cut short (a full disk): SLURM answers and lists no such job; status names the file as
+    unreadable, never as one the job did not write, and never shows the job RUNNING. squeue and sacct are
+    stand-ins on PATH that list nothing."""
+    import json
+
+    from pe_tools.recipes import slurm
+
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    fake_program(tmp_path / "bin", "squeue", "", "", status=0)
+    fake_program(tmp_path / "bin", "sacct", "", "", status=0)
+    queue_path = tmp_path / "q.txt"
+    run = SimpleNamespace(name="sape.en-de.mini.seed1", run_dir=tmp_path / "runs" / "sape.en-de.mini.seed1")
+    run.run_dir.mkdir(parents=True)
+    sub = slurm.submit_dir(queue_path)
+    (sub / "logs").mkdir(parents=True)
+    (sub / "jobs.json").write_text(json.dumps([{"job": "5", "name": "pe-q-0a-0",
+                                                "snapshot_lines": {"1": str(run.run_dir.resolve())}}]))
+    (run.run_dir / slurm.STATE_FILE).write_text('{"job": "5_1", "state": "RUNNING", "heartb')
+    if with_log:
+        (sub / "logs" / "pe-q-0a-0_5_1.out").write_text("[queue] sape.en-de.mini.seed1: job 6, start 1\n")
+    notes = []
+    cols = slurm.status_columns(queue_path, [run], notes)
+    assert cols["job"] == ["5_1"] and cols["state"] == ["DIED" if with_log else "NEVER-RAN"], (cols, notes)
+    (note,) = notes
+    assert f"{run.run_dir / slurm.STATE_FILE} is unreadable (" in note and "wrote no" not in note, note

@@ -52,6 +52,8 @@ from ..command_line import fail, int_at_least
 from ..file_io import read_json_object, write_atomic
 from . import load_table
 from . import queue as local
+from .slurm_state import (ACTIVE, HEARTBEAT_SECONDS, OWN_ALIVE, OWN_FINAL, TRANSITIONS, UNREADABLE, WORKING, Event,
+                          Evidence, Own, Slurm, status_word, step)
 from .srun import SlurmError
 from .train import merge_flags, size_entry
 
@@ -60,8 +62,6 @@ JOB_LOCK = "slurm.lock"  # in each run directory: held (flock) by the job that w
 SUBMIT_LOCK = "slurm-submit.lock"  # in each run directory and QUEUE.slurm/: held while a submitter submits
 QUERY_SECONDS = 5  # pe-queue status waits this long for squeue or sacct, then answers from the run directories
 WAIT_SECONDS = 120  # what submits or cancels waits this long for SLURM's commands (sbatch, squeue, scancel)
-HEARTBEAT_SECONDS = 60  # a running job rewrites RUN/slurm.json this often (its "heartbeat")
-STALE_SECONDS = 300  # a job whose heartbeat is older, and which SLURM does not list as queued or running, is dead
 SIGNAL_SLACK = 30  # SLURM checks time limits every 30 s: its signal may come this much before --signal-seconds
 MAX_STALLED_STARTS = 3  # a job started this many times in a row on the same checkpoint stops requeueing: FAILED
 NOT_SHARED = ("/tmp", "/var/tmp", "/dev/shm", "/run")  # node-local on most clusters
@@ -260,13 +260,6 @@ def load_jobs(queue_path: Path) -> List[dict]:
     return json.loads(f.read_text()) if f.is_file() else []
 
 
-# SLURM's states of a job that is queued or running (squeue(1), JOB STATE CODES); every other state is an end
-# (COMPLETED, CANCELLED, TIMEOUT, FAILED, PREEMPTED, NODE_FAIL, ...)
-ACTIVE_STATES = frozenset({"PENDING", "RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "REQUEUED", "REQUEUE_FED",
-                           "REQUEUE_HOLD", "RESIZING", "SIGNALING", "SPECIAL_EXIT", "STAGE_OUT", "STOPPED",
-                           "RESV_DEL_HOLD"})
-
-
 class NoAnswer(SlurmError):
     """SLURM's controller did not answer a query (squeue failed or timed out); the message says which."""
 
@@ -302,7 +295,7 @@ def job_states(job_ids: Sequence[str], timeout: float = QUERY_SECONDS,
 
 def active(states: Dict[str, str]) -> Dict[str, str]:
     """Those of ``states`` (``job_states``) still queued or running."""
-    return {job: state for job, state in states.items() if state in ACTIVE_STATES}
+    return {job: state for job, state in states.items() if state in ACTIVE}
 
 
 def live_states(job_ids: Sequence[str], names: Optional[Dict[str, str]] = None) -> Dict[str, str]:
@@ -415,6 +408,22 @@ def read_state(run_dir: Path) -> dict:
     return read_json_object(Path(run_dir) / STATE_FILE)
 
 
+def state_problem(run_dir: Path) -> str:
+    """Why RUN/slurm.json, which exists, does not read as a JSON object ("" when it reads, or is missing)."""
+    path = Path(run_dir) / STATE_FILE
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return ""
+    except (OSError, ValueError) as e:
+        return f"{type(e).__name__}: {e}"
+    try:
+        obj = json.loads(text)
+    except ValueError as e:
+        return f"{len(text.encode())} bytes, not JSON ({e})" if text.strip() else "empty"
+    return "" if isinstance(obj, dict) else "not a JSON object"
+
+
 def submit(a, runs, queue_path: Path) -> int:
     """pe-queue run QUEUE --slurm: check everything, then one sbatch per shape; returns the exit status. Submitting
     holds a lock on the queue (QUEUE.slurm/slurm-submit.lock) and on each run directory (RUN/slurm-submit.lock: two
@@ -520,7 +529,8 @@ def _submit(a, runs, queue_path: Path, shapes, part, code: Path, subdir: Path) -
                         "submitted": _now()})
         _save_jobs(subdir, records)
         for n in lines:  # the run's owner, for a submitter of another queue file naming the same run directory
-            _write_state_file(by_line[n].run_dir, {"job": f"{job}_{n}", "name": _name_of(path), "state": "SUBMITTED",
+            _write_state_file(by_line[n].run_dir, {"job": f"{job}_{n}", "name": _name_of(path),
+                                                   "state": step(None, Event.SUBMIT).value,
                                                    "time": _now(), "heartbeat": time.time(),
                                                    "queue": str(queue_path.resolve())})
         print(f"[queue] submitted job {job}: {len(lines)} run(s) (lines {','.join(map(str, lines))}), each "
@@ -569,28 +579,16 @@ def cancel(queue_path: Path) -> int:
 
 
 # ------------------------------------------------------------------------------------------------ status
-OWN_FINAL = ("RECORDED", "FAILED")  # what a job writes when its chain ends; SLURM's word on the job comes after
-OWN_ALIVE = ("RUNNING", "REQUEUEING")  # what a job writes while it works (SUBMITTED: what the submitter wrote)
-# SLURM's states of a job whose processes exist (a run directory in use)
-WORKING_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SIGNALING", "STOPPED", "SUSPENDED", "STAGE_OUT"})
-TAIL_LINES = 3  # lines of a dead or failed job's SLURM log shown under the status table
-
-
 def status_columns(queue_path: Path, runs, notes: Optional[List[str]] = None,
                    resuming: Optional[set] = None) -> Optional[Dict[str, List[str]]]:
     """The status table's SLURM columns (job, state, requeues), or None when the queue was not submitted. A run's
-    state is the newest word on its job:
-    - SLURM's while the job is queued or running;
-    - else the job's own final word (RUN/slurm.json: RECORDED, or FAILED with its reason);
-    - else, for a job whose own last word says it works (RUNNING, REQUEUEING) or that never wrote one: SLURM's
-      record of the ended job (squeue for MinJobAge, sacct where accounting is on: FAILED, TIMEOUT, CANCELLED...),
-      else DIED when its SLURM log ends in a traceback or its heartbeat (RUN/slurm.json, rewritten every
-      HEARTBEAT_SECONDS) is older than STALE_SECONDS, else NEVER-RAN or DIED by its SLURM log (``forgotten``);
-    - else SLURM's record of the ended job, else the job's last own word (ENDED).
-    ``notes`` gets a line per FAILED or DIED run (its reason: the job's own message or its log's last lines), per
-    forgotten run, and, first, one when SLURM's controller does not answer (the states are then the run
-    directories' alone, within QUERY_SECONDS). ``resuming`` gets the names of the runs no job is working on: their
-    updates are those they resume from (their checkpoints), not the log's last."""
+    state is the newest word on its job (pe_tools/recipes/slurm_state.py, ``status_word``), from SLURM's answer
+    (one squeue; sacct for the jobs it no longer lists), RUN/slurm.json (read again after SLURM answered), the
+    heartbeat's age and the SLURM log's tail. ``notes`` gets a line per FAILED or DIED run (its reason: the job's
+    own message or its log's last lines), per forgotten run, and, first, one when SLURM's controller does not
+    answer (the states are then the run directories' alone, within QUERY_SECONDS). ``resuming`` gets the names of
+    the runs no job is working on: their updates are those they resume from (their checkpoints), not the log's
+    last."""
     jobs = load_jobs(queue_path)
     if not jobs:
         return None
@@ -613,47 +611,38 @@ def status_columns(queue_path: Path, runs, notes: Optional[List[str]] = None,
     cols: Dict[str, List[str]] = {"job": [], "state": [], "requeues": []}
     accounted: Optional[Dict[str, str]] = None
     for run in runs:
-        state = states[run.name]
-        mine = state.get("job")
+        mine = states[run.name].get("job")
         job = mine if mine in running else latest.get(str(run.run_dir.resolve())) or mine or "-"
-        own = state.get("state") if mine == job else None  # the state file speaks of this job
-        word, why = running.get(job), None
-        if not word and own in OWN_FINAL:
-            word, why = own, state.get("message") or "(no reason written)"
-        elif not word and job != "-":
-            ended = known.get(job)
-            if ended is None and answered:
-                if accounted is None:
-                    accounted = sacct_states(ids, names)
-                ended = accounted.get(job)
-            if own in OWN_ALIVE or own in (None, "SUBMITTED"):
-                log, tail = log_tail(queue_path, job)
-                age = time.time() - float(state.get("heartbeat") or 0)
-                if ended:
-                    word, why = ended, _tail_note(log, tail)
-                elif log and ends_in_traceback(tail):
-                    word, why = "DIED", f"its SLURM log ends in a traceback: {_tail_note(log, tail)}"
-                elif own in OWN_ALIVE and age > STALE_SECONDS:
-                    word = "DIED"
-                    why = (f"its heartbeat in {run.run_dir / STATE_FILE} is {age / 60:.0f} minutes old ({own}) and "
-                           f"SLURM {'does not list it' if answered else 'does not answer'}; "
-                           + (_tail_note(log, tail) if log else "it left no SLURM log"))
-                elif own in OWN_ALIVE:
-                    word = own
-                elif answered:
-                    word = forgotten(queue_path, run, job, notes)
-                else:
-                    word = own or "UNKNOWN"
-            else:
-                word = ended or own
-        if word in ("FAILED", "DIED") and why:
-            notes.append(f"{run.name}: {word} (job {job}): {why}")
-        if resuming is not None and word not in ("RUNNING", "COMPLETING"):
+        if job not in running:  # what the job wrote while SLURM answered (a job may end in between)
+            states[run.name] = read_state(run.run_dir)
+        state = states[run.name]
+        problem = "" if state else state_problem(run.run_dir)
+        own = UNREADABLE if problem else state.get("state") if state.get("job") == job else None
+        slurm_word = known.get(job)
+        if slurm_word is None and answered and job != "-" and own not in OWN_FINAL:
+            if accounted is None:
+                accounted = sacct_states(ids, names)
+            slurm_word = accounted.get(job)
+        log, tail = log_tail(queue_path, job) if job != "-" else (None, [])
+        heartbeat = state.get("heartbeat") if own not in (None, UNREADABLE) else None
+        word, note = status_word(Evidence(
+            job=job, slurm=slurm_word, answered=answered, own=own, message=state.get("message") or "",
+            heartbeat_age=None if heartbeat is None else time.time() - float(heartbeat),
+            log=str(log) if log else None, tail=tuple(tail), state_file=str(run.run_dir / STATE_FILE),
+            problem=problem, logs_dir=str(submit_dir(queue_path) / "logs"), again=resubmit(queue_path)))
+        if note:
+            notes.append(f"{run.name}: {note}")
+        if resuming is not None and word not in (Slurm.RUNNING, Slurm.COMPLETING):
             resuming.add(run.name)
         cols["job"].append(job)
         cols["state"].append(word or "-")
-        cols["requeues"].append(str(state.get("restarts", 0)) if own not in (None, "SUBMITTED") else "-")
+        cols["requeues"].append(str(state.get("restarts", 0)) if own not in (None, UNREADABLE, Own.SUBMITTED)
+                                else "-")
     return cols
+
+
+def resubmit(queue_path: Path) -> str:
+    return f"pe-queue run {shlex.quote(str(queue_path))} --slurm submits it again"
 
 
 def log_tail(queue_path: Path, job: str, lines: int = 40) -> Tuple[Optional[Path], List[str]]:
@@ -669,20 +658,6 @@ def log_tail(queue_path: Path, job: str, lines: int = 40) -> Tuple[Optional[Path
     except OSError:
         return logs[-1], []
     return logs[-1], [ln for ln in text.splitlines() if ln.strip()][-lines:]
-
-
-def ends_in_traceback(tail: List[str]) -> bool:
-    """Whether a log's last lines end in a Python traceback: one after the queue's last own line."""
-    marks = [k for k, ln in enumerate(tail) if ln.startswith("Traceback (most recent call last)")]
-    own = [k for k, ln in enumerate(tail) if ln.startswith("[queue]")]
-    return bool(marks) and (not own or marks[-1] > own[-1])
-
-
-def _tail_note(log: Optional[Path], tail: List[str]) -> str:
-    if not log:
-        return "no SLURM log"
-    return f"the last lines of {log}: " + " | ".join(ln.strip()[:300] for ln in tail[-TAIL_LINES:]) if tail else \
-        f"{log} is empty"
 
 
 def sacct_states(job_ids: Sequence[str], names: Optional[Dict[str, str]] = None) -> Dict[str, str]:
@@ -706,21 +681,16 @@ def sacct_states(job_ids: Sequence[str], names: Optional[Dict[str, str]] = None)
 
 
 def forgotten(queue_path: Path, run, job: str, notes: Optional[List[str]]) -> str:
-    """The state of a job that SLURM no longer knows (ended more than MinJobAge ago, no sacct) and that never
+    """The state of a job that SLURM no longer lists (ended more than MinJobAge ago, no sacct) and that never
     wrote RUN/slurm.json: NEVER-RAN without a SLURM log (cancelled while queued, or held and purged), DIED with
-    one (it started, and ended before the queue's code ran: the log says why)."""
+    one (it started, and ended before the queue's code ran: the log says why); its note goes to ``notes``."""
     log, tail = log_tail(queue_path, job)
-    again = f"pe-queue run {shlex.quote(str(queue_path))} --slurm submits it again"
-    if not log:
-        if notes is not None:
-            notes.append(f"{run.name}: job {job} is gone from SLURM and never started (no SLURM log in "
-                         f"{submit_dir(queue_path) / 'logs'}, no {run.run_dir / STATE_FILE}): it was cancelled or "
-                         f"purged while queued; {again}")
-        return "NEVER-RAN"
-    if notes is not None:
-        notes.append(f"{run.name}: job {job} is gone from SLURM; it started but wrote no {run.run_dir / STATE_FILE}; "
-                     f"the last line of its log {log}: {(tail or ['(empty)'])[-1][:300]}; fix that, then {again}")
-    return "DIED"
+    word, note = status_word(Evidence(job=job, slurm=None, answered=True, own=None, log=str(log) if log else None,
+                                      tail=tuple(tail), state_file=str(run.run_dir / STATE_FILE),
+                                      logs_dir=str(submit_dir(queue_path) / "logs"), again=resubmit(queue_path)))
+    if notes is not None and note:
+        notes.append(f"{run.name}: {note}")
+    return word
 
 
 def _write_state_file(run_dir: Path, data: dict) -> bool:
@@ -744,9 +714,10 @@ def job_task(env=os.environ) -> str:
 
 
 class JobState:
-    """RUN/slurm.json as a job writes it: its id, its word (RUNNING, REQUEUEING, ENDED, RECORDED, FAILED) and
-    message, its restart count, the update it resumed from, how many starts in a row found no new checkpoint, and
-    its heartbeat (rewritten every HEARTBEAT_SECONDS by ``beat``). A failed write never ends the job."""
+    """RUN/slurm.json as a job writes it: its id, its own word (slurm_state.Own, changed only by the events of
+    slurm_state.TRANSITIONS) and message, its restart count, the update it resumed from, how many starts in a row
+    found no new checkpoint, and its heartbeat (rewritten every HEARTBEAT_SECONDS by ``beat``). A failed write
+    never ends the job."""
 
     def __init__(self, run_dir: Path, **fields):
         env = os.environ
@@ -758,9 +729,14 @@ class JobState:
         self.lock = threading.RLock()  # the heartbeat's thread and the signal handlers (main thread) write
         self.done = threading.Event()
 
-    def write(self, word: Optional[str] = None, message: str = "") -> bool:
+    def write(self, event: Optional[Event] = None, message: str = "") -> bool:
+        """The heartbeat (no ``event``), or the word ``event`` leads to with ``message``; an event the table does
+        not allow from the present word (SLURM's signal after the chain's last word) changes nothing: False."""
         with self.lock:
-            if word:
+            if event:
+                word = TRANSITIONS.get((self.word, event))
+                if word is None:
+                    return False
                 self.word, self.message = word, message
             return _write_state_file(self.run_dir, dict(self.fields, state=self.word, message=self.message,
                                                         time=_now(), heartbeat=time.time()))
@@ -775,7 +751,7 @@ class JobState:
 def stalled_starts(previous: dict, job: str, restarts: int, saved: Optional[int]) -> int:
     """How many starts in a row of ``job`` found the checkpoint at update ``saved`` (None: none) that its previous
     start resumed from (RUN/slurm.json of that start, ``previous``): 0 at a first start or a new checkpoint."""
-    if (previous.get("job") != job or previous.get("state") not in OWN_ALIVE + ("ENDED",)
+    if (previous.get("job") != job or previous.get("state") not in OWN_ALIVE + (Own.ENDED,)
             or restarts <= int(previous.get("restarts") or 0) or previous.get("resumed_from", -1) != saved):
         return 0
     return int(previous.get("stalled") or 0) + 1
@@ -813,7 +789,7 @@ def claim(run, job: str) -> Optional[contextlib.ExitStack]:
             theirs = job_states([other.split("_")[0]], names=job_names([owner])).get(other)
         except NoAnswer:
             theirs = None
-        if theirs in WORKING_STATES:
+        if theirs in WORKING:
             lock.close()
             print(f"[queue] {run.name}: {run.run_dir} is in use by {other} ({theirs}, {run.run_dir / STATE_FILE}); "
                   f"this job ({job}) leaves it untouched and exits", flush=True)
@@ -867,31 +843,32 @@ def job_main(argv=None) -> int:
                f"limit (or preemptions) leave it no time to reach the next one; it stops requeueing. Submit the "
                f"queue again with a longer --time, or use a recipe with a smaller --save-interval-updates "
                f"(docs/cluster.md, section 6)")
-        state.write("FAILED", f"failed: {why}")
+        state.write(Event.STALLED, f"failed: {why}")
         print(f"[queue] {run.name}: failed: {why}", flush=True)
         return 1
 
     def requeue(*_):  # SLURM's signal before the time limit: requeue this job, SLURM then ends it
         job_id = job  # this array task alone: the array's own id would requeue every task of the array
-        state.write("REQUEUEING", "time limit near: requeued itself")
+        if not state.write(Event.SIGNAL, "time limit near: requeued itself"):
+            return  # the chain has ended: nothing to requeue
         print(f"[queue] {run.name}: time limit near, requeueing job {job_id}", flush=True)
         out = subprocess.run(["scontrol", "requeue", job_id], capture_output=True, text=True, check=False)
         if out.returncode:  # e.g. --no-requeue, or a cluster without JobRequeue: the limit will end the run
             why = (out.stderr or out.stdout).strip()
-            state.write("RUNNING", f"time limit near, but `scontrol requeue {job_id}` failed: {why}; at its limit "
+            state.write(Event.REQUEUE_REFUSED, f"time limit near, but `scontrol requeue {job_id}` failed: {why}; at its limit "
                                    f"SLURM ends the run; it resumes from its last checkpoint when the queue is "
                                    f"submitted again")
             print(f"[queue] {run.name}: could not requeue job {job_id} ({why}); the time limit will end it: submit "
                   f"the queue again (pe-queue run QUEUE --slurm) to resume from its last checkpoint", flush=True)
 
     def ended(*_):  # SLURM ends the job (preemption, requeue, cancel): its trainings get SIGTERM too
-        state.write("ENDED", "ended by SLURM (its time limit, a preemption, a requeue or a cancel); unless SLURM "
+        state.write(Event.TERMINATED, "ended by SLURM (its time limit, a preemption, a requeue or a cancel); unless SLURM "
                              "requeues it, pe-queue run QUEUE --slurm resumes it")
         queue.stop()
 
     signal.signal(signal.SIGUSR1, requeue)
     signal.signal(signal.SIGTERM, ended)
-    state.write("RUNNING")
+    state.write(Event.START)
     state.beat()
     if os.environ.get(local.REHEARSE_ENV) and restarts == 0:
         rehearse_requeue(run.run_dir, saved, state.done)
@@ -904,7 +881,7 @@ def job_main(argv=None) -> int:
         result = f"failed: {type(e).__name__}: {e} (the traceback above, in this job's SLURM log)"
     finally:
         state.done.set()
-    state.write("RECORDED" if result == "recorded" else "FAILED", result)
+    state.write(Event.CHAIN_RECORDED if result == "recorded" else Event.CHAIN_FAILED, result)
     print(f"[queue] {run.name}: {result}", flush=True)
     lock.close()
     return 0 if result == "recorded" else 1
