@@ -1,5 +1,5 @@
 """A mutation check: plant one small bug at a time in a module, run the tests that execute that module, and record
-whether they caught it (``scripts/mutation_check.py``; docs/testing.md). A development tool of the checkout, not
+whether they caught it (``scripts/mutation_check.py``; docs/dev/testing.md). A development tool of the checkout, not
 installed (``devtools/``).
 
 Mutants (``generate``), one change each, made on the module's syntax tree and written back as source text.
@@ -84,6 +84,7 @@ NO_MUTATE = "pragma: no mutate"
 # MUTATION_BUDGET_S; those over it (tests/test_slurm.py's trainings, a minute each) are deselected, so that a module's
 # mutant is judged in minutes.
 MARKS = "not slow or mutation"
+FAST_TIER = "not slow"  # with --fast-tier, a survivor of its selection is run against the whole of it
 MUTATION_BUDGET_S = 30.0
 MAP_FILE = REPO / "examples" / "mutation" / "test_map.json"
 NOT_RUN = {"pe_plugin/kernels/shaw_rpe.py": "Triton kernels: their tests need a GPU (skipped on CPU)"}
@@ -736,15 +737,15 @@ def check_imports_from(copy_root: Path, packages: Sequence[str]) -> None:
         raise RuntimeError(f"the copy's tests would import {outside}, not the copy under {copy_root}")
 
 
-def run_tests(copy_root: Path, selection: Sequence[str], timeout: float, stop_first: bool = True
-              ) -> Tuple[str, float, str]:
-    """Run the selection in the copy: ("passed" | "failed" | "timeout", seconds, output: its tail, or with
-    ``stop_first`` False the whole of it)."""
+def run_tests(copy_root: Path, selection: Sequence[str], timeout: float, stop_first: bool = True,
+              marks: str = MARKS) -> Tuple[str, float, str]:
+    """Run the selection in the copy under ``marks``: ("passed" | "failed" | "timeout", seconds, output: its tail, or
+    with ``stop_first`` False the whole of it)."""
     start = time.monotonic()
     tail = ""
     for group in pytest_argv(selection):
         left = timeout - (time.monotonic() - start)
-        cmd = [sys.executable, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider", "-m", MARKS,
+        cmd = [sys.executable, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider", "-m", marks,
                *deselected(copy_root), *group]
         cmd[3:3] = ["-x"] if stop_first else []
         try:
@@ -758,6 +759,18 @@ def run_tests(copy_root: Path, selection: Sequence[str], timeout: float, stop_fi
         if proc.returncode != 0:
             return "failed", time.monotonic() - start, tail
     return "passed", time.monotonic() - start, tail
+
+
+def fast_tier_baseline(copy_root: Path, log=print) -> Optional[Tuple[float, List[str]]]:
+    """The whole fast tier of the copy, unmutated: (its seconds, the pytest arguments that run it less the tests that
+    fail unmutated, named in the log); None when it does not pass even so (a timeout)."""
+    status, secs, output = run_tests(copy_root, ["tests"], 3600, stop_first=False, marks=FAST_TIER)
+    dropped = failing_nodes(output) if status == "failed" else []
+    log(f"the fast tier unmutated: {status} in {secs:.0f}s" + (f"; left out, failing unmutated: {' '.join(dropped)}"
+                                                                 if dropped else ""))
+    if status == "timeout" or (status == "failed" and not dropped):
+        return None
+    return secs, ["tests", *(x for node in dropped for x in ("--deselect", node))]
 
 
 def failing_nodes(output: str) -> List[str]:
@@ -836,11 +849,13 @@ def run_check(modules: Sequence[str], out: Path, max_per_module: Optional[int] =
               test_map: Optional[Dict[str, Optional[List[str]]]] = None, files: Optional[Dict[str, str]] = None,
               rerun_survivors: bool = False, log=print, per_class: Optional[int] = None,
               kinds: Optional[Sequence[str]] = None, tests_per_file: Optional[int] = None,
-              max_files: Optional[int] = None) -> Dict[str, dict]:
+              max_files: Optional[int] = None, fast_tier: bool = False) -> Dict[str, dict]:
     """Run the mutants of ``modules`` (paths relative to root) and append their results to out/results.jsonl;
     returns every recorded result by key. ``files`` replaces the git copy (tests of this module). The sample:
     ``per_class`` of each class (of ``kinds``) in each module, or ``max_per_module`` in all. A test of the
-    selection that fails unmutated is left out (and named in the log)."""
+    selection that fails unmutated is left out (and named in the log). With ``fast_tier``, a mutant that its
+    selection does not kill is run against the whole fast tier (``-m "not slow"``, the tests that fail unmutated
+    left out) before it is counted a survivor (``judged_by`` in its record)."""
     test_map = derived_test_map(root=root) if test_map is None else test_map
     out.mkdir(parents=True, exist_ok=True)
     results_path = out / "results.jsonl"
@@ -851,6 +866,8 @@ def run_check(modules: Sequence[str], out: Path, max_per_module: Optional[int] =
         source_id = make_copy(copy_root, root, commit, files)
         check_imports_from(copy_root, sorted({m.split("/")[0] for m in modules}))
         baselines: Dict[tuple, Tuple[str, float, List[str]]] = {}
+        fast: Optional[Tuple[float, List[str]]] = None  # the fast tier's unmutated run, once, when a survivor needs it
+        fast_known = False
         for module in modules:
             selection = test_map.get(module)
             if selection is None:
@@ -887,13 +904,24 @@ def run_check(modules: Sequence[str], out: Path, max_per_module: Optional[int] =
                 f"{base_s:.0f}s unmutated, timeout {limit:.0f}s)")
             for m in todo:
                 target.write_text(m.apply(original))
+                judged = "selection"
                 try:
                     status, secs, _ = run_tests(copy_root, selection, limit)
+                    if status == "passed" and fast_tier:  # a survivor of its selection: the whole fast tier judges
+                        if not fast_known:
+                            target.write_text(original)
+                            fast, fast_known = fast_tier_baseline(copy_root, log), True
+                            target.write_text(m.apply(original))
+                        if fast is not None:
+                            status, more, _ = run_tests(copy_root, fast[1], max(600.0, 3 * fast[0]),
+                                                        marks=FAST_TIER)
+                            secs, judged = secs + more, "selection, fast tier"
+                            status = "fast tier: " + status if status != "passed" else status
                 finally:
                     target.write_text(original)
                 verdict = "survived" if status == "passed" else "killed"
                 rec = {"key": m.key, "module": module, "status": verdict, "how": status, "seconds": round(secs, 1),
-                       "source": source_id, **asdict(m), "change": m.change}
+                       "judged_by": judged, "source": source_id, **asdict(m), "change": m.change}
                 results[m.key] = rec
                 with results_path.open("a") as f:
                     f.write(json.dumps(rec) + "\n")
@@ -969,8 +997,10 @@ def summarize(results: Dict[str, dict], equivalent: Dict[str, dict]) -> Tuple[Li
         lines.append("None.")
     for r in survivors:
         demo = equivalent.get(_eq_key(r))
+        judged = ("its selection and the whole fast tier pass" if r.get("judged_by") == "selection, fast tier"
+                  else "its selection passes; the fast tier not run")
         verdict = (f"equivalent: {demo['why']} (tried: {demo['tried']})" if demo
-                   else "NOT KILLED (a gap in the tests)")
+                   else f"NOT KILLED ({judged}: a gap in the tests)")
         lines.append(f"* `{r['path']}:{r['line']}` ({r['kind']}) `{_one_line(r['original'])}` -> "
                      f"`{r['replacement']}`: {verdict}")
     return rows, "\n".join(lines) + "\n"
@@ -1068,9 +1098,9 @@ def trace(out: Path, root: Path = REPO, commit: str = "HEAD", timeout: float = 3
 
 
 def main(argv=None) -> int:
-    """``scripts/mutation_check.py``: the command line of the check (its usage is in docs/testing.md)."""
+    """``scripts/mutation_check.py``: the command line of the check (its usage is in docs/dev/testing.md)."""
     ap = argparse.ArgumentParser(description="Plant small bugs one at a time in a copy of the repository and run the "
-                                             "tests that execute each module (docs/testing.md).")
+                                             "tests that execute each module (docs/dev/testing.md).")
     ap.add_argument("--modules", nargs="*", default=None,
                     help="modules to mutate: paths or globs relative to the repository (default: all packages)")
     ap.add_argument("--max-per-module", type=int, default=None, help="a reproducible sample of at most N mutants each")
@@ -1090,6 +1120,9 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=REPO / "examples" / "mutation",
                     help="results.jsonl (appended, resumable), summary.md, and equivalent.json (read)")
     ap.add_argument("--rerun-survivors", action="store_true", help="run the recorded survivors again (new tests)")
+    ap.add_argument("--fast-tier", action="store_true",
+                    help="judge a survivor of its selection by the whole fast tier (-m 'not slow') before counting it; "
+                         "with --rerun-survivors, the recorded survivors")
     ap.add_argument("--list", action="store_true", help="print the mutants that would run, and stop")
     ap.add_argument("--summary-only", action="store_true", help="only rewrite summary.md from results.jsonl")
     ap.add_argument("--map", type=Path, default=MAP_FILE,
@@ -1125,13 +1158,14 @@ def main(argv=None) -> int:
         run_check(modules, args.out, args.max_per_module, args.seed, args.timeout, commit=args.commit,
                   rerun_survivors=args.rerun_survivors, log=lambda s: print(s, flush=True),
                   per_class=args.per_class, kinds=kinds, tests_per_file=args.tests_per_file,
-                  max_files=args.max_files, test_map=derived_test_map(json.loads(args.map.read_text())))
+                  max_files=args.max_files, test_map=derived_test_map(json.loads(args.map.read_text())),
+                  fast_tier=args.fast_tier)
     equivalent = load_equivalent(args.out)
     results, superseded = current(load_results(args.out / "results.jsonl"))
     rows, text = summarize(results, equivalent)
     old = "".join(f"\n* `{path}`: {n}" for path, n in sorted(superseded.items()))
     (args.out / "summary.md").write_text(
-        "# Mutation check\n\nWritten by `scripts/mutation_check.py` (docs/testing.md): each row counts the mutants run "
+        "# Mutation check\n\nWritten by `scripts/mutation_check.py` (docs/dev/testing.md): each row counts the mutants run "
         "in that module, one planted change at a time, against the tests that execute it "
         f"(`examples/mutation/{MAP_FILE.name}`, derived by `--trace`).\n\n"
         + text + (f"\nNot counted: mutants of earlier versions of a file (results.jsonl keeps them; the file has "

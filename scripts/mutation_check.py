@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""The mutation check (not part of `make test`, not installed): see devtools/mutation.py and docs/testing.md."""
+"""The mutation check (not part of `make test`, not installed): see devtools/mutation.py and docs/dev/testing.md."""
 import sys
 from pathlib import Path
 

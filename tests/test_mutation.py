@@ -154,6 +154,34 @@ def test_the_recorded_equivalents_each_carry_a_demonstration():
     assert entries and all(e["tried"] and e["why"] for e in entries.values())
 
 
+@pytest.mark.slow
+def test_a_survivor_of_its_selection_is_judged_by_the_whole_fast_tier(tmp_path):
+    """With fast_tier, a mutant its traced selection (test_add) lets pass runs against every fast test: the removed
+    condition (x < 0 -> True) fails test_is_small and is killed there, recorded as such; the others pass the fast tier
+    too. A slow test (is_small(0.5), which the off-by-one fails) is not the fast tier's; without fast_tier the
+    selection's verdict stands."""
+    slow_test = "\n\nimport pytest\n\n\n@pytest.mark.slow\ndef test_half():\n    assert is_small(0.5)\n"
+    files = dict(FILES, **{"tests/test_calc.py": TOY_TEST + slow_test})
+    test_map = {"toy/calc.py": ["tests/test_calc.py::test_add"]}
+    seen = []
+    results = mutation.run_check(["toy/calc.py"], tmp_path, test_map=test_map, files=files, root=tmp_path,
+                                 log=seen.append, fast_tier=True)
+    got = {r["change"]: (r["status"], r["how"], r["judged_by"]) for r in results.values()}
+    assert got == {"a + b -> (a - b)": ("killed", "failed", "selection"),
+                   "a + b -> (a)": ("killed", "failed", "selection"),
+                   "x < 0 -> True": ("killed", "fast tier: failed", "selection, fast tier"),
+                   "x < 0 -> False": ("survived", "passed", "selection, fast tier"),
+                   "x < 0 -> (x <= 0)": ("survived", "passed", "selection, fast tier"),
+                   "0 -> 1": ("survived", "passed", "selection, fast tier")}, got
+    assert sum("the fast tier unmutated: passed" in line for line in seen) == 1, seen  # its baseline once
+    _, text = mutation.summarize(results, {})
+    assert "`toy/calc.py:9` (constant) `0` -> `1`: NOT KILLED (its selection and the whole fast tier pass" in text
+    alone = mutation.run_check(["toy/calc.py"], tmp_path / "plain", test_map=test_map, files=files, root=tmp_path,
+                               log=lambda s: None)
+    assert {r["change"]: r["status"] for r in alone.values()}["x < 0 -> True"] == "survived"
+    assert "(its selection passes; the fast tier not run: a gap" in mutation.summarize(alone, {})[1]
+
+
 def test_only_mutants_of_each_files_present_version_count(tmp_path):
     """A record counts while its file is as it was mutated (the hash of its text); once the file changes, its old
     mutants are superseded (that code is gone) and counted apart, per file."""
