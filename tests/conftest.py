@@ -18,10 +18,10 @@ def pytest_configure(config):
                                        "leaves them out")
     config.addinivalue_line("markers", "mutation: a slow test that the mutation check still runs for the modules it "
                                        "executes (devtools/mutation.py, -m 'not slow or mutation'; those whose "
-                                       "recorded call exceeds its MUTATION_BUDGET_S are left out: docs/testing.md)")
+                                       "recorded call exceeds its MUTATION_BUDGET_S are left out: docs/dev/testing.md)")
     config.addinivalue_line("markers", "needs_multi30k: checks against the Multi30k test set, which is not in the "
                                        "repository; run where it is found (PE_MULTI30K_REF=FILE, the recipe's "
-                                       "prepared data, or a raw copy beside the checkout: docs/testing.md), deselected "
+                                       "prepared data, or a raw copy beside the checkout: docs/dev/testing.md), deselected "
                                        "elsewhere "
                                        "with the reason in the report")
 

@@ -24,7 +24,7 @@ PLUGIN = str(REPO / "pe_plugin")
 # The Multi30k test set (test_2016_flickr), not in the repository: tests marked needs_multi30k run only where it is
 # found, the first of: PE_MULTI30K_REF=FILE (the German reference; its English source beside it as raw.test.en), the
 # recipe's prepared data (data-bin/multi30k_en_de/work/raw.test.*), the raw corpus in a checkout beside the
-# repository (docs/testing.md names the folder and files).
+# repository (docs/dev/testing.md names the folder and files).
 MULTI30K_PREPARED = REPO / "data-bin" / "multi30k_en_de" / "work"
 MULTI30K_RAW = REPO.parent / "shared" / "data" / "multi30k"
 

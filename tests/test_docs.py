@@ -9,7 +9,9 @@ import pytest
 from pe_testing import REPO
 
 DOCS = REPO / "docs"
-NOTES = sorted(p.stem for p in DOCS.glob("*.md"))
+# the user documents (docs/NAME.md) and the contributor notes (docs/dev/NAME.md, named "dev/NAME")
+NOTES = sorted(str(p.relative_to(DOCS).with_suffix("")) for p in [*DOCS.glob("*.md"), *DOCS.glob("dev/*.md")])
+NOTE = re.compile(r"docs/((?:dev/)?\w+)\.md")
 
 
 def tracked_text_files():
@@ -50,12 +52,12 @@ def citations():
     found = []
     for path in tracked_text_files():
         for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
-            for m in re.finditer(r"docs/(\w+)\.md(#[\w-]+)?", line):
+            for m in re.finditer(NOTE.pattern + r"(#[\w-]+)?", line):
                 note, anchor = m[1], m[2]
                 if anchor:
                     found.append((path, n, note, anchor))
                 # the sections cited right after it: "docs/x.md §A, §B and §C"
-                rest = re.split(r"docs/\w+\.md", line[m.end():], maxsplit=1)[0]
+                rest = re.split(NOTE.pattern, line[m.end():], maxsplit=1)[0]
                 rest = re.match(r"[^).;:\"`]*(?:\([^)]*\)[^).;:\"`]*)*", rest)[0]
                 for s in re.finditer(r"§", rest):
                     found.append((path, n, note, rest[s.end():]))
@@ -64,6 +66,34 @@ def citations():
 
 def test_the_notes_exist():
     assert {"encodings", "fairseq", "evaluation", "analysis"} <= set(NOTES)
+
+
+def test_every_note_named_exists():
+    """Every docs/NAME.md or docs/dev/NAME.md that a file of the repository names exists (a note that moved leaves
+    no reference to its old place); docs/dev/ holds the contributor notes, among them the test suite's."""
+    named = {(path, n, m[1]) for path in tracked_text_files()
+             for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1) for m in NOTE.finditer(line)}
+    missing = sorted(f"{p.relative_to(REPO)}:{n}: docs/{note}.md" for p, n, note in named if note not in NOTES)
+    assert not missing, missing
+    assert {"dev/testing", "dev/timings", "extending"} <= {note for _, _, note in named}  # the names are read
+
+
+def layout_rows() -> dict:
+    """{package folder: [module names]} of docs/design.md's table of the pe_tools modules."""
+    text = (DOCS / "design.md").read_text(encoding="utf-8").split("<!-- modules:")[1].split("\n\n")[0]
+    rows = re.findall(r"^\| `(pe_tools/[\w/]*)` \| (.*) \|$", text, flags=re.M)
+    return {package: re.findall(r"`(\w+)`", re.sub(r"\([^)]*\)", "", modules)) for package, modules in rows}
+
+
+def test_the_design_layout_names_every_module_of_pe_tools():
+    """docs/design.md's Layout table names each package of pe_tools and, in its row, every module of it (a module
+    added or moved without the table, or a row naming one that is gone, fails)."""
+    tree = {}
+    for init in sorted((REPO / "pe_tools").rglob("__init__.py")):
+        folder = init.parent
+        tree[f"{folder.relative_to(REPO)}/"] = sorted(p.stem for p in folder.glob("*.py") if p.stem != "__init__")
+    assert len(tree) >= 7 and len(tree["pe_tools/recipes/"]) >= 13  # the tree is read
+    assert {package: sorted(modules) for package, modules in layout_rows().items()} == tree
 
 
 def test_every_citation_names_an_existing_section():

@@ -288,7 +288,7 @@ def relative_links(path):
 
 
 def test_every_relative_link_points_at_a_file():
-    docs = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), *sorted((REPO / "examples").glob("**/README.md"))]
+    docs = [REPO / "README.md", *sorted((REPO / "docs").glob("**/*.md")), *sorted((REPO / "examples").glob("**/README.md"))]
     bad = []
     for doc in docs:
         for link in relative_links(doc):
