@@ -15,7 +15,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import pe_testing
 from pe_references import loop_matmul
-from pe_testing import OpLog, make_attention, make_pe
+from pe_testing import SMALL, OpLog, assert_same_step, make_attention, make_pe
 from pe_plugin.encodings import PE_REGISTRY
 from pe_plugin.encoding_parts.base import Positions
 from pe_plugin.encoding_parts.posnet_kernels import positional_matmul
@@ -24,10 +24,6 @@ from pe_plugin.modules.pe_attention import PEAttention
 SYNC_OPS = {"_local_scalar_dense", "nonzero", "is_nonzero", "item", "equal"}
 PLUGIN_DIR = str(pe_testing.REPO / "pe_plugin")
 
-# 3+3 layers, 4 heads, dimension 64, at base size (the sizes' own defaults: RPE per-head tables, PosNet d_p 128)
-SMALL = ["--encoder-layers", "3", "--decoder-layers", "3", "--encoder-embed-dim", "64", "--decoder-embed-dim", "64",
-         "--encoder-ffn-embed-dim", "128", "--decoder-ffn-embed-dim", "128",
-         "--encoder-attention-heads", "4", "--decoder-attention-heads", "4"]
 # settings that take other code paths than the defaults
 VARIANTS = {
     "rpe": [["--rpe-no-values"], ["--rpe-no-keys"], ["--rpe-shared-heads"]],
@@ -111,31 +107,6 @@ def _pair(data_bin, pe, extra):
         task, model, _ = pe_testing.build_model(data_bin, f"transformer_{pe}_wmt_en_de", flags)
         models.append(model.double())
     return task, models
-
-
-def _loss_and_grads(model, sample, weights):
-    model.train()
-    model.zero_grad()
-    torch.manual_seed(1)  # the same dropout draws (AT5's MLP) on both paths
-    net = sample["net_input"]
-    logits, _ = model(net["src_tokens"], net["src_lengths"], net["prev_output_tokens"])
-    real = net["prev_output_tokens"].ne(1).unsqueeze(-1)  # compare real target tokens only
-    loss = (logits * weights * real).sum()
-    loss.backward()
-    return logits.detach() * real, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-
-
-def assert_same_step(task, fast, ref, sample):
-    """The two models' outputs and every parameter's gradient of one weighted loss on ``sample``, in float64."""
-    torch.manual_seed(0)
-    weights = torch.randn(*sample["net_input"]["prev_output_tokens"].shape, len(task.target_dictionary),
-                          dtype=torch.float64)
-    out_fast, grads_fast = _loss_and_grads(fast, sample, weights)
-    out_ref, grads_ref = _loss_and_grads(ref, sample, weights)
-    torch.testing.assert_close(out_fast, out_ref, rtol=1e-10, atol=1e-10)
-    assert grads_fast.keys() == grads_ref.keys() and len(grads_fast) > 0
-    for name in grads_ref:
-        torch.testing.assert_close(grads_fast[name], grads_ref[name], rtol=1e-9, atol=1e-10, msg=name)
 
 
 @pytest.mark.parametrize("pe,extra", CASES, ids=IDS)

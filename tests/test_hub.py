@@ -16,6 +16,7 @@ import pytest
 import torch
 
 import pe_testing
+from pe_lengths import LIMS, L_SRC, TINY, hub, tokens
 from pe_testing import PLUGIN, REPO, SAFE_ENV, fairseq_train, run
 
 from pe_plugin import hub as pe_hub
@@ -218,8 +219,6 @@ def test_the_hub_blames_learned_positions_only_for_stock_learned_models(data_bin
     """A source sentence one token over the limit of a stock fairseq transformer: with learned positions
     (--encoder-learned-pos) the hub says they have one row per position; with sinusoids it says a larger limit
     loads. pe_plugin encodings without a limit of their own: tests/test_lmax_boundaries.py."""
-    from test_lmax_boundaries import LIMS, L_SRC, TINY, hub, tokens
-
     extra = TINY + LIMS + (["--encoder-learned-pos", "--decoder-learned-pos"] if learned else [])
     task, model, args = pe_testing.build_model(data_bin, "transformer_wmt_en_de", extra)
     assert not hasattr(model.encoder, "pe")  # fairseq's own model
@@ -236,8 +235,6 @@ def test_the_hub_leaves_sentences_over_the_limit_out_when_told_to_skip_them(data
     """``generate(..., skip_invalid_size_inputs=True)`` on the hub of a model with 7 source positions: a sentence
     of 8 tokens between two of 7 and 2 is left out (fairseq's skipping: two translations, the others' in their
     order) rather than refused; without the flag the same call raises, naming it."""
-    from test_lmax_boundaries import LIMS, L_SRC, TINY, hub, tokens
-
     task, model, args = pe_testing.build_model(data_bin, "transformer_rope_wmt_en_de", TINY + LIMS)
     h = hub(task, model.eval(), args)
     fits, over, short = tokens(task, L_SRC)[0], tokens(task, L_SRC + 1)[0], tokens(task, 2)[0]

@@ -520,7 +520,7 @@ def test_two_dictionaries_are_refused_only_with_share_all_embeddings(data_bin, t
     import shutil
 
     from fairseq import options, tasks
-    from test_lmax_boundaries import TINY
+    from pe_lengths import TINY
 
     from pe_plugin.models.validation import PEConfigError
 

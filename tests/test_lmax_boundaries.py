@@ -21,26 +21,9 @@ import pytest
 import torch
 
 import pe_testing
+from pe_lengths import L_SRC, L_TGT, LIMS, TINY, hub, tokens
 from pe_plugin import decode_limits
 from pe_plugin.encodings import PE_REGISTRY
-
-L_SRC, L_TGT = 7, 9
-LIMS = ["--max-source-positions", str(L_SRC), "--max-target-positions", str(L_TGT)]
-TINY = ["--encoder-layers", "1", "--decoder-layers", "1", "--encoder-embed-dim", "32", "--decoder-embed-dim", "32",
-        "--encoder-ffn-embed-dim", "32", "--decoder-ffn-embed-dim", "32",
-        "--encoder-attention-heads", "2", "--decoder-attention-heads", "2"]
-
-
-def tokens(task, n: int, pad: int = 0, left: bool = True) -> torch.Tensor:
-    """(1, n + pad): n - 1 words of the dictionary and the end of sentence (n tokens, as fairseq binarises a
-    sentence), with ``pad`` padding columns on the left (sources) or the right (targets), as a batch padded to a
-    multiple or to a longer sentence that was cut has them."""
-    d = task.source_dictionary
-    words = torch.arange(d.nspecial, d.nspecial + n - 1) % (len(d) - d.nspecial) + d.nspecial
-    padding = torch.full((pad,), d.pad())
-    parts = [words, torch.tensor([d.eos()])]
-    return torch.cat([padding] + parts if left else parts + [padding]).unsqueeze(0)
-
 
 def encode(model, task, n: int, pad: int = 0):
     return model.encoder(tokens(task, n, pad), src_lengths=torch.tensor([n]))
@@ -100,14 +83,6 @@ def test_an_encoding_limit_takes_exactly_l_max_and_refuses_one_more(built, side,
             run(model, task, lmax + 1, pad)
 
 
-def hub(task, model, args):
-    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
-
-    from pe_plugin.hub import PEHubInterface
-
-    return PEHubInterface(convert_namespace_to_omegaconf(args), task, [model])
-
-
 def test_the_hub_translates_exactly_the_source_limit_and_names_one_more(built):
     """The hub checks sources against the model's source positions (the target is the generator's: fairseq caps
     max_len at the decoder's positions): L_SRC tokens are translated, L_SRC + 1 refused before decoding."""
@@ -121,7 +96,7 @@ def test_the_hub_translates_exactly_the_source_limit_and_names_one_more(built):
         h.check_lengths([fits, over])
     own = decode_limits.model_limits(model).encoder  # L_max is blamed when it sets the limit (LAPE: equal)
     assert (f"has L_max = {own} positions" in str(e.value)) == (own is not None and own <= L_SRC), str(e.value)
-    assert "fairseq's learned positions" not in str(e.value)  # ours; fairseq's: tests/test_mutation_kills_plugin.py
+    assert "fairseq's learned positions" not in str(e.value)  # ours; fairseq's: tests/test_hub.py
     with pytest.raises(ValueError, match=rf"sentence 0 is {L_SRC + 1} tokens"):
         h.generate([over], beam=1, max_len_b=3, max_len_a=0)
 
@@ -237,8 +212,6 @@ def test_the_length_hint_names_the_training_limit_when_it_is_fairseqs_limit(data
     (the equal case) the model's own --max-*-positions must grow, so the hint names the training value and the
     override; when the limit is one below it (a smaller --max-*-positions at decoding), raising the decoding
     flag is enough and the hint says that alone."""
-    from test_lmax_boundaries import LIMS, L_SRC, L_TGT, TINY
-
     from pe_plugin.cli_errors import length_hint
 
     _, model, _ = pe_testing.build_model(data_bin, "transformer_rope_wmt_en_de", TINY + LIMS)

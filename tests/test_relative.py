@@ -12,7 +12,6 @@
 import copy
 import math
 
-import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F

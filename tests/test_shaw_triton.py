@@ -1,5 +1,5 @@
 """Shaw's attention core in Triton kernels (``--pe-attention-impl triton``), run on the CPU by Triton's interpreter,
-against ``encodings.shaw.shaw_attention`` (itself held to the equations by tests/test_shaw_core.py) and the
+against ``encodings.shaw.shaw_attention`` (itself held to the equations by tests/test_shaw_attention.py) and the
 reference path, in float64: outputs and every gradient, several key and query tiles, a decoding step, k = 0 and k
 beyond the length, shared tables, no key table, two masks and three; through the attention module on left- and
 right-padded batches and in incremental decoding; and the settings it refuses, each named with its fix."""
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from pe_plugin.encodings.shaw import shaw_attention
-from test_shaw_core import core_inputs, make as core_make, padded
+from pe_shaw import core_inputs, make as core_make, padded
 
 slow = pytest.mark.slow  # Triton's interpreter: seconds per kernel launch (the refusals launch none: fast tier)
 kernels = None  # pe_plugin.kernels.shaw_rpe, imported under the interpreter by ``triton_interpreter``
@@ -187,7 +187,7 @@ def test_model_with_triton_equals_reference_in_a_training_step(data_bin, kernel_
     against the same model on the reference path: outputs and every parameter's gradient of a training step on a
     fairseq batch (sources left-padded, targets right-padded). Decoding: test_incremental_decoding_... above."""
     import pe_testing
-    from test_fast_paths import SMALL, assert_same_step
+    from pe_testing import SMALL, assert_same_step
 
     one_layer = SMALL + ["--encoder-layers", "1", "--decoder-layers", "1"]  # (later flags win)
     models = []
