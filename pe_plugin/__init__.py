@@ -26,5 +26,9 @@ from .resume_batches import register as register_resumable_translation  # noqa: 
 
 register_resumable_translation()
 
+from .first_updates import register as register_first_updates  # noqa: E402
+
+register_first_updates()  # after the resumable task, which it extends
+
 from . import encodings  # noqa: E402,F401  (fills the registry)
 from .models import pe_transformer, architectures  # noqa: E402,F401  (fairseq registrations)

@@ -7,6 +7,7 @@ importing anything under pe_plugin runs ``pe_plugin/__init__``, which imports fa
 """
 
 BASELINE = "sape"  # the encoding every report compares with (sinusoidal absolute positions)
+PROGRESS_LOGGER = "pe_plugin.progress"  # the logger of the lines after a run's first updates (first_updates.py)
 
 # architecture suffix -> size class (whose encoding defaults apply, ``PositionalEncoding.size_defaults``)
 CLASS_OF_SUFFIX = {

@@ -151,9 +151,11 @@ def batch_record(split, choice) -> dict:
 
 
 class Progress:
-    """pe-train's note after each progress line of fairseq-train (training_log): the updates done of the run's
-    --max-update and an estimated finish, at the pace since this segment's first progress line (since the launch,
-    for the first one: start-up included). ``clock``: seconds since the epoch (time.time; a fixed one in tests)."""
+    """pe-train's note after each progress line of fairseq-train (training_log), pe_plugin's after a process's first
+    updates included (from update 1 on, before fairseq's first line at --log-interval): the updates done of the
+    run's --max-update and an estimated finish, at the pace since this segment's first progress line (since the
+    launch, for the first one: start-up included). ``clock``: seconds since the epoch (time.time; a fixed one in
+    tests)."""
 
     def __init__(self, top: Optional[int], start_update: int, clock: Callable[[], float] = time.time):
         self.top, self.clock = top, clock
@@ -162,7 +164,7 @@ class Progress:
 
     def note(self, line: str) -> Optional[str]:
         r = training_log.parse_line(line)
-        if r is None or r.kind not in ("train_inner", "train") or r.updates is None:
+        if r is None or r.kind not in ("first", "train_inner", "train") or r.updates is None:
             return None
         now, (t0, u0) = self.clock(), self.mark
         done = f"update {r.updates}" + (f" of {self.top} ({100 * r.updates / self.top:.0f}%)" if self.top else "")

@@ -13,9 +13,13 @@ this project's recorded runs, and ``json``, its recipes' format since):
         simple: ``... | INFO | valid | epoch 001 | valid on 'valid' subset | loss 5.068 | ... | num_updates 5 | best_loss 5``
         json:   ``... | INFO | valid | {"epoch": 1, "valid_loss": "5.068", ..., "valid_num_updates": "5", "valid_best_loss": ...}``
 
+Before fairseq's first ``train_inner`` line, pe_plugin logs one after each of a process's first updates
+(pe_plugin/first_updates.py), kind ``first``:
+        ``... | INFO | pe_plugin.progress | num_updates 5``
+
 ``records`` turns a log (all segments of a resumed run, mixed formats included) into ``Record``s with the same
 keys whatever the format (``loss``, ``nll_loss``, ``num_updates``, ``best_loss``, ...: the json print's
-``S_`` prefix removed). Every other line is skipped. Standard library only.
+``S_`` prefix removed). Every other line is skipped. Standard library and pe_tools.naming only.
 """
 import json
 import re
@@ -23,15 +27,18 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Dict, Iterable, List, Optional
 
+from ..naming import PROGRESS_LOGGER
+
 LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) \| INFO \| ([\w.-]+) \| (.*)$")
 SIMPLE_VALID = re.compile(r"^epoch \d+ \| valid on '([^']+)' subset \| (.*)$")
 SIMPLE_INNER = re.compile(r"^epoch \d+:(?:\s+\d+ / \d+)? (.*)$")
 SIMPLE_EPOCH = re.compile(r"^epoch (\d+) \| (.*)$")
+FIRST = re.compile(r"^num_updates (\d+)$")  # pe_plugin's line after one of a run's first updates
 
 
 @dataclass
 class Record:
-    kind: str  # "train_inner", "train" (an epoch's end) or "valid"
+    kind: str  # "train_inner", "train" (an epoch's end), "valid" or "first" (pe_plugin's, after a first update)
     time: datetime
     stats: Dict[str, object] = field(default_factory=dict)  # numbers as float (int where whole), else str
     subset: Optional[str] = None  # the validated subset (valid only)
@@ -69,6 +76,8 @@ def parse_line(line: str) -> Optional[Record]:
     if not m:
         return None
     time, tag, payload = datetime.strptime(m[1], "%Y-%m-%d %H:%M:%S"), m[2], m[3]
+    if tag == PROGRESS_LOGGER:
+        return Record("first", time, {"num_updates": int(first[1])}) if (first := FIRST.match(payload)) else None
     if payload.startswith("{"):
         try:
             stats = json.loads(payload)

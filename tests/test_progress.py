@@ -1,0 +1,86 @@
+"""Progress on long commands: pe-train's lines from a run's first updates on (pe_plugin/first_updates.py, read by
+pe_tools/recipes/training_log.py and train.Progress)."""
+import logging
+import time
+
+from pe_testing import fairseq_train
+
+from pe_tools.recipes import training_log
+from pe_tools.recipes.train import Progress
+
+FORMAT = "%(asctime)s | %(levelname)s | %(name)s | %(message)s"  # fairseq-train's log format
+
+
+def log_lines(records):
+    """The log records as fairseq-train's handler writes them."""
+    formatter = logging.Formatter(FORMAT, datefmt="%Y-%m-%d %H:%M:%S")
+    return [formatter.format(r) for r in records]
+
+
+def test_pe_train_prints_a_progress_line_within_its_first_updates(data_bin, tmp_path, caplog):
+    """A tiny run trained in this process, fairseq logging every 100 updates (so nothing of its own before the
+    end): the plugin logs updates 1, 2 and 5 of its 6, and pe-train's Progress reads them into lines with the
+    updates done, the pace and the finish estimate, from update 2 on (the first one's pace holds the start-up).
+    The pace here is this test's own arithmetic on a fake clock: update 2 at 32 s after update 1 at 30 s."""
+    caplog.set_level(logging.INFO)
+    fairseq_train(data_bin, tmp_path / "ck", "--arch", "transformer_sape_tiny", "--max-update", "6",
+                  "--log-interval", "100", "--no-save", "--disable-validation")
+    lines = log_lines(caplog.records)
+    first = [x for x in lines if (r := training_log.parse_line(x)) is not None and r.kind == "first"]
+    assert [training_log.parse_line(x).updates for x in first] == [1, 2, 5]
+    inner = [r.updates for r in map(training_log.parse_line, lines) if r is not None and r.kind == "train_inner"]
+    assert inner == []  # fairseq itself said nothing of its progress: these lines are the only ones
+    now = [0.0]
+    progress = Progress(6, 0, clock=lambda: now[0])
+    notes = []
+    for line, t in zip(first, (30.0, 32.0, 38.0)):
+        now[0] = t
+        notes.append(progress.note(line))
+    assert notes[0].startswith("[pe-train] update 1 of 6 (17%), 30.00 s/update")  # launch to update 1
+    assert notes[1].startswith("[pe-train] update 2 of 6 (33%), 2.00 s/update, finish ~ ")
+    assert notes[1].endswith("(in 8 s)")  # 4 updates left at 2 s
+    assert notes[2].startswith("[pe-train] update 5 of 6 (83%), 2.00 s/update") and notes[2].endswith("(in 2 s)")
+
+
+class _Optimizer:
+    def __init__(self):
+        self.steps = 0
+
+    def step(self):
+        self.steps += 1
+
+
+def test_the_plugin_logs_a_process_s_first_updates_only_with_the_run_s_count(caplog):
+    """A resumed run (500 updates done) logs after its process's 1st, 2nd, 5th and 10th update, naming the run's
+    updates (501, 502, 505, 510), and nothing after (fairseq's own lines take over); each step is the optimizer's."""
+    from pe_plugin.first_updates import FirstUpdatesTask
+
+    caplog.set_level(logging.INFO)
+    task, optimizer = FirstUpdatesTask.__new__(FirstUpdatesTask), _Optimizer()
+    for done in range(500, 512):
+        task.optimizer_step(optimizer, None, done)
+    assert optimizer.steps == 12
+    assert [r.getMessage() for r in caplog.records if r.name == "pe_plugin.progress"] == [
+        "num_updates 501", "num_updates 502", "num_updates 505", "num_updates 510"]
+
+
+def test_the_translation_task_is_the_one_that_logs_the_first_updates():
+    """Importing pe_plugin makes fairseq's ``translation`` task the plugin's, with the first-update lines; the
+    resumable batches stay (it extends that task)."""
+    from fairseq import tasks
+
+    import pe_plugin  # noqa: F401
+    from pe_plugin.first_updates import FirstUpdatesTask
+    from pe_plugin.resume_batches import ResumableTranslationTask
+
+    assert tasks.TASK_REGISTRY["translation"] is FirstUpdatesTask
+    assert issubclass(FirstUpdatesTask, ResumableTranslationTask)
+
+
+def test_a_first_update_line_reads_as_its_update_and_nothing_else_does():
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+    r = training_log.parse_line(f"{stamp} | INFO | pe_plugin.progress | num_updates 5\n")
+    assert r.kind == "first" and r.updates == 5
+    assert training_log.parse_line(f"{stamp} | INFO | pe_plugin.progress | something else") is None
+    assert training_log.parse_line(f"{stamp} | INFO | pe_plugin | num_updates 5") is None
+    assert training_log.last_update(f"{stamp} | INFO | pe_plugin.progress | num_updates 5\n") == 5
