@@ -7,16 +7,20 @@ asks for (select/cons_tres), so array tasks run side by side on the node's 2 CPU
 
 Starting it needs root and the packages ``slurmctld slurmd slurm-client``; without them the tests that use it
 skip with the command that installs them, and under ``PE_REQUIRE_SLURM=1`` (.ci/run) they fail instead."""
+import json
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Dict, List
 
 import pytest
+
+from pe_testing import REPO, SAFE_ENV
 
 REQUIRE = "PE_REQUIRE_SLURM"
 HOW_TO = ("the SLURM tests need root and Debian's SLURM 22.05: as root, `apt-get update && apt-get install -y "
@@ -44,8 +48,8 @@ class Cluster:
     """One controller and one node named after this host, reached at 127.0.0.1; ``env`` is the environment its
     clients need (SLURM_CONF)."""
 
-    def __init__(self, root: Path, cpus: int = 2):
-        self.root, self.cpus = Path(root), cpus
+    def __init__(self, root: Path, cpus: int = 2, min_job_age: int = 300):
+        self.root, self.cpus, self.min_job_age = Path(root), cpus, min_job_age
         self.node = socket.gethostname().split(".")[0]
         self.partition = "pe"
         self.conf = self.root / "slurm.conf"
@@ -91,7 +95,7 @@ SchedulerType=sched/backfill
 # + 1 s) has passed, 6 s after its requeue instead of 13-60 s
 SchedulerParameters=sched_interval=1
 KillWait=5
-MinJobAge=300
+MinJobAge={self.min_job_age}
 NodeName={self.node} NodeAddr=127.0.0.1 CPUs={self.cpus} State=UNKNOWN
 PartitionName={self.partition} Nodes={self.node} Default=YES MaxTime=INFINITE State=UP
 """)
@@ -148,16 +152,40 @@ PartitionName={self.partition} Nodes={self.node} Default=YES MaxTime=INFINITE St
         return out
 
 
-def cluster_or_skip(root: Path) -> Cluster:
-    """A started cluster; skips with how to run it when this machine cannot start one (fails under
-    PE_REQUIRE_SLURM=1)."""
+def env_of(cluster) -> dict:
+    """The environment of a pe-queue started for ``cluster``: its SLURM_CONF, one thread, this checkout's code."""
+    return dict(SAFE_ENV, SLURM_CONF=cluster.env["SLURM_CONF"], OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore",
+                PYTHONPATH=str(REPO))
+
+
+def pe_queue(args, cwd: Path, env: dict, timeout: float = 900) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pe_tools.recipes.queue_cli", *map(str, args)], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def jobs_of(q: Path) -> list:
+    return json.loads((q.with_name(q.name + ".slurm") / "jobs.json").read_text())
+
+
+def wait_for(what, test, timeout: float = 600):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := test():
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"{what}: not after {timeout} s")
+
+
+def cluster_or_skip(root: Path, **conf) -> Cluster:
+    """A started cluster (``conf``: Cluster's settings); skips with how to run it when this machine cannot start
+    one (fails under PE_REQUIRE_SLURM=1)."""
     required = os.environ.get(REQUIRE) == "1"
     if lack := missing():
         message = f"no SLURM test cluster: missing {', '.join(lack)}; {HOW_TO}"
         if required:
             pytest.fail(message, pytrace=False)
         pytest.skip(message)
-    cluster = Cluster(root)
+    cluster = Cluster(root, **conf)
     try:
         return cluster.start()
     except (subprocess.SubprocessError, RuntimeError, OSError) as e:

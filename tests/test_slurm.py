@@ -19,7 +19,8 @@ import pytest
 
 import pe_slurm
 import test_queue
-from pe_testing import REPO, SAFE_ENV, code_copy
+from pe_slurm import env_of, jobs_of, pe_queue, wait_for
+from pe_testing import REPO, code_copy
 from pe_tools.recipes import queue, queue_cli
 from pe_tools.recipes import slurm as slurm_recipes
 from pe_tools.recipes import slurm_state
@@ -52,20 +53,6 @@ def test_the_cluster_runs_batch_jobs_and_array_tasks_side_by_side(slurm, tmp_pat
 
 
 # ------------------------------------------------------------------------------------- the queue on SLURM
-def env_of(cluster) -> dict:
-    return dict(SAFE_ENV, SLURM_CONF=cluster.env["SLURM_CONF"], OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore",
-                PYTHONPATH=str(REPO))
-
-
-def pe_queue(args, cwd: Path, env: dict, timeout: float = 900) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pe_tools.recipes.queue_cli", *map(str, args)], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=timeout)
-
-
-def jobs_of(q: Path) -> list:
-    return json.loads((q.with_name(q.name + ".slurm") / "jobs.json").read_text())
-
-
 def wait_queue(cluster, q: Path, timeout: float = 900) -> None:
     for j in jobs_of(q):
         wait_gone(cluster, j["job"], timeout)
@@ -123,15 +110,6 @@ def resumed_from(log: Path) -> list:
     parts = log.read_text().split(SEGMENT_START)[1:] if log.is_file() else []
     return [int(m[1]) if (m := re.search(r"Loaded checkpoint \S+ \(epoch \d+ @ (\d+) updates\)", part)) else None
             for part in parts]
-
-
-def wait_for(what, test, timeout: float = 600):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := test():
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"{what}: not after {timeout} s")
 
 
 @pytest.mark.slow
@@ -693,6 +671,64 @@ def test_a_job_whose_state_write_fails_shows_failed_or_died_with_its_reason(slur
     row, notes, seconds = status()
     assert row == [f"{lost}_1", "RUNNING"] and notes[0].startswith("SLURM's controller does not answer"), notes
     assert seconds < slurm_recipes.QUERY_SECONDS + 5, seconds
+
+
+@pytest.fixture
+def forgetful_slurm(tmp_path_factory):
+    """A second test cluster that forgets an ended job 10 s after its end (MinJobAge=10, as busy clusters do)."""
+    cluster = pe_slurm.cluster_or_skip(tmp_path_factory.mktemp("forgetful"), min_job_age=10)
+    yield cluster
+    cluster.stop()
+
+
+def processes_of(needle: bytes) -> list:
+    """The pids whose command line holds ``needle``."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and needle in (proc / "cmdline").read_bytes():
+                pids.append(int(proc.name))
+        except OSError:
+            continue
+    return pids
+
+
+@pytest.mark.slow
+def test_a_dead_job_is_never_running_where_slurm_forgets_it_early(forgetful_slurm, data_bin, tmp_path, capsys,
+                                                                   monkeypatch):
+    """A job killed (SIGKILL: no last word, as a full disk or the OOM killer leave it) on a cluster that forgets
+    ended jobs after 10 s: pe-queue status shows SLURM's word while SLURM lists the ended job, then DIED with how
+    long its heartbeat is silent, never RUNNING. Seen failing before the state machine (RUNNING until the heartbeat
+    is 300 s old)."""
+    monkeypatch.setenv("SLURM_CONF", forgetful_slurm.env["SLURM_CONF"])
+    q = two_run_queue(tmp_path, data_bin, methods=("sape",))
+    assert queue_cli.main(["run", str(q), "--slurm", "--code", str(code_copy(tmp_path))]) == 0
+    (record,) = jobs_of(q)
+    task, run_dir = f"{record['job']}_1", tmp_path / "runs" / "sape.en-de.mini.seed1"
+    wait_for("the job's RUNNING", lambda: slurm_recipes.read_state(run_dir).get("state") == "RUNNING", 300)
+    snapshot = str(Path(record["snapshot"])).encode()
+    for pid in processes_of(snapshot):
+        os.kill(pid, signal.SIGKILL)
+
+    seen = []
+
+    def status() -> str:
+        capsys.readouterr()
+        assert queue_cli.main(["status", str(q)]) == 0
+        out = capsys.readouterr().out.splitlines()
+        seen.append(out[1].split()[-2])
+        return out
+    def listed() -> str:
+        return forgetful_slurm.run("squeue", "-h", "-t", "all", "-j", record["job"], check=False).stdout.strip()
+    while listed():
+        status()
+        assert seen[-1] != "RUNNING" or (slurm_recipes.read_state(run_dir).get("state") == "RUNNING"
+                                         and forgetful_slurm.run("squeue", "-h", "-j", task, "-o", "%T", check=False
+                                                                 ).stdout.strip() == "RUNNING"), seen
+        time.sleep(1)
+    out = status()
+    assert seen[-1] == "DIED" and re.search(r"no heartbeat for \d+ s", "\n".join(out[2:])), out
+    assert "RUNNING" not in seen[1:], seen
 
 
 # ------------------------------------------------------------------------ the job's own guards (no SLURM)

@@ -855,15 +855,15 @@ def job_main(argv=None) -> int:
         out = subprocess.run(["scontrol", "requeue", job_id], capture_output=True, text=True, check=False)
         if out.returncode:  # e.g. --no-requeue, or a cluster without JobRequeue: the limit will end the run
             why = (out.stderr or out.stdout).strip()
-            state.write(Event.REQUEUE_REFUSED, f"time limit near, but `scontrol requeue {job_id}` failed: {why}; at its limit "
-                                   f"SLURM ends the run; it resumes from its last checkpoint when the queue is "
-                                   f"submitted again")
+            state.write(Event.REQUEUE_REFUSED, f"time limit near, but `scontrol requeue {job_id}` failed: {why}; at "
+                                               f"its limit SLURM ends the run; it resumes from its last checkpoint "
+                                               f"when the queue is submitted again")
             print(f"[queue] {run.name}: could not requeue job {job_id} ({why}); the time limit will end it: submit "
                   f"the queue again (pe-queue run QUEUE --slurm) to resume from its last checkpoint", flush=True)
 
     def ended(*_):  # SLURM ends the job (preemption, requeue, cancel): its trainings get SIGTERM too
-        state.write(Event.TERMINATED, "ended by SLURM (its time limit, a preemption, a requeue or a cancel); unless SLURM "
-                             "requeues it, pe-queue run QUEUE --slurm resumes it")
+        state.write(Event.TERMINATED, "ended by SLURM (its time limit, a preemption, a requeue or a cancel); unless "
+                                      "SLURM requeues it, pe-queue run QUEUE --slurm resumes it")
         queue.stop()
 
     signal.signal(signal.SIGUSR1, requeue)
