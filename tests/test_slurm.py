@@ -576,6 +576,32 @@ def test_three_submitters_at_once_make_one_job_per_run(slurm, data_bin, tmp_path
     assert set(listed(slurm)) <= before
 
 
+def test_two_queue_files_naming_one_run_submitted_at_once_make_one_job_for_it(slurm, data_bin, tmp_path):
+    """Two queue files naming the same run, submitted at the same moment (an sbatch slow to answer, so the two
+    submissions overlap; held jobs, so nothing trains): the run gets one job, the other submitter names it. Each
+    queue's own lock cannot see the other queue: the run directory's submit lock (RUN/slurm-submit.lock) decides.
+    Seen failing with the run directories' locks dropped from ``submit`` (two jobs for the run)."""
+    (tmp_path / "a").mkdir()
+    qa = two_run_queue(tmp_path, data_bin, "a/q.txt", ("sape",))
+    qb = two_run_queue(tmp_path, data_bin, "b.txt", ("sape",))
+    code, env, before = code_copy(tmp_path), env_of(slurm), set(listed(slurm))
+    slow = tmp_path / "bin" / "sbatch"
+    slow.parent.mkdir()
+    slow.write_text(f"#!/bin/sh\nsleep 3\nexec {shutil.which('sbatch')} \"$@\"\n")
+    slow.chmod(0o755)
+    env["PATH"] = f"{slow.parent}{os.pathsep}{env['PATH']}"
+    procs = [subprocess.Popen([sys.executable, "-m", "pe_tools.recipes.queue_cli", "run", str(q), "--slurm", "--code",
+                               str(code), "--sbatch=--hold"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for q in (qa, qb)]
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    new = [task for task in listed(slurm) if task not in before]
+    assert len(new) == 1, (new, outs)
+    assert sum("submitted job" in out for out in outs) == 1 and sum("has it already" in out for out in outs) == 1, \
+        outs
+    slurm.run("scancel", new[0].split("_")[0])
+
+
 def test_a_job_id_that_another_queue_holds_now_is_not_this_queues(slurm, data_bin, tmp_path):
     """SLURM's state lost (or its ids wrapped): QUEUE.slurm/jobs.json names an id that SLURM has since given to
     another queue's job. pe-queue status does not show that job as this queue's, run --slurm does not refuse on
