@@ -132,6 +132,30 @@ def test_a_failed_cancel_names_scancels_reason_from_stderr_else_stdout(stdout, s
     assert capsys.readouterr().err == f"error: scancel 9 failed: {reason}\n"
 
 
+def test_a_job_refused_by_the_runs_lock_fails_naming_the_holder_and_leaves_its_logs(requeue_job, tmp_path,
+                                                                                     monkeypatch, capsys):
+    """The run's chain refused (another writer holds the run: a local pe-queue, or pe-train by hand): the job ends
+    FAILED with the refusal itself as its reason (who holds which lock), writes nothing into the run's shared
+    queue.log, and exits 1; status's note is that reason and the job's SLURM log, not train.log."""
+    import json
+
+    from pe_tools.recipes import slurm, slurm_state
+
+    refusal = "refused: runs/x/run.lock is held by pid 5 on n1 since 2026-12-07 10:00:00 (pe-queue run local.txt)"
+    monkeypatch.setattr(slurm.JobQueue, "process", lambda self, run: refusal)
+    snapshot, code = tmp_path / "queue.txt", tmp_path / "code"
+    assert slurm.job_main([str(snapshot), "--line", "1", "--code", str(code)]) == 1
+    run_dir = tmp_path / "runs" / "sape.en-de.annealed.seed1"
+    state = json.loads((run_dir / slurm.STATE_FILE).read_text())
+    assert (state["state"], state["message"]) == ("FAILED", refusal)
+    assert not (run_dir / "queue.log").exists()
+    assert capsys.readouterr().out.splitlines()[-1] == f"[queue] sape.en-de.annealed.seed1: {refusal}"
+    word, note = slurm_state.status_word(slurm_state.Evidence(job="7_1", slurm=None, answered=True, own="FAILED",
+                                                              message=state["message"], log="logs/x_7_1.out"))
+    assert word == "FAILED" and note == f"FAILED (job 7_1): {refusal} (this job's SLURM log: logs/x_7_1.out)"
+    assert "train.log" not in note
+
+
 # ---- what pe-queue status tells a user to paste (``forgotten``) ---------------------------------------------
 @pytest.mark.parametrize("with_log", [False, True])
 def test_the_resubmit_command_of_a_forgotten_job_pastes_back_as_its_queue_file(with_log, tmp_path):

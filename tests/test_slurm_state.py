@@ -63,6 +63,9 @@ def test_every_own_word_and_slurm_answer_gives_the_promised_status(own, answer):
 
 def test_a_failed_job_names_its_own_reason_and_a_job_slurm_failed_its_log():
     word, note = ss.status_word(evidence("FAILED", "not listed", True, False))
+    assert (word, note) == ("FAILED", "FAILED (job 5_1): the chain's reason (this job's SLURM log: "
+                                      "logs/pe-q-0_5_1.out)")
+    word, note = ss.status_word(evidence("FAILED", "not listed", False, False))
     assert (word, note) == ("FAILED", "FAILED (job 5_1): the chain's reason")
     word, note = ss.status_word(evidence("RUNNING", "FAILED", True, False))
     assert word == "FAILED" and note == "FAILED (job 5_1): the last lines of logs/pe-q-0_5_1.out: " \

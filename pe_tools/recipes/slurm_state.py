@@ -158,7 +158,10 @@ def status_word(e: Evidence) -> Tuple[str, Optional[str]]:
         return e.slurm, None
     if e.own in OWN_FINAL:
         word = Own(e.own).value
-        return word, (f"{word} (job {e.job}): {e.message or '(no reason written)'}" if e.own == Own.FAILED else None)
+        if e.own != Own.FAILED:
+            return word, None
+        where = f" (this job's SLURM log: {e.log})" if e.log and e.log not in e.message else ""
+        return word, f"{word} (job {e.job}): {e.message or '(no reason written)'}{where}"
     if e.slurm:  # SLURM's word on the ended job
         why = None if e.slurm == Slurm.COMPLETED else f"{e.slurm} (job {e.job}): {tail_note(e)}"
         return e.slurm, (why if e.slurm == Slurm.FAILED else None)
