@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple, Optional, Tuple
 
 import torch
+import torch.nn.functional as F
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from torch import Tensor, nn
 
@@ -55,8 +56,8 @@ def positional_matmul(u: Tensor, phi: Tensor, pos, rotation: Optional[Tuple[Tens
       inverse rotation brings the products back. Pads get some kernel; their outputs are masked downstream.
       ``rotation`` is ``rotation_index(pos)``, given by a caller that computes it once for several products
       (PosNet-Attn: once per pass for all its layers);
-    * otherwise (one decoding step with padding; positions given as values): the kernels gathered per token,
-      (B|1,T,d,e), one batched matmul. A decoding step gathers B kernels.
+    * otherwise (one decoding step with padding; positions given as values): ``_kernel_sums``, each token's row
+      times its kernel read in place from phi, no (B,T,d,e) copy of the kernels (a decoding step has B tokens).
     """
     pos = as_positions(pos)
     t, b, n, d = u.shape
@@ -66,8 +67,20 @@ def positional_matmul(u: Tensor, phi: Tensor, pos, rotation: Optional[Tuple[Tens
     rotation = rotation if rotation is not None else rotation_index(pos)
     if rotation is not None:
         return _rotated_matmul(u, phi, rotation)
-    kernels = phi[pos.q.clamp_max(phi.size(0) - 1)]  # (B|1,T,d,e)
-    return (u.transpose(0, 1) @ kernels).transpose(0, 1)  # (B,T,N,d) @ (B|1,T,d,e) -> (T,B,N,e)
+    return _kernel_sums(u, phi, pos.q.clamp_max(phi.size(0) - 1))
+
+
+def _kernel_sums(u: Tensor, phi: Tensor, p: Tensor) -> Tensor:
+    """y[t,b,n] = u[t,b,n] phi[p[b,t]] for u (T,B,N,d), phi (L,d,e), p (B|1,T) < L: row d' of phi[p] weighted by
+    u[t,b,n,d'] and summed, phi viewed as (L*d, e) rows (``embedding_bag``, which reads them in place), where
+    gathering the kernels would copy B*T*d*e values (a decoding step's B kernels: 32 MB per step for 512 beams at
+    d = e = 128) and multiply them one token at a time. Computed in phi's dtype, returned in u's."""
+    t, b, n, d = u.shape
+    rows = p.t().unsqueeze(-1) * d + torch.arange(d, device=p.device)  # (T,B|1,d): phi's rows of each token
+    rows = rows.unsqueeze(2).expand(t, b, n, d).reshape(-1, d)  # (T*B*N, d)
+    weights = u.reshape(-1, d).to(phi.dtype)  # (T*B*N, d)
+    y = F.embedding_bag(rows, phi.reshape(-1, phi.size(-1)), per_sample_weights=weights, mode="sum")  # (T*B*N, e)
+    return y.to(u.dtype).view(t, b, n, -1)  # (T,B,N,e)
 
 
 def rotation_index(pos) -> Optional[Tuple[Tensor, Tensor]]:
