@@ -1,5 +1,5 @@
 """KERPLE: kernelized relative positional embedding, logarithmic variant (Chi et al., NeurIPS 2022), in
-self-attention only. docs/extending.md's example of a learned bias.
+self-attention only. The example of a learned bias that docs/extending.md points to.
 
 Head h adds a learned conditionally positive definite kernel of the distance to the (scaled) logits (the equation:
 docs/encodings.md §KERPLE, and above ``position_bias``). The decoder is causal, so it meets only j <= i; the encoder
