@@ -216,6 +216,33 @@ def spread(values) -> dict:
     return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
 
 
+def over_rounds(runs, row: str, keep, figures) -> list:
+    """One result per ``row`` value of the per-round ``runs``, in their order: the first run's ``keep`` fields, the
+    number of ``rounds`` and the ``spread`` of each of ``figures`` that some run has; with ``_runs``, its runs."""
+    by_row = {}
+    for r in runs:
+        by_row.setdefault(r[row], []).append(r)
+    results = []
+    for rs in by_row.values():
+        res = {k: rs[0][k] for k in keep}
+        res["rounds"] = len(rs)
+        for fig in figures:
+            s = spread(r.get(fig) for r in rs)
+            if s:
+                res[fig] = s
+        results.append(dict(res, _runs=rs))
+    return results
+
+
+def spread_cell(s: dict, fmt: str, scale: float = 1.0) -> str:
+    """A ``spread`` as a table cell: the median in ``fmt`` (times ``scale``), then (lowest-highest) over two or more
+    rounds; n/a for none."""
+    if not s:
+        return "n/a"
+    text = fmt.format(s["median"] * scale)
+    return text if s["n"] < 2 else f"{text} ({fmt.format(s['min'] * scale)}-{fmt.format(s['max'] * scale)})"
+
+
 def verdict(s: dict, bound: float, at_least: bool) -> str:
     """What a ratio's rounds say of a goal ``bound`` (``at_least``: the ratio must reach it, else stay under it):
     "meets" when every round does, "misses" when none does, "within noise" when the spread covers the bound."""

@@ -24,7 +24,8 @@ from ..fairseq_plugin import plugin_digest, plugin_dir
 from ..tables import markdown_table
 from . import _common
 from ._build import STOCK
-from ._common import add_counts, add_device_arg, add_ratios, machine, resolve_device, rotated, spread, verdict
+from ._common import add_counts, add_device_arg, add_ratios, machine, over_rounds, resolve_device, rotated, \
+    spread_cell, verdict
 from ._partial_runs import Progress, add_args as add_output_args
 
 NAME = "decode"
@@ -218,19 +219,10 @@ def summarise(rows, basis: str) -> list:
     verdicts on ``basis`` (every encoding <= GOAL x stock, SAPE <= SAPE_GOAL x)."""
     from ..naming import BASELINE
 
-    by_pe = {}
-    for r in rows:
-        by_pe.setdefault(r["pe"], []).append(r)
     results = []
-    for pe, rs in by_pe.items():
-        first = rs[0]
-        res = {k: first[k] for k in ("pe", "arch", "params", "batches", "steps", "sentences", "tokens")}
-        res["rounds"] = len(rs)
-        res["steps_per_round"] = sorted({r["steps"] for r in rs})
-        for fig in FIGURES:
-            s = spread(r.get(fig) for r in rs)
-            if s:
-                res[fig] = s
+    for res in over_rounds(rows, "pe", ("pe", "arch", "params", "batches", "steps", "sentences", "tokens"), FIGURES):
+        res["steps_per_round"] = sorted({r["steps"] for r in res.pop("_runs")})
+        pe = res["pe"]
         if pe != STOCK:
             bound = SAPE_GOAL if pe == BASELINE else GOAL
             res["goal"] = {"figure": basis, "bound": bound, "verdict": verdict(res.get(basis, {}), bound, False)}
@@ -240,11 +232,7 @@ def summarise(rows, basis: str) -> list:
 
 def report_text(results, s) -> str:
     def med(r, k, fmt, scale=1.0):
-        v = r.get(k)
-        if not v:
-            return "n/a"
-        text = fmt.format(v["median"] * scale)
-        return text if v["n"] < 2 else f"{text} ({fmt.format(v['min'] * scale)}-{fmt.format(v['max'] * scale)})"
+        return spread_cell(r.get(k), fmt, scale)
 
     headers = ["pe", "sentences/s", "tokens/s", "ms/step (wall)", "ms/step (cpu)", "step/stock (cpu)",
                "step/stock (wall)", "decoder/stock (cpu)", "peak MiB", "peak/stock", "goal"]

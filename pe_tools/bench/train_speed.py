@@ -20,8 +20,8 @@ from ..command_line import fail, int_at_least
 from ..naming import BASELINE
 from ..tables import markdown_table
 from . import _common
-from ._common import add_counts, add_device_arg, add_ratios, kernel_summary, machine, profiler_events, \
-    resolve_device, rotated, spread, verdict
+from ._common import add_counts, add_device_arg, add_ratios, kernel_summary, machine, over_rounds, \
+    profiler_events, resolve_device, rotated, spread_cell, verdict
 from ._build import STOCK
 from ._partial_runs import Progress, add_args as add_output_args
 NAME = "train-speed"
@@ -360,19 +360,10 @@ def summarise(runs: list, goals: dict) -> list:
     """One result per row: the median and spread over its rounds of every figure and ratio, and the goals' verdicts
     (speedup for rows that are not their encoding's first split, busy for SAPE's rows, step and peak for the other
     encodings)."""
-    out = {}
-    for r in runs:
-        out.setdefault(r["row"], []).append(r)
     results = []
-    for row, rs in out.items():
-        first = rs[0]
-        res = {k: first[k] for k in ("row", "pe", "impl", "size", "split", "split_how", "device_name", "command",
-                                     "num_workers", "fp16", "activity")}
-        res["rounds"] = len(rs)
-        for fig in FIGURES:
-            s = spread(r.get(fig) for r in rs)
-            if s:
-                res[fig] = s
+    for res in over_rounds(runs, "row", ("row", "pe", "impl", "size", "split", "split_how", "device_name", "command",
+                                         "num_workers", "fp16", "activity"), FIGURES):
+        first = res.pop("_runs")[0]
         res["top_kernels"] = first["top_kernels"]
         checks = {"speedup": first["split"] != firsts_of(runs)[first["pe"], first["impl"], first["size"]],
                   "busy": first["pe"] == BASELINE and first["impl"] == "auto",
@@ -394,11 +385,7 @@ def firsts_of(runs):
 
 def report_text(results, settings) -> str:
     def med(r, k, fmt, scale=1.0):
-        s = r.get(k)
-        if not s:
-            return "n/a"
-        text = fmt.format(s["median"] * scale)
-        return text if s["n"] < 2 else f"{text} ({fmt.format(s['min'] * scale)}-{fmt.format(s['max'] * scale)})"
+        return spread_cell(r.get(k), fmt, scale)
 
     headers = ["row", "words/s", "ms/update", "wait/fwd+bwd/opt/rest ms", "peak GB", "busy", "kernels", "step/sape",
                "peak/sape", "words/s to first split", "goals"]
