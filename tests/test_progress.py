@@ -84,3 +84,47 @@ def test_a_first_update_line_reads_as_its_update_and_nothing_else_does():
     assert training_log.parse_line(f"{stamp} | INFO | pe_plugin.progress | something else") is None
     assert training_log.parse_line(f"{stamp} | INFO | pe_plugin | num_updates 5") is None
     assert training_log.last_update(f"{stamp} | INFO | pe_plugin.progress | num_updates 5\n") == 5
+
+
+def test_pe_generate_prints_the_sentences_decoded_every_interval_of_decoding(capsys):
+    """pe-generate's stdout sink counts the H- lines fairseq-generate writes a batch at a time and prints a line
+    when a batch comes 30 s or more (exactly 30 included) after the last line, on a fake clock; all it was given
+    is kept. The counts are this test's own: 4, then 3 (7 of 10 at 30 s), 2 at 59.9 s (29.9 s after: none), 1 at
+    60 s (10 of 10)."""
+    from pe_tools.recipes.generate import DecodeProgress
+
+    now = [100.0]
+    sink = DecodeProgress(10, every=30, clock=lambda: now[0])
+    text = []
+    for t, ids in ((110.0, range(0, 4)), (130.0, range(4, 7)), (159.9, range(7, 9)), (160.0, range(9, 10))):
+        now[0] = t
+        batch = "".join(f"S-{i}\tx\nH-{i}\t-0.5\ty\nD-{i}\t-0.5\ty\nP-{i}\t-0.5\n" for i in ids)
+        text.append(batch)
+        sink.write(batch)
+    assert capsys.readouterr().err.splitlines() == ["[pe-generate] decoded 7 of 10 sentences (70%) in 30 s",
+                                                    "[pe-generate] decoded 10 of 10 sentences (100%) in 60 s"]
+    assert sink.getvalue() == "".join(text)
+
+
+def test_pe_generate_decodes_with_progress_lines_and_returns_the_whole_output(monkeypatch, capsys):
+    """fairseq_generate with the split's size: fairseq-generate's stdout goes through the progress sink (here every
+    0 s, so a line after each print) and comes back whole; without a size (pe-bench) no line is printed."""
+    from fairseq_cli import generate as fairseq_cli_generate
+
+    from pe_tools.recipes import generate
+
+    def cli_main():
+        for i in range(3):
+            print(f"H-{i}\t-0.1\tein mann")
+        print("Generate test with beam=4: BLEU4 = 1.00")
+
+    monkeypatch.setattr(fairseq_cli_generate, "cli_main", cli_main)
+    monkeypatch.setattr(generate, "PROGRESS_SECONDS", 0)
+    whole = "".join(f"H-{i}\t-0.1\tein mann\n" for i in range(3)) + "Generate test with beam=4: BLEU4 = 1.00\n"
+    assert generate.fairseq_generate(["data"], total=3) == (0, whole)
+    lines = [x for x in capsys.readouterr().err.splitlines() if x.startswith("[pe-generate] decoded")]
+    # print writes a line, then its newline: a progress line after each of the two
+    assert [x.split(" in ")[0] for x in lines][:3] == [f"[pe-generate] decoded {i} of 3 sentences ({share})"
+                                                      for i, share in ((1, "33%"), (1, "33%"), (2, "67%"))]
+    assert generate.fairseq_generate(["data"]) == (0, whole)
+    assert "[pe-generate]" not in capsys.readouterr().err

@@ -272,7 +272,7 @@ def test_generate_refuses_an_unfinished_run_unless_partial(case, refusal, partia
     run = generate_run(tmp_path, 2, reached={"short": 2}.get(case))
     monkeypatch.setattr(generate, "average_into", lambda paths, avg: 0)
     monkeypatch.setattr(generate, "check_positions", lambda *args: {"pe": "rope", "decoder_limit": None})
-    monkeypatch.setattr(generate, "fairseq_generate", lambda args: (0, FAIRSEQ_OUTPUT))
+    monkeypatch.setattr(generate, "fairseq_generate", lambda args, total=None: (0, FAIRSEQ_OUTPUT))
     with train.trainer_lock(run) if case == "training" else open(os.devnull):
         rc = generate.generate(generate_args(run, 2, partial))
     err = capsys.readouterr().err
@@ -290,6 +290,20 @@ def test_generate_refuses_an_unfinished_run_unless_partial(case, refusal, partia
                                    "max_update": 4}
     else:
         assert "partial" not in meta and "--partial" not in err and "pe-record will refuse" not in err
+
+
+def test_generate_decodes_with_progress_over_the_splits_sentences(tmp_path, capsys, monkeypatch):
+    """pe-generate hands fairseq_generate the split's size that the position check read (its meta file records it
+    too), so the decode prints its sentences done of that many."""
+    from pe_tools.recipes import generate
+
+    run, seen = generate_run(tmp_path, 2), []
+    monkeypatch.setattr(generate, "average_into", lambda paths, avg: 0)
+    monkeypatch.setattr(generate, "check_positions", lambda *args: {"pe": "rope", "decoder_limit": None, "sentences": 2})
+    monkeypatch.setattr(generate, "fairseq_generate", lambda args, total=None: seen.append(total) or (0, FAIRSEQ_OUTPUT))
+    assert generate.generate(generate_args(run, 2)) == 0, capsys.readouterr().err
+    assert seen == [2]
+    assert json.loads((run / "gen" / "hyp.detok.de.meta.json").read_text())["positions_beyond_max"]["sentences"] == 2
 
 
 # a progress line of fairseq-train's json log (training_log's format) at update 3
@@ -366,7 +380,7 @@ def test_generate_decodes_in_fp16_on_a_gpu_and_on_the_cpu_without_one(tmp_path, 
     monkeypatch.setattr(generate, "average_into", lambda paths, avg: 0)
     monkeypatch.setattr(generate, "check_positions", lambda *args: {"pe": "rope"})
     cmds = []
-    monkeypatch.setattr(generate, "fairseq_generate", lambda args: cmds.append(args) or (3, ""))
+    monkeypatch.setattr(generate, "fairseq_generate", lambda args, total=None: cmds.append(args) or (3, ""))
     for gpu in (True, False):
         monkeypatch.setattr(generate, "cuda", lambda: gpu)
         assert generate.generate(generate_args(run, 1)) == 3  # fairseq-generate's status
@@ -443,7 +457,7 @@ def test_generate_refuses_a_missing_split_with_status_2_and_decodes_nothing(tmp_
     monkeypatch.setattr(generate, "average_into", lambda paths, avg: 0)  # averaged (no file: the model is faked below)
     monkeypatch.setattr(decode_limits, "checkpoint_limits",
                         lambda checkpoint, data: decode_limits.Limits("rope", None, None, (1024, 1024)))
-    monkeypatch.setattr(generate, "fairseq_generate", lambda args: pytest.fail(f"decoded: {args}"))
+    monkeypatch.setattr(generate, "fairseq_generate", lambda args, total=None: pytest.fail(f"decoded: {args}"))
     assert generate.generate(generate_args(run, 1)) == 2
     err = capsys.readouterr().err
     assert "error: no binarised test split of en-de: looked for " in err and str(tmp_path / "data" / "test.en-de.en.idx") in err
@@ -570,6 +584,7 @@ def test_generate_decodes_a_stock_fairseq_model(data_bin, raw_corpus, tmp_path):
     meta = json.loads((run_dir / "gen" / "hyp.detok.de.meta.json").read_text())
     assert meta["pe_signature"] == "fairseq:transformer|positions:sinusoidal" and meta["training"]["arch"] == "transformer"
     assert meta["positions_beyond_max"]["pe"] == STOCK and meta["positions_beyond_max"]["sources"] == []
+    assert meta["positions_beyond_max"]["sentences"] == len(hyp)  # the total of pe-generate's progress lines
 
 
 def _free_port():
@@ -708,7 +723,7 @@ def test_generate_decodes_the_data_given_with_data_over_the_runs_recorded_one(gi
     monkeypatch.setattr(generate, "average_into", lambda paths, avg: 0)
     monkeypatch.setattr(generate, "check_positions",
                         lambda avg, data, *rest: checked.append(str(data)) or {"pe": "rope", "decoder_limit": None})
-    monkeypatch.setattr(generate, "fairseq_generate", lambda args: decoded.append(list(args)) or (5, ""))
+    monkeypatch.setattr(generate, "fairseq_generate", lambda args, total=None: decoded.append(list(args)) or (5, ""))
     a = generate_args(run, 1)
     a.data = str(other) if given else None
     assert generate.generate(a) == 5  # fairseq-generate's status: nothing written after it
@@ -736,7 +751,7 @@ def test_generate_asks_for_clamped_positions_only_of_a_pe_plugin_model(mode, pe,
     decoded = []
     monkeypatch.setattr(generate, "average_into", lambda paths, avg: 0)
     monkeypatch.setattr(generate, "check_positions", lambda *args: {"pe": pe, "decoder_limit": None})
-    monkeypatch.setattr(generate, "fairseq_generate", lambda args: decoded.append(list(args)) or (5, ""))
+    monkeypatch.setattr(generate, "fairseq_generate", lambda args, total=None: decoded.append(list(args)) or (5, ""))
     a = generate_args(run, 1)
     a.pe_beyond_max = mode
     assert generate.generate(a) == 5

@@ -13,9 +13,10 @@ import logging
 import re
 import shlex
 import sys
+import time
 import traceback
 from pathlib import Path
-from typing import Tuple
+from typing import Callable, Optional, Tuple
 
 from ..checkpoint_files import PATTERNS, last_checkpoints
 from ..command_line import fail
@@ -30,6 +31,8 @@ DECODE_FLAGS = ["--beam", "4", "--lenpen", "0.6", "--max-len-a", "1", "--max-len
 # its batches: fairseq 0.12's batch_by_size drops a last batch whose size is not a multiple of
 # --required-batch-size-multiple (default 8): 3 of newstest2014's 3003 sentences would be lost
 DECODE_BATCH = ["--batch-size", "128", "--required-batch-size-multiple", "1"]
+# pe-generate's progress line: with the first batch written this many seconds of decoding after the last line
+PROGRESS_SECONDS = 30
 
 
 def generate(a) -> int:
@@ -73,7 +76,7 @@ def generate(a) -> int:
     if a.pe_beyond_max == "clamp" and limits["pe"] != STOCK:  # every sentence is translated, whatever its length
         cmd += ["--model-overrides", "{'pe_beyond_max': 'clamp'}"]
     print(shlex.join(cmd), flush=True)
-    rc, text = fairseq_generate(cmd[3:])
+    rc, text = fairseq_generate(cmd[3:], total=limits.get("sentences"))
     write_atomic(out / f"generate.{a.subset}.out", text)
     if rc:
         return rc
@@ -125,16 +128,38 @@ def short_of_the_end(run_dir: Path, command: dict, paths) -> str:
             f"(checkpoint_last.pt): its --max-update is not a multiple of --save-interval-updates")
 
 
-def fairseq_generate(args) -> Tuple[int, str]:
+class DecodeProgress(io.StringIO):
+    """fairseq-generate's stdout, kept whole, that counts the sentences decoded (its ``H-`` lines, written a batch at a
+    time) and prints ``[pe-generate] decoded 640 of 1014 sentences (63%) in 32 s`` on stderr when a batch comes
+    ``every`` seconds (default PROGRESS_SECONDS) or more after the last line (or the start). ``clock``: seconds
+    (time.monotonic; a fake one in tests)."""
+
+    def __init__(self, total: int, every: Optional[float] = None, clock: Callable[[], float] = time.monotonic):
+        super().__init__()
+        self.total, self.clock, self.done = total, clock, 0
+        self.every = PROGRESS_SECONDS if every is None else every
+        self.start = self.last = clock()
+
+    def write(self, text: str) -> int:
+        self.done += sum(1 for line in text.split("\n") if line.startswith("H-"))
+        if (now := self.clock()) - self.last >= self.every:
+            self.last = now
+            print(f"[pe-generate] decoded {self.done} of {self.total} sentences ({100 * self.done / self.total:.0f}%) "
+                  f"in {now - self.start:.0f} s", file=sys.stderr, flush=True)
+        return super().write(text)
+
+
+def fairseq_generate(args, total: Optional[int] = None) -> Tuple[int, str]:
     """``python -m fairseq_cli.generate ARGS`` in this process: its parser and main, untouched. torch, fairseq and the
     plugin are imported already (the average and the position check above need them), where a child process
     imported them again (seconds per decode). Returns its exit status and what it prints on stdout (the hypotheses
-    and its scores). Its log lines go where this process logs, to stderr as in a process of its own (importing
+    and its scores); with ``total``, the sentences of the split, a progress line every PROGRESS_SECONDS of decoding
+    (``DecodeProgress``). Its log lines go where this process logs, to stderr as in a process of its own (importing
     fairseq configures the root logger, so fairseq-generate's ``logging.basicConfig`` adds nothing); a handler its
     basicConfig adds to a bare root logger is removed after it, with the root logger's level."""
     from fairseq_cli import generate as fairseq_cli_generate
 
-    root, out, argv = logging.getLogger(), io.StringIO(), sys.argv
+    root, out, argv = logging.getLogger(), io.StringIO() if total is None else DecodeProgress(total), sys.argv
     handlers, level = root.handlers[:], root.level
     sys.argv = ["fairseq-generate", *map(str, args)]
     try:
@@ -193,14 +218,16 @@ def check_positions(checkpoint: Path, data: Path, subset: str, src: str, tgt: st
                    f"them with --pe-beyond-max clamp (positions beyond the limit reuse the last row), or retrain "
                    f"with larger --max-source-positions / --max-target-positions (PosNet: --posnet-max-positions)")
             return None
-        return {"mode": mode, "pe": lim.pe, "encoder_limit": lim.encoder, "decoder_limit": lim.decoder, "sources": []}
+        return {"mode": mode, "pe": lim.pe, "encoder_limit": lim.encoder, "decoder_limit": lim.decoder, "sources": [],
+                "sentences": n}
     ids = beyond(src_sizes, lim.encoder)
     if ids:
         print(f"warning: {len(ids)} of {n} {subset} sentences are longer than the {lim.encoder} source positions of "
               f"pe {lim.pe}, sentence ids {describe(ids, {i: f'{src_sizes[i]} tokens' for i in ids})}; they are "
               f"translated with positions >= {lim.encoder} reusing the last row (--pe-beyond-max clamp; "
               f"--pe-beyond-max error stops instead)", file=sys.stderr)
-    return {"mode": mode, "pe": lim.pe, "encoder_limit": lim.encoder, "decoder_limit": lim.decoder, "sources": ids}
+    return {"mode": mode, "pe": lim.pe, "encoder_limit": lim.encoder, "decoder_limit": lim.decoder, "sources": ids,
+            "sentences": n}
 
 
 def count_long_hypotheses(text: str, limits: dict) -> None:
