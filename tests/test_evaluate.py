@@ -987,6 +987,26 @@ def test_a_file_without_its_meta_is_compared_only_when_asked_and_marked_unchecke
             "sape": "", "rope": f"run 1: {away} has no meta file ({away}.meta.json)"}
 
 
+def test_the_table_names_the_updates_changed_flags_and_decode_of_the_runs_it_compares(tmp_path):
+    """results.md says what the compared runs are: their recipe, pair, size, updates, changed flags and decode, once
+    when every run is alike, else each kind with its systems (a run compared with --allow-mismatch); a file
+    without a meta file adds nothing (--allow-unchecked)."""
+    base = decode_folder(tmp_path, "sape", RUN, checkpoints=AVERAGE4)
+    rope = decode_folder(tmp_path, "rope", dict(RUN, method="rope"), checkpoints=AVERAGE4, lines=DE[::-1])
+    short = decode_folder(tmp_path, "alibi", dict(RUN, method="alibi", updates=200, changes="--max-update 200"),
+                          checkpoints=["checkpoint_2_200.pt"], lines=DE[::-1])
+    plain = write_lines(tmp_path / "plain.de", DE[1:] + DE[:1])
+    alike = "multi30k en-de small, 1500 updates, the recipe's flags, decoded from average of 4 checkpoints spanning " \
+            "300 updates"
+    assert compare(tmp_path, f"sape={base}", f"rope={rope}", f"mine={plain}", extra=["--allow-unchecked"]) == 0
+    assert f" Runs: {alike}. " in (tmp_path / "out" / "results.md").read_text()
+    assert compare(tmp_path, f"sape={base}", f"rope={rope}", f"alibi={short}", extra=["--allow-mismatch"]) == 0
+    assert f" Runs: {alike} (sape, rope); multi30k en-de small, 200 updates, flags changed: --max-update 200, " \
+           "decoded from 1 checkpoint (alibi). " in (tmp_path / "out" / "results.md").read_text()
+    runs = {s["name"]: s["runs"][0]["identity"] for s in json.loads((tmp_path / "out" / "results.json").read_text())["systems"]}
+    assert runs["alibi"]["updates"] == 200 and runs["sape"]["changes"] == ""
+
+
 def test_every_run_of_the_baseline_is_checked_like_a_system(tmp_path, capsys):
     """The baseline's runs are checked against its first run as a system's are against theirs: a second seed of
     another size is refused (a system paired with it would pass otherwise)."""

@@ -17,8 +17,8 @@ def build_report(inputs: Inputs, scored: Dict[str, Any], args: argparse.Namespac
     for s in [inputs.baseline] + inputs.systems:
         is_base = s is inputs.baseline
         runs = [
-            {"run": r + 1, "file": f, "meta": m, "scores": scored["results"][(s.name, r)]}
-            for r, (f, m) in enumerate(zip(s.files, s.run_meta))
+            {"run": r + 1, "file": f, "meta": m, "identity": i, "scores": scored["results"][(s.name, r)]}
+            for r, (f, m, i) in enumerate(zip(s.files, s.run_meta, s.identities))
         ]
         summary = {spec.key: summarise([run["scores"][spec.key] for run in runs], is_base) for spec in METRICS}
         for spec in METRICS:
@@ -56,6 +56,33 @@ def shown_name(s: Dict[str, Any]) -> str:
     """A system's name in the table, with what it is compared as: baseline, mismatched, unchecked."""
     return " ".join([s["name"]] + (["(baseline)"] if s["baseline"] else []) + ([MISMATCH] if s.get("mismatch") else [])
                     + ([UNCHECKED] if s.get("unchecked") else []))
+
+
+def described_run(identity: Dict[str, Any]) -> str:
+    """A run's identity in words, method and seed aside: ``multi30k en-de small, 200 updates, flags changed:
+    --max-update 200, decoded from 1 checkpoint``."""
+    parts = [" ".join(str(identity[k]) for k in ("recipe", "pair", "size") if identity.get(k))]
+    if identity.get("updates") is not None:
+        parts.append(f"{identity['updates']} updates")
+    if "changes" in identity:
+        parts.append(f"flags changed: {identity['changes']}" if identity["changes"] else "the recipe's flags")
+    if identity.get("decode"):
+        parts.append(f"decoded from {identity['decode']}")
+    return ", ".join(p for p in parts if p)
+
+
+def runs_note(report: Dict[str, Any]) -> str:
+    """What the compared runs are (their updates, changed flags and decode; ``described_run``), each kind once with
+    the systems whose runs it describes when they are not all alike; "" when no run's identity is known."""
+    kinds: Dict[str, List[str]] = {}
+    for s in report["systems"]:
+        for run in s["runs"]:
+            if run.get("identity"):
+                names = kinds.setdefault(described_run(run["identity"]), [])
+                names += [] if s["name"] in names else [s["name"]]
+    if len(kinds) == 1:
+        return f"Runs: {next(iter(kinds))}."
+    return "Runs: " + "; ".join(f"{kind} ({', '.join(names)})" for kind, names in kinds.items()) + "." if kinds else ""
 
 
 def cell(summary: Dict[str, Any], width: int) -> str:
@@ -105,6 +132,8 @@ def render_markdown(report: Dict[str, Any], width: int) -> str:
     notes = [f"{report['segments']} segments of `{report['reference']}`; {t['name']} against {report['baseline']} "
              f"({t['n_samples']} samples, seed {t['seed']}): `++`/`+` better at p < 0.05 / p < 0.10, "
              "`--`/`-` worse."]
+    if runs := runs_note(report):
+        notes.append(runs)
     if 1 in n_runs:
         notes.append("One run: score (bootstrap mean ± 95% CI; p-value).")
     if n_runs - {1}:
