@@ -50,6 +50,7 @@ from pe_tools.recipes import load_table
 from pe_tools.recipes import queue as pe_queue
 from pe_tools.recipes.results import max_update_of
 from pe_tools.recipes.train import size_entry
+from pe_tools.runs.run_dir import COMMAND, recorded as is_recorded
 
 CHECKOUT = Path(__file__).resolve().parents[1]
 PASSES = 3  # pe-queue passes at most, while runs are left unrecorded and time is left
@@ -73,7 +74,7 @@ def headline_methods(results: Path = CHECKOUT / REFERENCE_RUNS) -> List[str]:
     in the recipe table's method order (SAPE, the baseline, first)."""
     table = load_table("multi30k")
     recorded = {p.name.split(".")[0] for p in Path(results).glob(f"*.en-fr.{REFERENCE_SIZE}.seed{SEED}")
-                if (p / "command.json").is_file()}
+                if is_recorded(p.parent, p.name)}
     return [m for m in table["method"] if m in recorded]
 
 
@@ -195,7 +196,7 @@ def pinned_code(commit: Optional[str], work: Path, say) -> Path:
 
 def whole_records(records: Path) -> List[Path]:
     """The record folders under ``records`` that pe-record finished (renamed from its temporary name)."""
-    return sorted(c.parent for c in records.rglob("command.json")
+    return sorted(c.parent for c in records.rglob(COMMAND)
                   if not any(part.startswith(".") for part in c.parent.relative_to(records).parts))
 
 
@@ -281,7 +282,7 @@ def run_window(a) -> int:
     name_of = lambda run: f"{run.method}.{run.pair}.{size_of(run)}.seed{run.seed}"  # noqa: E731  its record's name
     todo = []
     for run in runs:
-        if (run.into / name_of(run) / "command.json").is_file():
+        if is_recorded(run.into, name_of(run)):
             say(f"{name_of(run)}: recorded in {run.into} already; skipped")
             state["runs"][name_of(run)] = "recorded before"
         else:

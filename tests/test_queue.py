@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -328,7 +329,7 @@ def test_progress_takes_the_checkpoints_count_where_the_log_lags(tmp_path):
     """A run killed after its last checkpoint and before the tee wrote fairseq's last lines has trained to the
     checkpoint's update (checkpoint_files.updates_of), which the queue's check after pe-train reads; a log ahead of
     its checkpoint (the updates since it) is read as it is."""
-    from test_annealed import save_checkpoint
+    from pe_runs import save_checkpoint
 
     run = queue.Run(1, "multi30k", "sape", "en-de", "annealed", 1, {"runs-dir": str(tmp_path)})
     run.run_dir.mkdir(parents=True)
@@ -374,7 +375,7 @@ def fake_chain_run(tmp_path: Path, reached: int, top: int = 6):
     """A run directory and a ``step`` for queue.run_chain that records each step and does what it stands for:
     training writes command.json (--max-update ``top``) and a checkpoint_last.pt at update ``reached`` unless
     there is one (pe-train does nothing for a finished run), a decode its hypothesis file."""
-    from test_annealed import save_checkpoint
+    from pe_runs import save_checkpoint
 
     run_dir, steps = tmp_path / "run", []
 
@@ -476,7 +477,7 @@ def test_status_shows_where_a_run_no_job_works_on_resumes(tmp_path):
     shows the update it resumes from: checkpoint_last.pt's, or a newer numbered checkpoint's (as repair makes it);
     a run being trained shows the log's. "done" only when train.finished says so. Seen failing with status_table
     reading p["updates"] for every run."""
-    from test_annealed import save_checkpoint
+    from pe_runs import save_checkpoint
 
     run = queue.Run(1, "multi30k", "sape", "en-de", "annealed", 1, {"runs-dir": str(tmp_path)})
     run.run_dir.mkdir(parents=True)
@@ -695,18 +696,80 @@ def test_a_decode_counts_only_when_newer_than_the_last_checkpoint(tmp_path, hyp_
     assert decoded(tmp_path, "de", None) is (hyp_age > 0)
 
 
-@pytest.mark.parametrize("hyp_age", [-1, 0, 1])
-def test_a_decode_counts_only_when_newer_than_the_last_checkpoint(tmp_path, hyp_age):
-    """pe_tools/recipes/queue.decoded (survivor: ``hyp mtime > last mtime`` -> ``>=``): a decode written in the
-    same instant as the last checkpoint is not known to be of it, so it is done again; older: again; newer: done."""
-    import os
+# ---- one writer of a run's chain (RUN/run.lock: pe_tools/runs/run_dir.py, taken by the queue and each step) -----
+def test_a_second_writer_of_any_step_is_refused_while_a_queue_works_on_the_run(data_bin, tmp_path, monkeypatch,
+                                                                                capsys):
+    """While a local queue works on a run (its chain holds RUN/run.lock), a second writer of each step is refused
+    at once naming that queue: pe-train and pe-generate here, pe-record in another process, and a second queue
+    naming the same run (its state "refused: ...", not a step of its own). RUN/queue.log holds the first queue's
+    lines alone, so its status still says its own last step (no "failed" note)."""
+    from pe_tools.recipes import generate, launch, run_state
 
-    from pe_tools.recipes.queue import decoded
+    monkeypatch.setattr(run_state, "LOCK_TRIES", 1)
+    monkeypatch.setattr(queue, "CHAIN_WAIT", 0)
+    runs_dir = tmp_path / "runs"
+    qfile, other = tmp_path / "q.txt", tmp_path / "other.txt"
+    for f in (qfile, other):
+        f.write_text(f"multi30k sape en-de annealed 1 data={data_bin} runs-dir={runs_dir}\n")
+    (run,) = queue.parse_queue(qfile)
+    first = queue.Queue(qfile, [run], REPO, 1, 1, log=lambda line: None)
+    second = queue.Queue(other, queue.parse_queue(other), REPO, 1, 1, log=lambda line: None)
+    refusals = {}
 
-    (tmp_path / "gen").mkdir()
-    hyp, last = tmp_path / "gen" / "hyp.detok.de", tmp_path / "checkpoint_last.pt"
-    hyp.write_text("x\n")
-    last.write_bytes(b"")
-    os.utime(last, ns=(10**18, 10**18))
-    os.utime(hyp, ns=(10**18 + hyp_age * 10**9,) * 2)
-    assert decoded(tmp_path, "de", None) is (hyp_age > 0)
+    def step(self, run, args, log_file):  # the first queue's pe-train: while it runs, the others try
+        log_file.write_text("[queue] python -m pe_tools.recipes.launch train sape\n")
+        (run.run_dir / "command.json").write_text(json.dumps({"recipe": "multi30k", "method": "sape", "pair": "en-de",
+                                                              "argv": ["--max-update", "6"], "extra": []}))
+        refusals["train"] = launch.main(["train", "sape", "--recipe", "multi30k", "--data", str(data_bin),
+                                         "--runs-dir", str(runs_dir), "--size", "annealed"])
+        refusals["generate"] = generate.generate(SimpleNamespace(run_dir=str(run.run_dir)))
+        refusals["record"] = subprocess.run([sys.executable, "-m", "pe_tools.recipes.launch", "record",
+                                             str(run.run_dir), "--into", str(tmp_path / "into")], cwd=REPO,
+                                            capture_output=True, text=True)
+        refusals["queue"] = second.process(run)
+        with open(log_file, "a") as log:
+            log.write("[queue] train done\n")
+        return 0
+
+    monkeypatch.setattr(queue.Queue, "step", step)
+    assert first.process(run).startswith("failed: training stopped at update 0")  # the stand-in trained nothing
+    err = capsys.readouterr().err
+    assert refusals["train"] == 2 and f"{run.run_dir} is being written by pid {os.getpid()}" in err, err
+    assert f"(pe-queue run {qfile})" in err and err.count("error: ") == 2, err
+    assert refusals["generate"] == 2 and f"{run.run_dir / 'run.lock'} is held by pid {os.getpid()}" in err
+    assert refusals["record"].returncode == 2 and f"(pe-queue run {qfile})" in refusals["record"].stderr
+    assert refusals["queue"].startswith(f"refused: {run.run_dir / 'run.lock'} is held by pid {os.getpid()} ")
+    assert f"(pe-queue run {qfile})" in refusals["queue"]
+    assert (run.run_dir / "queue.log").read_text() == ("[queue] python -m pe_tools.recipes.launch train sape\n"
+                                                       "[queue] train done\n")
+    assert queue.failed_step(run) is None and not (tmp_path / "into").exists()
+    assert second.process(run).startswith("failed: training stopped")  # the first queue done: the run is free
+
+
+@pytest.mark.parametrize("made_from", ["this run", "another run", None])
+def test_status_says_recorded_only_for_a_record_of_this_run_directory(made_from, tmp_path):
+    """pe-queue status's "recorded" column: yes for a record made from the queue's own run directory (its
+    command.json is the run's), no for a record of the same name made from another one (a committed record of
+    examples/ is not the user's queue's) and no without a record; a hidden record folder never counts."""
+    into = tmp_path / "results"
+    run = queue.Run(1, "multi30k", "sape", "en-de", "annealed", 1,
+                    {"runs-dir": str(tmp_path / "runs"), "into": str(into)})
+    run.run_dir.mkdir(parents=True)
+    (run.run_dir / "command.json").write_text(json.dumps({"method": "sape", "commit": "a" * 40, "device": "mine"}))
+    if made_from:
+        run.recorded.mkdir(parents=True)
+        theirs = {"method": "sape", "commit": "a" * 40, "device": "mine" if made_from == "this run" else "theirs"}
+        (run.recorded / "command.json").write_text(json.dumps(theirs, indent=1))
+    (into / f".{run.name}.tmp1").mkdir(parents=True)
+    (into / f".{run.name}.tmp1" / "command.json").write_text((run.run_dir / "command.json").read_text())
+    assert queue.progress(run)["recorded"] == (made_from == "this run")
+
+
+def test_status_of_a_run_named_like_a_committed_example_is_not_recorded(tmp_path):
+    """A user's queue line with no into= records into the recipe's results folder, examples/multi30k/results, which
+    holds a committed record of the same name: not this run's (its run directory has its own command.json)."""
+    run = queue.Run(1, "multi30k", "alibi", "en-de", "small", 1, {"runs-dir": str(tmp_path / "runs")})
+    assert (REPO / run.recorded / "command.json").is_file() or (run.recorded / "command.json").is_file()
+    run.run_dir.mkdir(parents=True)
+    (run.run_dir / "command.json").write_text(json.dumps({"method": "alibi", "device": "a machine of the user"}))
+    assert queue.progress(run)["recorded"] is False

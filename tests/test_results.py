@@ -4,17 +4,18 @@ decoded, recorded and reported) is in tests/test_recipes.py::test_train_resume_a
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 
 import pytest
 
-from pe_runs import stand_in_checkpoint
+from pe_runs import BAD, COMMAND, GOOD, REF, stand_in_checkpoint, write_run
 from pe_shell import NASTY, bash_argv
 from pe_testing import REPO as REPO_ROOT
-from pe_tools import machine
+from pe_tools import locks, machine
 from pe_tools.recipes import generate, launch, results, run_state, train
 from pe_tools.scoring import cli as scoring_cli
 from pe_tools.scoring import report
@@ -35,9 +36,6 @@ LOG = """\
 2026-01-01 11:00:06 | INFO | train_inner | epoch 001:      6 / 9 loss=8.25, nll_loss=8.1, ppl=274, wps=10, ups=0.5, num_updates=6, lr=3e-07, gnorm=2.9, train_wall=12, wall=0
 2026-01-01 11:00:08 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 8.7 | nll_loss 8.6 | ppl 416 | wps 40 | wpb 30 | bsz 2 | num_updates 6 | best_loss 8.5
 """
-COMMAND = {"recipe": "multi30k", "method": "rope", "pair": "en-de", "size": "small", "seed": 1, "data": "d",
-           "argv": ["python", "-m", "fairseq_cli.train", "d", "--arch", "transformer_rope_tiny", "--max-update", "4",
-                    "--max-update", "6"], "threads": "1", "device": "Some CPU"}
 
 
 def test_training_summary_of_a_resumed_log():
@@ -73,44 +71,6 @@ def test_the_last_update_logged_only_in_its_spaced_form_counts(tmp_path):
     argv = ["--arch", "transformer_rope_tiny", "--max-update", "7"]
     s = results.training_summary(LOG_ODD_END, dict(COMMAND, argv=argv))
     assert (s["updates"], s["max_update"], s["valid_loss"]) == (7, 7, 8.5)
-
-
-def run_log(params: int, seconds: int, updates: int) -> str:
-    """A one-segment fairseq-train log of ``params`` parameters that ran ``seconds`` to update ``updates``."""
-    end = datetime(2026, 1, 1, 10) + timedelta(seconds=seconds)
-    return (f"2026-01-01 10:00:00 | INFO | fairseq_cli.train | {{'_name': None}}\n"
-            f"2026-01-01 10:00:00 | INFO | pe_plugin | arch transformer_x_tiny | params total {params:,} | pe-only 0 | pe:x\n"
-            f"{end:%Y-%m-%d %H:%M:%S} | INFO | train_inner | epoch 001:  1 / 9 loss=5.0, num_updates={updates}, wall=0\n"
-            "/venv/lib/python3.11/site-packages/torch/nn/functional.py:6802: UserWarning: deprecated\n")
-
-
-def write_run(tmp_path, method, seed, hyp_lines, seconds, params=7_000_000, updates=6, max_update=6,
-              reached=None, decoded=None, extra=None):
-    """A finished, decoded run directory as pe-train and pe-generate leave it: checkpoint_last.pt holds update
-    ``reached`` (default ``updates``) and the decode averaged checkpoints ending at ``decoded`` (default: the same),
-    no trainer holds it; ``extra``: pe-train's flags after --."""
-    reached = updates if reached is None else reached
-    decoded = reached if decoded is None else decoded
-    run = tmp_path / "runs" / f"{method}.en-de.small.seed{seed}"
-    (run / "gen").mkdir(parents=True)
-    command = dict(COMMAND, method=method, seed=seed, argv=["--arch", f"transformer_{method}_tiny",
-                                                            "--max-update", str(max_update), *(extra or [])],
-                   **({"extra": extra} if extra is not None else {}))
-    (run / "command.json").write_text(json.dumps(command))
-    (run / "train.log").write_text(run_log(params, seconds, updates))
-    stand_in_checkpoint(run / "checkpoint_last.pt", reached)
-    (run / "gen" / "hyp.detok.de").write_text("".join(x + "\n" for x in hyp_lines))
-    checkpoints = [f"checkpoint_1_{u}.pt" for u in range(max(decoded - 2, 1), decoded + 1)]
-    (run / "gen" / "hyp.detok.de.meta.json").write_text(json.dumps({"pe_signature": f"pe:{method}",
-                                                                    "checkpoints": checkpoints}))
-    return run
-
-
-REF = ["ein mann fährt fahrrad .", "zwei hunde spielen im schnee .", "eine frau liest ein buch im park .",
-       "kinder spielen fußball auf der straße ."] * 5
-GOOD = ["ein mann fährt ein fahrrad .", "zwei hunde spielen im schnee .", "eine frau liest im park .",
-        "kinder spielen fußball auf der straße ."] * 5
-BAD = ["mann fahrrad .", "hunde schnee spielen .", "frau buch park .", "straße kinder ."] * 5
 
 
 def test_record_copies_the_small_files_and_report_scores_them(tmp_path, capsys):
@@ -164,7 +124,8 @@ def test_record_copies_the_small_files_and_report_scores_them(tmp_path, capsys):
     ("finished", None),  # the other side of each boundary: a finished run, decoded at its last update
     ("unfinished", "has not finished training: checkpoint_last.pt holds update 4 of 6"),
     ("no checkpoint", "it has no whole checkpoint_last.pt (of 6 updates)"),
-    ("still training", "is still training (checkpoint_last.pt holds update 6 of 6; trainer pid"),
+    ("still training", "is still training (checkpoint_last.pt holds update 6 of 6; trainer pid"),  # train.lock alone
+    ("being written", "run.lock is held by pid"),  # pe-train: the run's writer lock too
     ("early decode", "averages checkpoints ending at update 4, not the run's last update 6"),
     ("partial decode", "was made with --partial"),
     ("old meta", "names no update checkpoints in its meta file"),
@@ -175,7 +136,8 @@ def test_record_copies_the_small_files_and_report_scores_them(tmp_path, capsys):
 def test_record_refuses_what_a_table_must_not_trust(case, expect, tmp_path, capsys):
     """pe-record takes a run only when ``train.finished`` says so (no live trainer, checkpoint_last.pt at the
     --max-update) and each decode's checkpoints end at that last update (issue 56: a decode of checkpoints 20-80 of
-    a 100-update run was recorded). Seen failing with each guard removed in turn."""
+    a 100-update run was recorded), and never while another process writes the run (RUN/run.lock). Seen failing
+    with each guard removed in turn."""
     run = write_run(tmp_path, "sape", 1, GOOD, 60, reached={"unfinished": 4, "log behind": 6}.get(case),
                     decoded=4 if case in ("early decode", "unfinished") else None,
                     updates=5 if case == "log behind" else 6)
@@ -191,7 +153,8 @@ def test_record_refuses_what_a_table_must_not_trust(case, expect, tmp_path, caps
         os.utime(hyp, (hyp.stat().st_mtime - 60, hyp.stat().st_mtime - 60))
     if case == "undecoded":
         (run / "gen" / "hyp.detok.de").unlink()
-    with train.trainer_lock(run) if case == "still training" else open(os.devnull):
+    with train.trainer_lock(run) if case == "being written" else \
+            locks.hold(run / train.TRAINER_LOCK) if case == "still training" else open(os.devnull):
         rc = launch.main(["record", str(run), "--into", str(tmp_path / "recorded")])
     err = capsys.readouterr().err
     if expect is None:
@@ -312,11 +275,15 @@ def test_the_trainer_lock_lasts_as_long_as_the_trainer_beneath_pe_train(tmp_path
     with train.trainer_lock(run) as fd:
         child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE,
                                  pass_fds=(fd,))
+        with pytest.raises(train.TrainerBusy, match=rf"{run} is being written by pid {os.getpid()} on .* since .* "
+                                                    rf"\(pe-train\) \({run / 'run.lock'}\); wait for it"):
+            with train.trainer_lock(run, tries=2):
+                pass
+    try:  # the run's writer lock is free now, the trainer's is the child's
         with pytest.raises(train.TrainerBusy, match=rf"{run} is being trained by pid {os.getpid()} on .* since .*"
                                                     rf"\({run / train.TRAINER_LOCK}\); wait for it"):
             with train.trainer_lock(run, tries=2):
                 pass
-    try:
         assert train.live_trainer(run) == json.loads((run / train.TRAINER_LOCK).read_text())  # the child holds it
     finally:
         child.communicate("")
@@ -338,7 +305,7 @@ def test_pe_train_refuses_a_run_another_trainer_holds_and_records_its_extra_flag
     run = runs / "sape.en-de.small.seed1"
     with train.trainer_lock(run):
         assert launch.main(argv) == 2
-    assert "is being trained by pid" in capsys.readouterr().err and not calls
+    assert "is being written by pid" in capsys.readouterr().err and not calls
     assert launch.main(argv) == 0
     (cmd, kw, holder), = calls
     assert holder["pid"] == os.getpid() and kw["pass_fds"] and kw["on_line"].__self__.top == 4
@@ -707,3 +674,150 @@ def test_pe_trains_first_progress_note_paces_from_the_checkpoints_update_or_zero
     (note,) = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("[pe-train] ")]
     assert note.startswith(f"[pe-train] update 3 of 4 (75%), {pace:.2f} s/update, finish ~ "), note
     assert json.loads((run / "command.json").read_text())["method"] == "sape"
+
+
+# ---- a record published whole or not at all, by one writer (pe_tools/runs/run_dir.py, ``publish``) ------------
+RECORD_CHILD = """
+import sys
+from pe_tools.recipes import results
+print("ready", flush=True)
+sys.stdin.readline()
+results.record(sys.argv[1], sys.argv[2])
+"""
+
+
+def test_a_sigterm_at_any_moment_of_pe_record_leaves_a_whole_record_or_none(tmp_path):
+    """pe-record killed with SIGTERM 0, 5, 10, ... ms after it starts (until one run ends before its signal), over
+    no record and over an earlier whole one: every folder a reader finds (the results folder's */command.json, as
+    pathlib's glob finds them, hidden names included) holds exactly the files of an uninterrupted record, and the
+    one that listing readers use (``records``) agrees; nothing of the killed one is left in .pe-record/."""
+    from pe_tools.runs.run_dir import STAGING, records
+
+    run = write_run(tmp_path, "sape", 1, GOOD, 60)
+    seen_records, ended, delay = [], False, 0
+    while not ended and delay <= 2000:
+        for earlier in (False, True):
+            into = tmp_path / f"into{delay}{earlier}"
+            if earlier:
+                results.record(run, into)
+            child = subprocess.Popen([sys.executable, "-c", RECORD_CHILD, str(run), str(into)], cwd=REPO_ROOT,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            assert child.stdout.readline() == "ready\n"
+            child.stdin.write("go\n")
+            child.stdin.flush()
+            try:
+                child.wait(delay / 1000)
+            except subprocess.TimeoutExpired:
+                child.send_signal(signal.SIGTERM)
+            rc = child.wait()
+            ended = ended or rc == 0
+            assert rc in (0, -signal.SIGTERM, 128 + signal.SIGTERM), rc
+            seen = sorted(p.parent for p in into.glob("*/command.json"))
+            assert seen == records(into) and len(seen) <= 1, (delay, seen)
+            assert len(seen) == 1 or not earlier  # the earlier record stays until the new one replaces it
+            seen_records += [{p.relative_to(f): p.read_bytes() for p in f.rglob("*") if p.is_file()} for f in seen]
+            assert not list((into / STAGING).glob("*")), delay
+        delay += 5
+    assert ended
+    whole = results.record(run, tmp_path / "reference")  # the reference: an uninterrupted record
+    want = {p.relative_to(whole): p.read_bytes() for p in whole.rglob("*") if p.is_file()}
+    assert seen_records and all(r == want for r in seen_records)
+
+
+@pytest.mark.parametrize("earlier", [False, True])
+def test_a_sigterm_while_a_record_is_written_ends_it_with_no_trace_and_the_earlier_record_whole(earlier, tmp_path,
+                                                                                                monkeypatch):
+    """SIGTERM delivered once publish has written every file of a record, before it renames the folder into place:
+    readers then see the earlier whole record or none (not the one being written), and the process ends (exit 143)
+    after removing its folder in .pe-record/, the earlier record left whole."""
+    from pe_tools.runs import run_dir
+    from pe_tools.runs.run_dir import STAGING, publish, records
+
+    into = tmp_path / "into"
+    if earlier:
+        publish(into, "r", {"command.json": "{}", "a": "old"})
+    seen, write_all_atomic = [], run_dir.write_all_atomic
+
+    def written_then_terminated(outputs):
+        write_all_atomic(outputs)
+        seen.extend(sorted(p.parent for p in into.glob("*/command.json")))
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(run_dir, "write_all_atomic", written_then_terminated)
+    with pytest.raises(SystemExit) as e:
+        publish(into, "r", {"command.json": "{}", "a": "new"})
+    monkeypatch.undo()
+    assert e.value.code == 128 + signal.SIGTERM
+    assert seen == records(into) == ([into / "r"] if earlier else []) and not (into / STAGING).exists()
+    assert not earlier or (into / "r" / "a").read_text() == "old"
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # the handler before it, back
+
+
+def test_records_skip_a_hidden_folder_that_an_older_pe_record_left(tmp_path):
+    """A killed pe-record of an older version left .NAME.tmpPID/ with a command.json beside the records: no
+    reader of ``records`` takes it (pe-report scored it before)."""
+    from pe_tools.runs.run_dir import records
+
+    for name in ("r", ".r.tmp123"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "command.json").write_text("{}")
+    assert records(tmp_path) == [tmp_path / "r"]
+
+
+@pytest.mark.parametrize("same_run", [True, False])
+def test_pe_record_removes_what_a_killed_pe_record_of_the_run_left(same_run, tmp_path):
+    """What a pe-record killed outright (SIGKILL) left of a run (its folder in RESULTS/.pe-record/, or an older
+    version's hidden .NAME.tmpPID beside the records) is removed by the next pe-record of that run, and only of
+    that run: another run's is another pe-record's, perhaps still writing."""
+    from pe_tools.runs.run_dir import STAGING
+
+    run = write_run(tmp_path, "sape", 1, GOOD, 60)
+    into = tmp_path / "into"
+    name = run.name if same_run else run.name + "0"
+    left = [into / STAGING / f"{name}.12345", into / f".{name}.tmp12345"]
+    for folder in left:
+        folder.mkdir(parents=True)
+        (folder / "command.json").write_text("{}")
+    results.record(run, into)
+    assert [folder.exists() for folder in left] == [not same_run] * 2
+
+
+def test_a_second_writer_of_a_run_is_refused_by_pe_record_naming_the_holder(tmp_path):
+    """pe-record while another process writes the run (holds RUN/run.lock: a pe-generate here) is refused at once,
+    naming the holder, and records nothing; once it ends, the run is recorded."""
+    import fcntl
+
+    run = write_run(tmp_path, "sape", 1, GOOD, 60)
+    fd = os.open(run / "run.lock", os.O_RDWR | os.O_CREAT)
+    os.write(fd, json.dumps({"pid": 4242, "host": "n1", "what": "pe-generate"}).encode())
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        with pytest.raises(results.RecordError, match=rf"^{run / 'run.lock'} is held by pid 4242 on n1 \(pe-generate\); "
+                                                      rf"it writes the run \(train, decode or record\)"):
+            results.record(run, tmp_path / "into")
+    finally:
+        os.close(fd)
+    assert not (tmp_path / "into").exists()
+    assert (results.record(run, tmp_path / "into") / "command.json").is_file()
+
+
+@pytest.mark.parametrize("name", [None, "partial"])
+def test_a_refused_partial_decode_names_the_move_only_for_a_named_one(name, tmp_path):
+    """pe-record of a finished run with an old --partial decode: for a named one (RUN/gen/partial), the message
+    names the move that records the run without it, and after that move the run is recorded; the default decode
+    has no such way out (the message asks for a decode alone)."""
+    run = write_run(tmp_path, "sape", 1, GOOD, 60)
+    gen = run / "gen"
+    folder = gen / name if name else gen
+    folder.mkdir(exist_ok=True)
+    (folder / "hyp.detok.de").write_text("x\n")
+    (folder / "hyp.detok.de.meta.json").write_text(json.dumps({"partial": {"why": "w"}}))
+    with pytest.raises(results.RecordError, match="was made with --partial") as e:
+        results.record(run, tmp_path / "into")
+    message = str(e.value)
+    assert ("mv " in message) == bool(name), message
+    if name:
+        move = shlex.split(message[message.index("mv "):])
+        assert move[:2] == ["mv", str(folder)] and bash_argv(message[message.index("mv "):], tmp_path) == move
+        subprocess.run(move, check=True)
+        assert (results.record(run, tmp_path / "into") / "command.json").is_file()

@@ -96,3 +96,35 @@ def test_no_import_cycle():
     graph = {m: imports_of(f, m, set(modules)) for m, f in modules.items()}
     assert graph["pe_tools.scoring.inputs"] >= {"pe_tools.scoring.generate_output"}  # the finder sees imports
     assert cycles(graph) == []
+
+
+# ---- one module reads and writes a run directory's records (pe_tools/runs/run_dir.py) --------------------------
+RUN_RECORDS = ("command.json", "run.lock", ".pe-record")  # files and folders only run_dir.py names as paths
+
+
+def names_as_path(source: str, names=RUN_RECORDS) -> list:
+    """The lines where ``source`` names one of ``names`` as a string of its own (a path part or a glob such as
+    "*/command.json"): not in a docstring, not inside an f-string (a message to the user)."""
+    tree = ast.parse(source)
+    skip = {id(n.body[0].value) for n in ast.walk(tree)
+            if isinstance(n, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.body
+            and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    skip |= {id(v) for n in ast.walk(tree) if isinstance(n, ast.JoinedStr) for v in n.values}
+    return [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+            and id(n) not in skip and any(n.value == x or n.value.endswith("/" + x) for x in names)]
+
+
+def test_the_finder_of_run_record_paths_sees_a_path_and_not_a_message():
+    assert names_as_path('p = run / "command.json"\nq = sorted(d.glob("*/command.json"))\n') == [1, 2]
+    assert names_as_path('"""Reads command.json."""\nraise E(f"{run} has no command.json")\n') == []
+
+
+def test_only_the_run_dir_module_names_a_run_directorys_records():
+    """command.json (the command record), run.lock (the run's writer) and .pe-record (records being written) are
+    read, written and listed through pe_tools/runs/run_dir.py alone: no other module of the tools names them as a
+    path (today 9 reads of command.json in 7 modules went through it)."""
+    found = {str(f.relative_to(ROOT)): lines for folder in ("pe_tools", "devtools", "scripts")
+             for f in sorted((ROOT / folder).rglob("*.py"))
+             if (lines := names_as_path(f.read_text(encoding="utf-8")))}
+    assert found == {"pe_tools/runs/run_dir.py": found.get("pe_tools/runs/run_dir.py")}
+    assert found["pe_tools/runs/run_dir.py"]  # the finder sees the module's own names

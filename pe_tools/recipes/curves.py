@@ -9,7 +9,6 @@ fairseq's ``nll_loss`` on the validation set (cross-entropy in bits per target t
 Standard library except for the plot (matplotlib).
 """
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Dict, List, Optional
@@ -17,6 +16,7 @@ from typing import Dict, List, Optional
 from ..command_line import fail
 from ..figures import png_bytes, pyplot
 from ..file_io import csv_text, write_atomic
+from ..runs.run_dir import read_command, records
 from ..scoring.style import system_style
 from . import load_table, training_log
 
@@ -32,14 +32,14 @@ def curves(results: Path, pair: str, seed: Optional[int], sizes: Optional[List[s
     """One row per validation of every recorded run of ``pair`` (and ``seed``, ``sizes``, ``methods`` when
     given)."""
     rows = []
-    for cmd_file in sorted(Path(results).glob("*/command.json")):
-        c = json.loads(cmd_file.read_text(encoding="utf-8"))
+    for folder in records(results):
+        c = read_command(folder)
         if c.get("pair") != pair or (seed is not None and int(c["seed"]) != seed) or (sizes and c["size"] not in sizes) \
                 or (methods and c["method"] not in methods):
             continue
-        log = cmd_file.parent / "train.log"
+        log = folder / "train.log"
         for p in valid_curve(log.read_text(encoding="utf-8") if log.is_file() else ""):
-            rows.append({"run": cmd_file.parent.name, "method": c["method"], "size": c["size"], "seed": int(c["seed"]),
+            rows.append({"run": folder.name, "method": c["method"], "size": c["size"], "seed": int(c["seed"]),
                          **p})
     return rows
 

@@ -23,6 +23,7 @@ from ..command_line import fail
 from ..fairseq_plugin import plugin_dir
 from ..file_io import write_atomic
 from ..naming import is_pe_arch
+from ..runs.run_dir import RunRecordError, read_command, writes_run
 from . import results, training_log
 from .train import cuda, training_state
 
@@ -35,12 +36,14 @@ DECODE_BATCH = ["--batch-size", "128", "--required-batch-size-multiple", "1"]
 PROGRESS_SECONDS = 30
 
 
+@writes_run("pe-generate")
 def generate(a) -> int:
     """``pe-generate`` with the parsed arguments ``a``; returns the exit status."""
     run_dir = Path(a.run_dir)
-    if not (run_dir / "command.json").exists():
-        return fail(f"{run_dir} has no command.json; is it a run directory of pe-train?")
-    meta = json.loads((run_dir / "command.json").read_text())
+    try:
+        meta = read_command(run_dir).record
+    except RunRecordError as e:
+        return fail(str(e))
     data, (src, tgt) = Path(a.data or meta["data"]), meta["pair"].split("-")
     try:  # the parser refuses --checkpoints < 1 already
         paths = [str(p) for p in last_checkpoints(run_dir, a.checkpoints, "update")]

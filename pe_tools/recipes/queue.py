@@ -33,6 +33,7 @@ copy made beforehand; its COMMIT file names the commit). Changes to the working 
 reach its runs. The commit goes into each run's command.json, and a run begun by other code is refused, not
 resumed: a run's recorded commit is the code that trained all of it.
 """
+import contextlib
 import json
 import os
 import shlex
@@ -50,6 +51,8 @@ from typing import Callable, Dict, List, Optional
 
 from ..checkpoint_files import PATTERNS, numbered_checkpoints, updates_of
 from ..file_io import write_atomic
+from ..locks import PAUSE, Busy, handed_on
+from ..runs.run_dir import RunDir, command_of, recorded
 from . import is_recipe, load_table, recipe_names, results, training_log
 from .train import check_pair, data_dir, finished, size_entry
 
@@ -59,6 +62,7 @@ COUNTS = ("gpus", "cpus", "nodes")  # what one run asks of a cluster (pe-queue r
 OPTIONS = ("data", "runs-dir", "into") + COUNTS
 COMMIT_ENV = "PE_QUEUE_COMMIT"  # pe-train copies it into command.json (results.machine)
 CHECKOUT = Path(__file__).resolve().parents[2]  # the git checkout --pin reads (this pe_tools' own)
+CHAIN_WAIT = 200 * PAUSE  # seconds a run's chain waits for its writer lock: a killed predecessor's steps to exit
 
 
 class QueueError(ValueError):
@@ -94,6 +98,15 @@ class Run:
     @property
     def recorded(self) -> Path:
         return self.into / self.name
+
+    def is_recorded(self) -> bool:
+        """RECORDED holds the record of this run directory: a whole record (``records``) whose command.json is the
+        run's own. A record of the same name made from another run directory (a committed one of examples/, which a
+        queue records into by default) is not this queue's."""
+        if not recorded(self.into, self.name):
+            return False
+        mine, theirs = command_of(self.run_dir), command_of(self.recorded)
+        return mine is not None and theirs is not None and mine.record == theirs.record
 
     @property
     def data(self) -> Path:
@@ -322,13 +335,13 @@ def progress(run: Run) -> dict:
     """What the status view shows of a run, read from its files."""
     run_dir = run.run_dir
     log = results._read(str(run_dir / "train.log"))
-    command = json.loads((run_dir / "command.json").read_text()) if (run_dir / "command.json").is_file() else {}
-    s = results.training_summary(log, command) if log else {}
+    command = RunDir(run_dir).command_or_none()
+    s = results.training_summary(log, command.record if command else {}) if log else {}
     total = s.get("max_update") or max_update(run)
     # the checkpoint's count where the log lags behind it (a kill before the tee wrote fairseq's last lines)
     updates = max(s.get("updates", 0), updates_of(run_dir / "checkpoint_last.pt") or 0)
     out = {"run": run.name, "updates": updates, "total": total, "valid_loss": s.get("valid_loss"),
-           "commit": command.get("commit"), "recorded": (run.recorded / "command.json").is_file()}
+           "commit": command.commit if command else None, "recorded": run.is_recorded()}
     out["saved"] = saved_update(run_dir) or 0
     times = [(r.time, r.updates) for r in training_log.records(log, "train_inner") if r.updates is not None]
     if len(times) >= 2 and times[-1][1] > times[-2][1]:
@@ -349,11 +362,8 @@ def saved_update(run_dir: Path) -> Optional[int]:
 
 def finished_run(run: Run) -> bool:
     """Whether ``run`` has finished training, as train.finished (the one decider) says from its command.json."""
-    try:
-        argv = json.loads((run.run_dir / "command.json").read_text()).get("argv") or []
-    except (OSError, ValueError, AttributeError):
-        return False
-    return bool(argv) and finished(run.run_dir, argv)
+    command = command_of(run.run_dir)
+    return command is not None and bool(command.argv) and finished(run.run_dir, command.argv)
 
 
 def max_update(run: Run) -> int:
@@ -361,8 +371,8 @@ def max_update(run: Run) -> int:
 
 
 def recorded_commit(run: Run) -> Optional[str]:
-    f = run.recorded / "command.json"
-    return json.loads(f.read_text()).get("commit") if f.is_file() else None
+    command = command_of(run.recorded) if recorded(run.into, run.name) else None
+    return command.commit if command else None
 
 
 # ---------------------------------------------------------------------------------------------- running
@@ -387,9 +397,10 @@ def run_chain(run_dir: Path, tgt: str, train: List[str], step: Callable[[str, Li
     if not all(decoded(run_dir, tgt, name) for name, _ in decodes):
         if rc := step("training", train):
             return f"failed: pe-train exited {rc} (see {run_dir / 'train.log'})"
-        command = json.loads((run_dir / "command.json").read_text()) if (run_dir / "command.json").is_file() else {}
-        if not finished(run_dir, command.get("argv", [])):  # the one decider (pe_tools/recipes/train.py)
-            top, reached = results.max_update_of(command.get("argv", [])), updates_of(run_dir / "checkpoint_last.pt")
+        command = command_of(run_dir)
+        argv = command.argv if command else []
+        if not finished(run_dir, argv):  # the one decider (pe_tools/recipes/train.py)
+            top, reached = results.max_update_of(argv), updates_of(run_dir / "checkpoint_last.pt")
             return f"failed: training stopped at update {reached or 0} of {top} (see {run_dir / 'train.log'})"
         for name, n in decodes:
             if decoded(run_dir, tgt, name):
@@ -410,6 +421,7 @@ class Queue:
         self.commit, self.log = code_commit(code), log
         self.pids_file = self.path.with_name(self.path.name + ".pids")
         self.groups: Dict[str, int] = {}
+        self.held: Dict[str, int] = {}  # run name -> its writer lock's descriptor, while the queue works on it
         self.lock = threading.Lock()
         self.stopping = False
 
@@ -454,8 +466,10 @@ class Queue:
         with open(log_file, "a", encoding="utf-8") as out:
             out.write(f"[queue] {shlex.join(cmd)}\n")
             out.flush()
-            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=self.env(),
-                                    start_new_session=True)
+            held = self.held.get(run.name)  # the run's writer lock, handed on: the step works under it
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                    env=handed_on(self.env(), held) if held is not None else self.env(),
+                                    pass_fds=(held,) if held is not None else ())
             with self.lock:
                 self.groups[run.name] = proc.pid
                 self._save_pids()
@@ -476,15 +490,31 @@ class Queue:
             return rc
 
     def process(self, run: Run) -> str:
-        """Train, decode and record one run (``run_chain``); returns its final state."""
+        """Train, decode and record one run (``run_chain``) holding its writer lock (RUN/run.lock) for the whole
+        chain, handed on to each step; returns its final state, "refused: ..." naming the holder (RUN/queue.log
+        untouched) when another process writes the run."""
         if self.stopping:
             return "stopped"
-        if recorded_commit(run) == self.commit and run.recorded.is_dir():
+        if recorded_commit(run) == self.commit and run.is_recorded():
             return "recorded"
+        with contextlib.ExitStack() as lock:
+            try:
+                held = lock.enter_context(RunDir(run.run_dir).writer(f"pe-queue run {self.path}", wait=CHAIN_WAIT))
+            except Busy as e:
+                return f"refused: {e}"
+            with self.lock:
+                self.held[run.name] = held
+            try:
+                return self._process(run)
+            finally:
+                with self.lock:
+                    self.held.pop(run.name, None)
+
+    def _process(self, run: Run) -> str:
         run_dir, queue_log = run.run_dir, run.run_dir / "queue.log"
-        command = run_dir / "command.json"
-        if command.is_file() and (run_dir / "checkpoint_last.pt").exists():
-            begun = json.loads(command.read_text()).get("commit")
+        command = command_of(run_dir)
+        if command is not None and (run_dir / "checkpoint_last.pt").exists():
+            begun = command.commit
             if begun != self.commit:
                 raise QueueError(f"{run.name} (line {run.line}): {run_dir} was begun by code {begun or 'unknown'}, "
                                  f"this queue runs {self.commit}; restart the queue with --pin {begun} to finish it "

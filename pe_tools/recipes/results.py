@@ -15,8 +15,9 @@ It refuses a run that has not finished (``train.finished``: its trainer has exit
 its --max-update), a decode whose checkpoints do not end at that last update (or made with pe-generate --partial),
 and translations older than the last checkpoint. A run changed with fairseq flags after pe-train's ``--`` is not the
 recipe's own: its default DIR is RUNS/recorded beside its run directory, and a committed results folder
-(examples/RECIPE/results*) takes it only with --allow-changed. The folder is written under a temporary name and
-renamed when whole.
+(examples/RECIPE/results*) takes it only with --allow-changed. The folder is written in DIR/.pe-record/, where no
+reader looks, and renamed into place when whole (pe_tools/runs/run_dir.py, ``publish``); pe-record holds the run's
+writer lock (RUN/run.lock) meanwhile, so no other step writes the run.
 
     pe-report [--recipe multi30k] [--pair en-de] [--size small] --ref REF --out-dir DIR [pe-evaluate flags]
 
@@ -28,19 +29,20 @@ A run's identity (``IDENTITY``) decides what is compared: the runs of one report
 method and seed; a recorded run of the recipe, pair and size that differs from the baseline's in another key (its
 updates, its changed flags) stops the report (with -- --allow-mismatch, pe-evaluate marks it in the table).
 """
+import contextlib
 import json
 import os
 import re
 import shlex
-import shutil
 from datetime import datetime
 from pathlib import Path
 from typing import Dict, List, Optional
 
 from ..checkpoint_files import PATTERNS
-from ..file_io import write_atomic
+from ..locks import Busy
 from ..machine import cpu_name
 from ..naming import BASELINE
+from ..runs.run_dir import COMMAND, RunDir, RunRecordError, publish, read_command, read_meta, records
 from . import training_log
 from .run_state import max_update_of, training_state
 
@@ -205,8 +207,18 @@ def default_into(run_dir: Path, command: dict, results_dir: str) -> Path:
 
 
 def record(run_dir: Path, into: Path, allow_changed: bool = False) -> Path:
-    """Copy the small files of a finished, decoded run into ``into/RUN_NAME`` (module docstring)."""
-    run_dir, command = Path(run_dir), run_command(Path(run_dir))
+    """Copy the small files of a finished, decoded run into ``into/RUN_NAME`` (module docstring), holding the run's
+    writer lock (RUN/run.lock): refused (RecordError naming the holder) while another process writes the run."""
+    with contextlib.ExitStack() as held:
+        try:
+            held.enter_context(RunDir(run_dir).writer("pe-record"))
+        except Busy as e:
+            raise RecordError(str(e)) from None
+        return _record(Path(run_dir), into, allow_changed)
+
+
+def _record(run_dir: Path, into: Path, allow_changed: bool) -> Path:
+    command = run_command(run_dir)
     if (changed := changes(command)) and committed(into) and not allow_changed:
         raise RecordError(f"{run_dir} was trained with fairseq flags after -- ({' '.join(changed)}): not the "
                           f"recipe's own run, so not for the committed results {into}; record it elsewhere "
@@ -218,7 +230,7 @@ def record(run_dir: Path, into: Path, allow_changed: bool = False) -> Path:
     decode = f"pe-generate {shlex.quote(str(run_dir))}"  # a command to paste, whatever the folder's name holds
     if not (hyp.is_file() and meta_file.is_file()):
         raise RecordError(f"{run_dir}: no {hyp.name} and {meta_file.name} in {gen}; decode it first with {decode}")
-    meta = json.loads(meta_file.read_text(encoding="utf-8"))
+    meta = read_meta(meta_file)
     state = training_state(run_dir, command.get("argv", []))
     if not state.done:
         raise RecordError(f"{state.why_not()}; finish it (re-run its pe-train command, it resumes; or wait for its "
@@ -236,50 +248,50 @@ def record(run_dir: Path, into: Path, allow_changed: bool = False) -> Path:
         d = decode_dir(run_dir, name)
         h = d / hyp.name
         again = decode + (f" --name {shlex.quote(name)}" if name else "")
-        decoded = meta if name is None else json.loads((d / meta_file.name).read_text(encoding="utf-8"))
+        decoded = meta if name is None else read_meta(d / meta_file.name)
         ends = decode_updates({"checkpoints": decoded.get("checkpoints")}) if decoded.get("checkpoints") else None
         if decoded.get("partial") or ends != state.reached:
             what = ("was made with --partial" if decoded.get("partial") else
                     f"averages checkpoints ending at update {ends}" if ends is not None else
                     "names no update checkpoints in its meta file")
             raise RecordError(f"{run_dir}: the decode {h} {what}, not the run's last update {state.reached} "
-                              f"(checkpoint_last.pt); decode it again with {again}")
+                              f"(checkpoint_last.pt); decode it again with {again}{set_aside(run_dir, name)}")
         if last.exists() and last.stat().st_mtime > h.stat().st_mtime:
-            raise RecordError(f"{run_dir}: {h} is older than {last.name}; decode it again with {again}")
+            raise RecordError(f"{run_dir}: {h} is older than {last.name}; decode it again with {again}"
+                              f"{set_aside(run_dir, name)}")
     meta["training"] = training
     meta["run"] = run_identity(command, meta)
     files = {hyp.name: hyp.read_bytes(), meta_file.name: json.dumps(meta, indent=1) + "\n",
-             "command.json": (run_dir / "command.json").read_bytes(),
+             COMMAND: (run_dir / COMMAND).read_bytes(),
              "train.log": "".join(ln for ln in log.splitlines(keepends=True) if INFO_LINE.match(ln))}
     for name in named:  # REC/NAME/hyp.detok.TGT and its meta file, the training summary as above
         d = decode_dir(run_dir, name)
-        named_meta = json.loads((d / meta_file.name).read_text(encoding="utf-8"))
+        named_meta = read_meta(d / meta_file.name)
         named_meta["training"] = training
         named_meta["run"] = run_identity(command, named_meta)
         files[f"{name}/{hyp.name}"] = (d / hyp.name).read_bytes()
         files[f"{name}/{meta_file.name}"] = json.dumps(named_meta, indent=1) + "\n"
     if (run_dir / "command.txt").is_file():
         files["command.txt"] = (run_dir / "command.txt").read_bytes()
-    dest = Path(into) / run_dir.name
-    tmp, old = dest.with_name(f".{dest.name}.tmp{os.getpid()}"), dest.with_name(f".{dest.name}.old{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        for name, data in files.items():
-            write_atomic(tmp / name, data)
-        if dest.exists():
-            dest.rename(old)
-        tmp.rename(dest)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-        shutil.rmtree(old, ignore_errors=True)
-    return dest
+    return publish(into, run_dir.name, files)
+
+
+def set_aside(run_dir: Path, name: Optional[str]) -> str:
+    """For a named decode pe-record refuses: the move that records the run without it (pe-record records every
+    decode under RUN/gen/; a folder moved out of it is neither recorded nor refused)."""
+    if name is None:
+        return ""
+    aside = Path(run_dir) / f"{name}.not-recorded"
+    return (f", or record the run without it: mv {shlex.quote(str(decode_dir(run_dir, name)))} "
+            f"{shlex.quote(str(aside))}")
 
 
 def run_command(run_dir: Path) -> dict:
-    path = run_dir / "command.json"
-    if not path.is_file():
-        raise RecordError(f"{run_dir} has no command.json; is it a run directory of pe-train?")
-    return json.loads(path.read_text(encoding="utf-8"))
+    """RUN/command.json's record; RecordError naming the file when it is missing or unreadable."""
+    try:
+        return read_command(run_dir).record
+    except RunRecordError as e:
+        raise RecordError(str(e)) from None
 
 
 # ------------------------------------------------------------------------------------------------ report
@@ -300,22 +312,21 @@ def recorded_runs(results_dir: Path, methods: List[str], pair: str, size: str, d
     hyp_name = f"{decode}/hyp.detok.{tgt}" if decode else f"hyp.detok.{tgt}"
     wanted = {"pair": pair, "size": size, **({"recipe": recipe} if recipe else {})}
     chosen, others = [], {}
-    for cmd_file in sorted(results_dir.glob("*/command.json")):
-        c = json.loads(cmd_file.read_text(encoding="utf-8"))
-        hyp = cmd_file.parent / hyp_name
+    for folder in records(results_dir):
+        c = run_command(folder)
+        hyp = folder / hyp_name
         meta_file = Path(f"{hyp}.meta.json")
-        meta_file = meta_file if meta_file.is_file() else cmd_file.parent / f"hyp.detok.{tgt}.meta.json"
-        meta = json.loads(meta_file.read_text(encoding="utf-8")) if meta_file.is_file() else {}
+        meta = read_meta(meta_file if meta_file.is_file() else folder / f"hyp.detok.{tgt}.meta.json")
         ident = run_identity(c, meta)
         if any(ident.get(k) != v for k, v in wanted.items()):  # another report's run
             key = " ".join(str(ident.get(k)) for k in wanted)
             others[key] = others.get(key, 0) + 1
             continue
         if c["method"] not in methods:
-            raise RecordError(f"{cmd_file.parent}: method {c['method']!r} is not in the recipe table "
+            raise RecordError(f"{folder}: method {c['method']!r} is not in the recipe table "
                               f"(methods: {', '.join(methods)}); remove the folder or restore the entry")
         if not hyp.is_file():
-            raise RecordError(f"{cmd_file.parent}: no decode {decode!r} ({hyp_name}); decode the run with "
+            raise RecordError(f"{folder}: no decode {decode!r} ({hyp_name}); decode the run with "
                               f"pe-generate RUN --name {decode} and record it again, or report without --decode")
         chosen.append((ident, hyp))
     what = " ".join(str(v) for v in wanted.values())
@@ -348,8 +359,7 @@ def describe_runs(runs: Dict[str, Dict[int, Path]]) -> List[str]:
     lines = []
     for method, seeds in runs.items():
         for seed, hyp in seeds.items():
-            meta_file = Path(f"{hyp}.meta.json")
-            meta = json.loads(meta_file.read_text(encoding="utf-8")) if meta_file.is_file() else {}
+            meta = read_meta(f"{hyp}.meta.json")
             updates = decode_updates(meta)
             lines.append(f"  {method} seed {seed}: {updates if updates is not None else '?'} updates ({hyp})")
     return lines

@@ -13,6 +13,7 @@ from typing import Optional
 from ..checkpoint_files import updates_of
 from ..locks import PAUSE, Busy, describe, hold, holder_of
 from ..runs.identity import max_update_of  # noqa: F401  (re-exported: the command's --max-update)
+from ..runs.run_dir import RunDir
 
 TRAINER_LOCK = "train.lock"  # RUN/train.lock: held while a trainer runs; it names the holder (pid, host, start)
 LOCK_TRIES = 200  # pe-train's attempts at the lock, PAUSE apart: 10 s for a killed predecessor to finish exiting
@@ -21,10 +22,10 @@ LOCK_TRIES = 200  # pe-train's attempts at the lock, PAUSE apart: 10 s for a kil
 class TrainerBusy(Busy):
     """Another live trainer holds the run; the message names it and the lock file."""
 
-    def __init__(self, run_dir: Path, holder: dict):
+    def __init__(self, run_dir: Path, holder: dict, message: Optional[str] = None):
         self.path, self.holder = Path(run_dir) / TRAINER_LOCK, holder
-        RuntimeError.__init__(self, f"{run_dir} is being trained by {describe_trainer(run_dir, holder)}; wait for it "
-                                    f"to end (or end it), then run this again")
+        RuntimeError.__init__(self, message or f"{run_dir} is being trained by {describe_trainer(run_dir, holder)}; "
+                                               f"wait for it to end (or end it), then run this again")
 
 
 def describe_trainer(run_dir: Path, holder: dict) -> str:
@@ -40,16 +41,22 @@ def live_trainer(run_dir: Path) -> Optional[dict]:
 
 @contextlib.contextmanager
 def trainer_lock(run_dir: Path, tries: Optional[int] = None):
-    """Hold RUN/train.lock while the block runs; yields its file descriptor, to pass to fairseq-train so that the
-    lock lasts as long as either process. Raises TrainerBusy naming the holder when another process has it after
-    ``tries`` attempts PAUSE apart (default LOCK_TRIES: a ``live_trainer`` probe holds it for microseconds, and a
-    trainer killed by a requeue may take a few seconds to exit)."""
+    """Hold the run's writer lock (RUN/run.lock, unless a pe-queue handed it on) and RUN/train.lock while the block
+    runs; yields train.lock's file descriptor, to pass to fairseq-train so that the lock lasts as long as either
+    process. Raises TrainerBusy naming the holder when another process has either after ``tries`` attempts PAUSE
+    apart (default LOCK_TRIES: a ``live_trainer`` probe holds it for microseconds, and a trainer killed by a requeue
+    may take a few seconds to exit)."""
     run_dir = Path(run_dir)
+    wait = ((tries or LOCK_TRIES) - 1) * PAUSE
+    say = lambda line: print(f"[pe-train] {line}", flush=True)  # noqa: E731
     with contextlib.ExitStack() as held:
         try:
-            fd = held.enter_context(hold(run_dir / TRAINER_LOCK, wait=((tries or LOCK_TRIES) - 1) * PAUSE,
-                                         holder={"what": "pe-train"},
-                                         say=lambda line: print(f"[pe-train] {line}", flush=True)))
+            held.enter_context(RunDir(run_dir).writer("pe-train", wait=wait, say=say))
+        except Busy as e:
+            raise TrainerBusy(run_dir, e.holder, f"{run_dir} is being written by {describe(e.holder)} ({e.path}); "
+                                                 f"wait for it to end (or end it), then run this again") from None
+        try:
+            fd = held.enter_context(hold(run_dir / TRAINER_LOCK, wait=wait, holder={"what": "pe-train"}, say=say))
         except Busy as e:
             raise TrainerBusy(run_dir, e.holder) from None
         yield fd

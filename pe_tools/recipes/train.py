@@ -8,7 +8,6 @@ done of the run's --max-update and an estimated finish. ``finished`` is the one 
 pe-train, pe-generate, pe-record and pe-queue's status): no live trainer holds the lock, and checkpoint_last.pt
 holds the run's --max-update (pe_tools/recipes/run_state.py)."""
 import difflib
-import json
 import shlex
 import sys
 import time
@@ -19,9 +18,9 @@ from typing import Callable, Dict, List, Optional, Tuple
 from ..checkpoint_files import updates_of
 from ..command_line import fail
 from ..fairseq_plugin import cpu_fp16_problem, foreign_user_dir, plugin_dir
-from ..file_io import write_atomic
 from ..naming import arch_name
 from ..process import tee
+from ..runs.run_dir import RunDir, read_command
 from . import batching, is_recipe, load_table, recipe_names, results, srun, table_pairs, training_log
 # the one decider of a finished run and the trainer's lock (pe_tools/recipes/run_state.py), pe-train's to use and
 # everyone's to import from here (pe-generate, pe-record, pe-queue's status)
@@ -136,9 +135,8 @@ def resumed_max_tokens(run_dir: Path):
     try:
         if not (run_dir / "checkpoint_last.pt").is_file():
             return None
-        recorded = json.loads((run_dir / "command.json").read_text(encoding="utf-8"))
-        return batching.recipe_batch(recorded["argv"]).max_tokens
-    except (OSError, ValueError, KeyError, TypeError):
+        return batching.recipe_batch(read_command(run_dir).argv).max_tokens
+    except (ValueError, KeyError, TypeError):
         return None
 
 
@@ -235,11 +233,10 @@ def train(a) -> int:
         with trainer_lock(run_dir) as lock:
             if finished_checkpoint(run_dir, argv):  # a trainer that ended between the check above and the lock
                 return nothing_to_do(run_dir, argv)
-            write_atomic(run_dir / "command.txt", shlex.join(cmd) + "\n")
-            write_atomic(run_dir / "command.json", json.dumps(
+            RunDir(run_dir).write_command(
                 {"recipe": a.recipe, "method": a.method, "pair": a.pair, "size": size, "seed": a.seed,
                  "data": str(data), "argv": cmd, "extra": list(a.extra), "batch": batch_record(split, choice),
-                 **results.machine()}, indent=1))
+                 **results.machine()}, shlex.join(cmd) + "\n")
             progress = Progress(results.max_update_of(argv), updates_of(run_dir / "checkpoint_last.pt") or 0)
             return tee(launch, run_dir / "train.log", on_line=progress.echo, pass_fds=(lock,))
     except TrainerBusy as e:

@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from ..recipes import load_table, recipe_names
 from ..runs.identity import decode_of, identity_differences, run_identity
+from ..runs.run_dir import command_of
 from . import generate_output
 from .errors import InputError
 
@@ -131,11 +132,11 @@ def identity(path: str, meta: Optional[dict]) -> Optional[dict]:
         decode = decode_of(meta)
         return {**meta["run"], **({"decode": decode} if decode is not None else {})}
     folder = Path(path).parent
-    for command in (folder / "command.json", folder.parent / "command.json", folder.parent.parent / "command.json"):
-        if command.is_file():
+    for where in (folder, folder.parent, folder.parent.parent):
+        if (command := command_of(where)) is not None:
             try:
-                return run_identity(json.loads(command.read_text(encoding="utf-8")), meta)
-            except (OSError, ValueError, TypeError, AttributeError):
+                return run_identity(command.record, meta)
+            except (ValueError, TypeError, AttributeError):
                 return None
     return None
 
