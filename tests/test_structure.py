@@ -128,3 +128,67 @@ def test_only_the_run_dir_module_names_a_run_directorys_records():
              if (lines := names_as_path(f.read_text(encoding="utf-8")))}
     assert found == {"pe_tools/runs/run_dir.py": found.get("pe_tools/runs/run_dir.py")}
     assert found["pe_tools/runs/run_dir.py"]  # the finder sees the module's own names
+
+
+# ---- the tools' layers: each module imports only from its own layer or those below ---------------------------
+# From the bottom: base modules (files, names, locks, processes); a run directory's records, the data pipeline, the
+# synthetic corpora and the recipe tables (pe_tools/recipes/__init__.py: TOML tables, no tool); scoring; the
+# recipes' tools; and what runs them (benchmarks, the demo and the experiments built on the recipes).
+BASE = {"average", "checkpoint_files", "command_line", "fairseq_plugin", "figures", "file_io", "locks", "log_noise",
+        "machine", "naming", "plugin_modules", "process", "tables"}
+LAYERS = {"runs": 1, "data": 1, "synthetic": 1, "scoring": 2, "recipes": 3, "bench": 4, "demo": 4,
+          "length_experiment": 4, "probe": 4, "swap_probe": 4}
+
+
+def layer(module: str) -> int:
+    """The layer of a pe_tools module (KeyError for one no layer names: place it in BASE or LAYERS)."""
+    parts = module.split(".")[1:]
+    if not parts:
+        return 4  # the package itself
+    if parts == ["recipes"]:
+        return 1  # the recipe tables, read by the data pipeline and by scoring
+    return 0 if parts[0] in BASE else LAYERS[parts[0]]
+
+
+def imports_with_depth(path: Path, module: str, modules: set) -> list:
+    """(imported module, "module" or "function") for each project module that ``module`` imports."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    top = {id(n) for n in tree.body} | {id(n) for t in tree.body if isinstance(t, (ast.If, ast.Try))
+                                        for n in ast.walk(t)}
+    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            parts = package[:len(package) - node.level + 1] if node.level else []
+            target = ".".join(parts + ([node.module] if node.module else []))
+            targets = [f"{target}.{a.name}" if f"{target}.{a.name}" in modules else target for a in node.names]
+        else:
+            continue
+        found += [(t, "module" if id(node) in top else "function") for t in targets if t in modules and t != module]
+    return found
+
+
+def upward_imports() -> list:
+    modules = {m: f for m, f in project_modules().items() if m.startswith("pe_tools")}
+    return sorted((m, t, depth) for m, f in modules.items() for t, depth in imports_with_depth(f, m, set(modules))
+                  if layer(t) > layer(m))
+
+
+def test_every_tools_module_has_a_layer():
+    assert all(layer(m) >= 0 for m in project_modules() if m.startswith("pe_tools"))
+
+
+def test_the_layer_check_sees_module_and_function_level_imports():
+    modules = project_modules()
+    queue_imports = imports_with_depth(modules["pe_tools.recipes.queue"], "pe_tools.recipes.queue", set(modules))
+    assert ("pe_tools.data.pipeline", "function") in queue_imports  # the rehearsal's corpus, made when asked
+    assert ("pe_tools.runs.run_dir", "module") in queue_imports
+    assert layer("pe_tools.recipes.queue") > layer("pe_tools.data.pipeline") > layer("pe_tools.file_io")
+
+
+def test_no_module_imports_from_a_layer_above_its_own():
+    """No import, at module level or inside a function, runs up the layers (e.g. scoring importing a recipe tool,
+    or a run directory's records importing the queue)."""
+    assert upward_imports() == []
