@@ -251,6 +251,24 @@ def test_curves_plot_one_panel_per_size_and_a_line_per_method(tmp_path, monkeypa
     assert all(0 < line.get_markersize() <= 3 for ax in (small, annealed) for line in ax.get_lines())
     assert small.get_ylim()[1] == pytest.approx(4.5 * 1.05)
 
+
+def test_a_short_or_changed_run_gets_a_panel_titled_with_its_updates_and_flags(tmp_path, monkeypatch):
+    """A 200-update trial of size small (flags changed after pe-train's --) is not drawn as "small" beside the
+    recipe's 1500-update runs: its panel's title names its updates and its changed flags."""
+    from pe_tools.recipes import curves
+
+    figures = []
+    monkeypatch.setattr(curves, "png_bytes", lambda fig, **kw: figures.append(fig) or b"png")
+    for method, updates, extra in (("sape", 1500, []), ("rope", 1500, []), ("rope", 200, ["--max-update", "200"])):
+        write_curve(tmp_path, method, 1 if updates == 1500 else 2, "small", [(100, 5.0), (200, 4.0)])
+        command = tmp_path / f"{method}.en-de.small.seed{1 if updates == 1500 else 2}" / "command.json"
+        record = json.loads(command.read_text())
+        command.write_text(json.dumps(dict(record, argv=["x", "--max-update", "1500", *extra], extra=extra)))
+    assert curves.main(["--results", str(tmp_path), "--out", str(tmp_path / "c.png")]) == 0
+    titles = [ax.get_title() for ax in figures[0].axes]
+    assert titles == ["small, 1500 updates", "small, 200 updates\n(flags: --max-update 200)"]
+    assert [line.get_label() for line in figures[0].axes[1].get_lines()] == ["rope"]
+
 def test_agreement_maps_a_renamed_system(tmp_path):
     from pe_tools.scoring import agreement
 

@@ -1,5 +1,7 @@
 """Validation curves of recorded runs: the validation loss fairseq-train logged against updates, one line per run,
-one panel per size, so that a reader sees where each curve flattens (and whether it had, when training stopped).
+one panel per size and training length (a size's runs of another --max-update or with flags changed after pe-train's
+``--`` get a panel of their own, titled with their updates and changed flags), so that a reader sees where each
+curve flattens (and whether it had, when training stopped).
 
     python -m pe_tools.recipes.curves [--results examples/multi30k/results] [--pair en-de] [--seed 1]
                                       [--sizes small annealed] --out FILE.png [--csv FILE.csv]
@@ -11,11 +13,12 @@ Standard library except for the plot (matplotlib).
 import argparse
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from ..command_line import fail
 from ..figures import png_bytes, pyplot
 from ..file_io import csv_text, write_atomic
+from ..runs.identity import changes, max_update_of
 from ..runs.run_dir import read_command, records
 from ..scoring.style import system_style
 from . import load_table, training_log
@@ -34,25 +37,37 @@ def curves(results: Path, pair: str, seed: Optional[int], sizes: Optional[List[s
     rows = []
     for folder in records(results):
         c = read_command(folder)
-        if c.get("pair") != pair or (seed is not None and int(c["seed"]) != seed) or (sizes and c["size"] not in sizes) \
-                or (methods and c["method"] not in methods):
+        if c.pair != pair or (seed is not None and int(c.seed) != seed) or (sizes and c.size not in sizes) \
+                or (methods and c.method not in methods):
             continue
         log = folder / "train.log"
         for p in valid_curve(log.read_text(encoding="utf-8") if log.is_file() else ""):
-            rows.append({"run": folder.name, "method": c["method"], "size": c["size"], "seed": int(c["seed"]),
-                         **p})
+            rows.append({"run": folder.name, "method": c.method, "size": c.size, "seed": int(c.seed),
+                         "max_update": max_update_of(c.argv), "changes": " ".join(changes(c.record)), **p})
     return rows
+
+
+def panel(row: Dict) -> Tuple[str, Optional[int], str]:
+    """The panel a row is drawn in: its run's size, --max-update and changed flags."""
+    return row["size"], row.get("max_update"), row.get("changes", "")
+
+
+def panel_title(key: Tuple[str, Optional[int], str]) -> str:
+    """``small, 1500 updates``; ``small, 200 updates`` and the changed flags on a second line for a changed run."""
+    size, updates, changed = key
+    return (f"{size}, {updates} updates" if updates is not None else size) + (f"\n(flags: {changed})" if changed else "")
 
 
 def plot(rows: List[Dict], sizes: List[str], methods: List[str]) -> bytes:
     plt = pyplot()
-    fig, axes = plt.subplots(1, len(sizes), figsize=(5.2 * len(sizes), 4.0), sharey=True, squeeze=False)
-    for ax, size in zip(axes[0], sizes):
+    panels = [key for size in sizes for key in dict.fromkeys(panel(r) for r in rows) if key[0] == size]
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.0), sharey=True, squeeze=False)
+    for ax, key in zip(axes[0], panels):
         for i, method in enumerate(methods):
-            pts = [(r["updates"], r["nll_loss"]) for r in rows if r["size"] == size and r["method"] == method]
+            pts = [(r["updates"], r["nll_loss"]) for r in rows if panel(r) == key and r["method"] == method]
             if pts:
                 ax.plot(*zip(*pts), markersize=2.5, linewidth=1.1, label=method, **system_style(i))
-        ax.set(title=size, xlabel="updates", ylabel="validation nll (bits/token)")
+        ax.set(title=panel_title(key), xlabel="updates", ylabel="validation nll (bits/token)")
         ax.grid(alpha=0.3)
     top = max(r["nll_loss"] for r in rows if r["updates"] >= 500) if any(r["updates"] >= 500 for r in rows) else None
     if top:
@@ -69,7 +84,8 @@ def main(argv=None) -> int:
                    help="recorded runs (default: the multi30k recipe's results_dir, where pe-record puts them)")
     p.add_argument("--pair", default="en-de")
     p.add_argument("--seed", type=int, default=None, help="only this seed (default: every seed)")
-    p.add_argument("--sizes", nargs="+", help="the sizes, one panel each (default: every size recorded)")
+    p.add_argument("--sizes", nargs="+", help="the sizes, in this order (default: every size recorded); a panel for "
+                                              "each size and training length")
     p.add_argument("--methods", nargs="+", help="only these methods, in this order (default: every one recorded)")
     p.add_argument("--rename", action="append", default=[], metavar="OLD=NEW",
                    help="plot method OLD as NEW (one encoding recorded under two names, e.g. "
