@@ -71,6 +71,17 @@ def test_the_hypotheses_are_those_of_fairseq_generate_run_directly(tmp_path):
     assert "--lenpen" in argv and "--min-len" not in argv  # the recipe's flags, free length without --equal-length
 
 
+def test_the_meter_puts_fairseqs_methods_back_even_after_an_error():
+    from fairseq.sequence_generator import EnsembleModel, SequenceGenerator
+
+    before = (SequenceGenerator._generate, EnsembleModel.forward_decoder)
+    with pytest.raises(KeyError):
+        with decode.StepMeter():
+            assert (SequenceGenerator._generate, EnsembleModel.forward_decoder) != before
+            raise KeyError("a decode that fails")
+    assert (SequenceGenerator._generate, EnsembleModel.forward_decoder) == before
+
+
 def test_decode_flags_are_pe_generates_with_equal_length_forcing_the_length():
     from pe_tools.recipes.generate import DECODE_BATCH, DECODE_FLAGS
 
@@ -194,3 +205,4 @@ def test_a_posnet_embed_decoder_step_copies_no_kernel_per_token():
     sape, posnet = step_allocations("sape", beams), step_allocations("posnet_embed", beams)
     for s, p in zip(sape, posnet):
         assert 0 < p - s < beams * dp * dp, (s, p)
+

@@ -244,8 +244,9 @@ def report_text(results, s) -> str:
              f"<= {r['goal']['bound']}x: {r['goal']['verdict']}" if "goal" in r else "-"] for r in results]
     length = (f"every hypothesis {s['equal_length']} tokens (--min-len = maximum length)" if s["equal_length"]
               else "hypotheses of free length")
-    return (f"fairseq-generate's beam search ({' '.join(s['decode_flags'] + s['extra'])}), recipe {s['recipe']} size {s['size']} "
-            f"({s['pair']}), {s['sentences']:,} sentences of {s['data']}, {length}; {s['device']} ({s['device_name']}), "
+    return (f"fairseq-generate's beam search ({' '.join(s['decode_flags'] + s['extra'])}), recipe {s['recipe']} "
+            f"size {s['size']} ({s['pair']}), {s['sentences']:,} sentences of {s['data']}, {length}; {s['device']} "
+            f"({s['device_name']}), "
             f"{s['threads']} torch thread(s), torch {s['torch']}, {s['rounds']} round(s), order rotated each round. "
             "Each cell: the median over the rounds (lowest-highest); every ratio is to stock's run in the same round. "
             "A step: one decoder call for the whole beam of a batch; ms/step = the beam search's time (encoder, "
@@ -274,11 +275,12 @@ def add_args(parser):
     add_counts(parser, [("--sentences", 1, 1000, "sentences of the generated corpus"),
                         ("--vocab", 6, 7944, "joined dictionary of the generated corpus, fairseq's 4 specials "
                                              "included (Multi30k En-De's)"),
-                        ("--equal-length", 1, None, "every hypothesis exactly N tokens: maximum length 0 x source + "
-                                                    "N and --min-len N (default: the recipe's maximum length, "
-                                                    "hypotheses of free length)"),
                         ("--rounds", 1, 3, "rounds, the order rotated each round"),
                         ("--threads", 0, 1, "torch threads (0: torch's choice)")])
+    parser.add_argument("--equal-length", type=int_at_least(1), metavar="N",
+                        help="every hypothesis exactly N tokens: maximum length 0 x source + N and --min-len N, so "
+                             "every encoding takes the same decoder steps (default: the recipe's maximum length, "
+                             "hypotheses of free length)")
     parser.add_argument("--mean", type=float, default=13.0,
                         help="mean source length of the generated corpus in tokens (default: 13, Multi30k's)")
     parser.add_argument("--seed", type=int, default=1, help="the generated corpus's seed (default: 1)")
