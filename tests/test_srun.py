@@ -84,3 +84,22 @@ def test_pe_train_inside_two_nodes_counts_the_tasks_of_the_whole_job(gpus, ok, m
     else:
         with pytest.raises(SlurmError, match="--gpus 9: this SLURM allocation has 8 task"):
             srun.srun_command(cmd, gpus)
+
+
+def test_each_srun_task_gets_the_jobs_cpus_per_task_and_no_other_count(monkeypatch):
+    """srun does not pass the job's --cpus-per-task on to its tasks (SLURM 22.05 on): pe-train hands it over from
+    SLURM_CPUS_PER_TASK, and nothing when the job asked for none (SLURM_CPUS_ON_NODE, the node's count, set as
+    SLURM always sets it, is not a per-task count)."""
+    from pe_tools.recipes import srun
+
+    for name, value in two_nodes_of_four(0).items():
+        monkeypatch.setenv(name, value)
+    cmd = ["python", "-m", "fairseq_cli.train", "data"]
+    monkeypatch.setenv("SLURM_CPUS_PER_TASK", "6")
+    monkeypatch.delenv("SLURM_CPUS_ON_NODE", raising=False)
+    got = srun.srun_command(cmd, 8)
+    assert got[:4] == ["srun", "--kill-on-bad-exit=1", "--ntasks=8", "--cpus-per-task=6"], got
+    monkeypatch.delenv("SLURM_CPUS_PER_TASK")
+    monkeypatch.setenv("SLURM_CPUS_ON_NODE", "32")
+    got = srun.srun_command(cmd, 8)
+    assert not [a for a in got if a.startswith("--cpus")] and got[3] == srun.sys.executable, got
