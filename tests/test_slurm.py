@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import pe_slurm
-import test_queue
+import pe_queue
 from pe_slurm import env_of, jobs_of, pe_queue, wait_for
 from pe_testing import REPO, code_copy
 from pe_tools.recipes import queue, queue_cli
@@ -58,7 +58,7 @@ def wait_queue(cluster, q: Path, timeout: float = 900) -> None:
         wait_gone(cluster, j["job"], timeout)
 
 
-def weird_queue(tmp: Path, table: Path, methods=test_queue.RUNS) -> Path:
+def weird_queue(tmp: Path, table: Path, methods=pe_queue.RUNS) -> Path:
     """A queue whose runs-dir holds a space, quotes, `;` and a command substitution: it must train there and run
     nothing else."""
     q = tmp / "q" / "queue.txt"
@@ -72,9 +72,9 @@ def weird_queue(tmp: Path, table: Path, methods=test_queue.RUNS) -> Path:
 @pytest.mark.slow
 @pytest.mark.mutation
 def test_a_queue_on_slurm_records_what_the_local_queue_records(slurm, queue_reference, tmp_path):
-    methods = test_queue.RUNS[:2]  # two of the local queue's three runs: the node's two CPUs train them side by side
+    methods = pe_queue.RUNS[:2]  # two of the local queue's three runs: the node's two CPUs train them side by side
     table = queue_reference.table
-    reference = test_queue.recorded(queue_reference.queue, methods)
+    reference = pe_queue.recorded(queue_reference.queue, methods)
     q = weird_queue(tmp_path, table, methods)
     started = time.monotonic()
     out = pe_queue(["run", q, "--slurm", "--code", code_copy(tmp_path)], tmp_path, env_of(slurm))
@@ -83,7 +83,7 @@ def test_a_queue_on_slurm_records_what_the_local_queue_records(slurm, queue_refe
     assert job["lines"] == [1, 2] and "submitted job" in out.stdout  # one array of two tasks
     assert "warning: --slurm:" in out.stderr and "run directory" in out.stderr  # /tmp is not shared storage
     wait_queue(slurm, q)
-    assert test_queue.recorded(q) == reference != {}, [p.read_text()[-2000:] for p in q.parent.rglob("*.out")]
+    assert pe_queue.recorded(q) == reference != {}, [p.read_text()[-2000:] for p in q.parent.rglob("*.out")]
     assert not (q.parent / "PWNED").exists() and not list(tmp_path.rglob("PWNED"))
     runs = q.parent / f"runs a;b'c\"d$(touch {q.parent}/PWNED)"
     assert sorted(p.name for p in runs.iterdir()) == sorted(f"{m}.en-de.mini.seed1" for m in methods)
@@ -118,7 +118,7 @@ def test_a_run_requeued_mid_training_resumes_and_records_the_same(slurm, queue_r
     """Interrupted twice, as SLURM does it: USR1 before the time limit (the job requeues itself), then an outside
     `scontrol requeue`; each restart resumes from the last checkpoint, appends to the one train.log, and records
     what the uninterrupted local queue recorded. Requeued again once recorded, it trains nothing."""
-    table, reference = queue_reference.table, test_queue.recorded(queue_reference.queue, ["sape"])
+    table, reference = queue_reference.table, pe_queue.recorded(queue_reference.queue, ["sape"])
     q = tmp_path / "q" / "queue.txt"
     q.parent.mkdir()
     q.write_text(f"{table} sape en-de mini 1 runs-dir={q.parent / 'runs'} into={q.parent / 'rec'}\n")
@@ -136,9 +136,9 @@ def test_a_run_requeued_mid_training_resumes_and_records_the_same(slurm, queue_r
     # one log, every segment; each restart resumed from a checkpoint the segment before had saved (not beyond what
     # it reached; under load a segment may end before saving a new one, so two may resume from the same), and the
     # last reached the run's --max-update
-    assert len(seg) == 3 and seg[2] == test_queue.MAX_UPDATE, seg
+    assert len(seg) == 3 and seg[2] == pe_queue.MAX_UPDATE, seg
     assert loaded[0] is None and 0 < loaded[1] <= seg[0] and loaded[1] <= loaded[2] <= max(seg[:2]), (seg, loaded)
-    assert test_queue.recorded(q) == reference != {}
+    assert pe_queue.recorded(q) == reference != {}
     state = json.loads((run_dir / "slurm.json").read_text())
     assert (state["state"], state["restarts"], state["job"]) == ("RECORDED", 2, task), state
     slurm_log = next((q.parent / "queue.txt.slurm" / "logs").glob("*.out")).read_text()
@@ -161,9 +161,9 @@ def test_the_array_task_holding_the_arrays_id_requeues_itself_alone(slurm, data_
     handler's `scontrol requeue $SLURM_JOB_ID`, which requeues the whole array."""
     q = tmp_path / "q" / "queue.txt"
     q.parent.mkdir()
-    table = test_queue.recipe(tmp_path, data_bin)
+    table = pe_queue.recipe(tmp_path, data_bin)
     q.write_text("".join(f"{table} {m} en-de mini 1 runs-dir={q.parent / 'runs'} into={q.parent / 'rec'}\n"
-                         for m in test_queue.RUNS))
+                         for m in pe_queue.RUNS))
     out = pe_queue(["run", q, "--slurm", "--code", code_copy(tmp_path)], tmp_path, env_of(slurm))
     assert out.returncode == 0, out.stdout + out.stderr
     (record,) = jobs_of(q)
@@ -186,7 +186,7 @@ def test_the_array_task_holding_the_arrays_id_requeues_itself_alone(slurm, data_
         starts = log.read_text().count(", start ")
         want = (1, 2) if f"{array}_{line}" == task else (0, 1)
         assert (state["state"], state["restarts"], starts) == ("RECORDED", *want), (line, state, log.read_text())
-    assert len(test_queue.recorded(q)) == 2 * len(test_queue.RUNS)  # the default decode and the last, per run
+    assert len(pe_queue.recorded(q)) == 2 * len(pe_queue.RUNS)  # the default decode and the last, per run
 
 
 STATS = ("loss", "nll_loss", "gnorm", "wpb", "bsz", "lr")
@@ -221,7 +221,7 @@ def hold(runs) -> None:
     waiting, deadline = list(runs), time.monotonic() + 300
     while waiting and time.monotonic() < deadline:
         for log, run_dir in list(waiting):
-            if 3 <= (segments(log) or [0])[-1] < test_queue.MAX_UPDATE and (pids := trainers(run_dir)):
+            if 3 <= (segments(log) or [0])[-1] < pe_queue.MAX_UPDATE and (pids := trainers(run_dir)):
                 for pid in pids:
                     os.kill(pid, signal.SIGSTOP)
                 waiting.remove((log, run_dir))
@@ -235,7 +235,7 @@ def resumed_as_uninterrupted(log: Path, reference: dict) -> list:
     parts, text = per_update(log), log.read_text().split(SEGMENT_START)[1:]
     for n, part in enumerate(parts):
         assert {u: reference[u] for u in part} == part, (n, part, reference)
-    assert max(parts[-1]) == test_queue.MAX_UPDATE and "done training" in text[-1], text[-1][-2000:]
+    assert max(parts[-1]) == pe_queue.MAX_UPDATE and "done training" in text[-1], text[-1][-2000:]
     loaded = re.search(r"Loaded checkpoint \S*checkpoint_last\.pt \(epoch \d+ @ (\d+) updates\)", text[-1])
     assert loaded and min(parts[-1]) == int(loaded.group(1)) + 1 > 1, text[-1][:3000]  # not from scratch
     return [min(p, default=0) for p in parts]
@@ -267,7 +267,7 @@ def test_runs_past_their_time_limit_resume_from_their_checkpoints(slurm, queue_r
     # trains past update 3 before the limit
     ref_log = queue_reference.queue.parent / "runs" / "sape.en-de.mini.seed1" / "train.log"
     (reference,) = per_update(ref_log)
-    assert sorted(reference) == list(range(1, test_queue.MAX_UPDATE + 1))
+    assert sorted(reference) == list(range(1, pe_queue.MAX_UPDATE + 1))
     first_update = seconds_to_first_update(ref_log) + 10
 
     # SLURM's 30 s time-limit pass signals once the job has less than --signal-seconds + 30 s left: with 60 s, at
@@ -307,7 +307,7 @@ def test_runs_past_their_time_limit_resume_from_their_checkpoints(slurm, queue_r
     assert json.loads((run_dir / "slurm.json").read_text())["state"] == "ENDED"
     status = pe_queue(["status", q], tmp_path, env_of(slurm))
     assert status.stdout.splitlines()[1].split()[-3:] == [task, "TIMEOUT", "0"], status.stdout + status.stderr
-    assert len(segments(log)) == 1 and segments(log)[0] < test_queue.MAX_UPDATE
+    assert len(segments(log)) == 1 and segments(log)[0] < pe_queue.MAX_UPDATE
     out = pe_queue(["run", q, "--slurm", "--code", code], tmp_path, env_of(slurm))
     assert out.returncode == 0 and "submitted job" in out.stdout, out.stdout + out.stderr
     wait_for("the resubmitted run's training to end", lambda: "done training" in log.read_text(), 300)
@@ -329,7 +329,7 @@ def first_update(text: str) -> dict:
 def test_two_srun_tasks_train_as_two_hand_launched_ranks(slurm, data_bin, tmp_path):
     """pe-train --gpus 2 in a two-task SLURM job starts one srun task per rank (gloo on CPU): its first update
     equals that of the two ranks launched by hand (loss, gradient norm, words and sentences)."""
-    table = test_queue.recipe(tmp_path, data_bin)
+    table = pe_queue.recipe(tmp_path, data_bin)
     extra = ["--", "--max-update", "1", "--dropout", "0", "--disable-validation", "--no-save"]
     train = [sys.executable, "-m", "pe_tools.recipes.launch", "train", "sape", "--recipe", str(table), "--pair",
              "en-de", "--size", "mini", "--gpus", "2", "--data", str(data_bin)]
@@ -398,7 +398,7 @@ def test_status_says_what_became_of_jobs_slurm_no_longer_knows(slurm, tiny_queue
 # ------------------------------------------------------------------------------------------- bad input
 @pytest.fixture
 def tiny_queue(data_bin, tmp_path):
-    table = test_queue.recipe(tmp_path, data_bin)
+    table = pe_queue.recipe(tmp_path, data_bin)
 
     def write(options: str = "", table_=table) -> Path:
         q = tmp_path / "q.txt"
@@ -447,7 +447,7 @@ def test_bad_input_is_refused_before_anything_is_submitted(case, slurm, tiny_que
         refused(tiny_queue("gpus=3 nodes=2"), code, capsys, "line 1", "gpus= a multiple of nodes=")
     elif case == "time too short":  # 60 s, signalled 300 s (+ up to 30 s) before the limit: it would only requeue
         refused(tiny_queue(), code + ["--time", "1"], capsys, "--time 1 (60 s) leaves no training time",
-                "--signal-seconds 300", "requeue forever")
+                "--signal-seconds 300", "requeue forever", "at least 6 minutes")
     assert slurm.run("squeue", "-h", "-o", "%i").stdout == jobs_before
 
 
@@ -526,7 +526,7 @@ def test_a_job_whose_chain_fails_exits_1_and_a_bad_line_2(job_env, capsys):
 
 # ----------------------------------------------------------------------------------- one submitter per run
 def two_run_queue(tmp_path: Path, data_bin: Path, name: str = "q.txt", methods=("sape", "rope")) -> Path:
-    table = test_queue.recipe(tmp_path, data_bin)
+    table = pe_queue.recipe(tmp_path, data_bin)
     q = tmp_path / name
     q.write_text("".join(f"{table} {m} en-de mini 1 runs-dir={tmp_path / 'runs'} into={tmp_path / 'rec'}\n"
                          for m in methods))
@@ -849,13 +849,36 @@ def time_args(*args) -> object:
     return a
 
 
-def test_time_limits_read_as_sbatch_reads_them():
-    assert [slurm_recipes.limit_seconds(t) for t in ("1", "90", "2:30", "1:00:00", "48:00:00", "1-0", "2-3",
-                                                     "1-2:03", "1-2:03:04", "0", "UNLIMITED", "infinite")] == [
-        60, 5400, 150, 3600, 172800, 86400, 183600, 93780, 93784, None, None, None]
+LIMITS = ("1", "90", "2:30", "0:30", "1:00:00", "1:00:01", "0:0:59", "48:00:00", "1-0", "2-3", "1-2:03",
+          "1-2:03:04", "0", "UNLIMITED", "infinite")
+
+
+def test_time_limits_read_as_slurm_gives_them():
+    """What a job given sbatch --time LIMIT gets, in seconds: SLURM keeps whole minutes and rounds seconds up
+    (scontrol show job's TimeLimit for each of these on the test cluster: test_time_limits_are_what_slurm_gives)."""
+    assert [slurm_recipes.limit_seconds(t) for t in LIMITS] == [
+        60, 5400, 180, 60, 3600, 3660, 60, 172800, 86400, 183600, 93780, 93840, None, None, None]
+    assert slurm_recipes.limit_words("2:30") == "--time 2:30 (SLURM rounds it up to 3 min: 180 s)"
+    assert slurm_recipes.limit_words("3") == "--time 3 (180 s)"
     for bad in ("1h", "1:2:3:4", "", "-5"):
         with pytest.raises(slurm_recipes.SlurmError, match="not a time limit sbatch takes"):
             slurm_recipes.limit_seconds(bad)
+
+
+def test_time_limits_are_what_slurm_gives(slurm, tmp_path):
+    """limit_seconds of each form against the TimeLimit SLURM itself gives a held job submitted with it."""
+    for limit in LIMITS:
+        job = slurm.run("sbatch", "--parsable", "--hold", f"--time={limit}", "-o", "/dev/null", "--wrap", "true"
+                        ).stdout.strip()
+        shown = re.search(r"TimeLimit=(\S+)", slurm.run("scontrol", "show", "job", job).stdout)[1]
+        slurm.run("scancel", job)
+        if shown == "UNLIMITED":
+            seconds = None
+        else:
+            days, _, clock = shown.rpartition("-")
+            h, m, sec = map(int, clock.split(":"))
+            seconds = int(days or 0) * 86400 + h * 3600 + m * 60 + sec
+        assert slurm_recipes.limit_seconds(limit) == seconds, (limit, shown)
 
 
 def test_a_time_limit_must_leave_training_time_after_the_signal(data_bin, tmp_path, monkeypatch):
@@ -863,7 +886,7 @@ def test_a_time_limit_must_leave_training_time_after_the_signal(data_bin, tmp_pa
     above; with --no-requeue only a warning. A run whose measured speed (its train.log) makes one checkpoint
     interval longer than what is left is warned about; runs without a speed are named in a note."""
     q = tmp_path / "q.txt"
-    q.write_text(f"{test_queue.recipe(tmp_path, data_bin)} sape en-de mini 1 runs-dir={tmp_path / 'runs'}\n")
+    q.write_text(f"{pe_queue.recipe(tmp_path, data_bin)} sape en-de mini 1 runs-dir={tmp_path / 'runs'}\n")
     runs = queue.parse_queue(q)
     edge = time_args("time", "5", "signal_seconds", 270)  # 300 s - 270 s - 30 s = 0 s of training
     with pytest.raises(slurm_recipes.SlurmError, match="leaves no training time"):

@@ -317,9 +317,25 @@ def queue_key(queue_path: Path) -> str:
 
 
 def limit_seconds(limit: str) -> Optional[int]:
-    """sbatch --time's LIMIT in seconds (MINUTES, MINUTES:SECONDS, HOURS:MINUTES:SECONDS, DAYS-HOURS,
-    DAYS-HOURS:MINUTES, DAYS-HOURS:MINUTES:SECONDS); None for no limit (0, UNLIMITED, INFINITE). Raises SlurmError
-    naming the forms."""
+    """The time limit in seconds that a job given sbatch --time LIMIT gets (MINUTES, MINUTES:SECONDS,
+    HOURS:MINUTES:SECONDS, DAYS-HOURS, DAYS-HOURS:MINUTES, DAYS-HOURS:MINUTES:SECONDS): SLURM keeps time limits in
+    whole minutes and rounds seconds up (2:30 gives 3 minutes); None for no limit (0, UNLIMITED, INFINITE). Raises
+    SlurmError naming the forms."""
+    given = given_seconds(limit)
+    return None if given is None else -(-given // 60) * 60
+
+
+def limit_words(limit: str) -> str:
+    """``--time LIMIT (N s)``, or, where SLURM rounds it up, ``--time LIMIT (SLURM rounds it up to M min: N s)``."""
+    given, gets = given_seconds(limit), limit_seconds(limit)
+    if gets is None:
+        return f"--time {limit} (no limit)"
+    return f"--time {limit} ({gets} s)" if given == gets else \
+        f"--time {limit} (SLURM rounds it up to {gets // 60} min: {gets} s)"
+
+
+def given_seconds(limit: str) -> Optional[int]:
+    """sbatch --time's LIMIT in seconds as written (``limit_seconds``: as SLURM gives it)."""
     text = str(limit).strip()
     m = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", text)
     if text.lower() in ("unlimited", "infinite"):
@@ -357,14 +373,14 @@ def check_time(a, runs) -> List[str]:
     signal_at = a.signal_seconds + SIGNAL_SLACK
     left = limit - signal_at if requeues(a) else limit
     if left <= 0:
-        raise SlurmError(f"--time {a.time} ({limit} s) leaves no training time: each job requeues itself when SLURM "
+        raise SlurmError(f"{limit_words(a.time)} leaves no training time: each job requeues itself when SLURM "
                          f"signals it, --signal-seconds {a.signal_seconds} s before its limit and up to "
-                         f"{SIGNAL_SLACK} s earlier, so it would requeue forever without training; give --time "
-                         f"longer than {signal_at} s (e.g. --time {-(-(signal_at + 3600) // 60)}) or a smaller "
-                         f"--signal-seconds (at least 60)")
+                         f"{SIGNAL_SLACK} s earlier, so it would requeue forever without training; give a --time "
+                         f"of at least {signal_at // 60 + 1} minutes (SLURM's unit; e.g. --time "
+                         f"{-(-(signal_at + 3600) // 60)}) or a smaller --signal-seconds (at least 60)")
     notes = []
     if limit <= signal_at:
-        notes.append(f"warning: --time {a.time} ({limit} s) is shorter than --signal-seconds {a.signal_seconds} + "
+        notes.append(f"warning: {limit_words(a.time)} is shorter than --signal-seconds {a.signal_seconds} + "
                      f"{SIGNAL_SLACK} s: SLURM's signal comes at the start, the job cannot requeue "
                      f"(--no-requeue) and trains until its limit ends it")
     unknown = []
@@ -378,12 +394,12 @@ def check_time(a, runs) -> List[str]:
         elif int(interval) * speed > left:
             notes.append(f"warning: {run.name} (line {run.line}): one checkpoint interval (--save-interval-updates "
                          f"{interval}) takes about {int(interval) * speed:.0f} s at its measured {speed:.2f} s per "
-                         f"update ({run.run_dir / 'train.log'}), longer than the {left} s of training --time "
-                         f"{a.time} leaves each job: every segment would end before its next checkpoint and the run "
+                         f"update ({run.run_dir / 'train.log'}), longer than the {left} s of training "
+                         f"{limit_words(a.time)} leaves each job: every segment would end before its next checkpoint and the run "
                          f"would not progress; give a longer --time, or a recipe with a smaller "
                          f"--save-interval-updates (docs/cluster.md, section 6)")
     if unknown:
-        notes.append(f"note: --time {a.time} leaves each job {left} s of training; no measured speed for "
+        notes.append(f"note: {limit_words(a.time)} leaves each job {left} s of training; no measured speed for "
                      f"{len(unknown)} run(s) ({', '.join(unknown[:3])}{', ...' if len(unknown) > 3 else ''}), so "
                      f"whether that holds one checkpoint interval is not known; `pe-queue status` shows the s/update "
                      f"of a run once it trains, and a job started {MAX_STALLED_STARTS} times in a row without a new "
