@@ -182,13 +182,29 @@ def test_every_tools_module_has_a_layer():
 
 def test_the_layer_check_sees_module_and_function_level_imports():
     modules = project_modules()
-    queue_imports = imports_with_depth(modules["pe_tools.recipes.queue"], "pe_tools.recipes.queue", set(modules))
-    assert ("pe_tools.data.pipeline", "function") in queue_imports  # the rehearsal's corpus, made when asked
-    assert ("pe_tools.runs.run_dir", "module") in queue_imports
-    assert layer("pe_tools.recipes.queue") > layer("pe_tools.data.pipeline") > layer("pe_tools.file_io")
+    rehearse = imports_with_depth(modules["pe_tools.recipes.queue.rehearse"], "pe_tools.recipes.queue.rehearse",
+                                  set(modules))
+    assert ("pe_tools.data.pipeline", "function") in rehearse  # the rehearsal's corpus, made when asked
+    assert ("pe_tools.file_io", "module") in rehearse
+    assert layer("pe_tools.recipes.queue.rehearse") > layer("pe_tools.data.pipeline") > layer("pe_tools.file_io")
 
 
 def test_no_module_imports_from_a_layer_above_its_own():
     """No import, at module level or inside a function, runs up the layers (e.g. scoring importing a recipe tool,
     or a run directory's records importing the queue)."""
     assert upward_imports() == []
+
+
+def test_every_relative_import_of_the_tools_names_a_module_of_theirs():
+    """A relative import, at module level or inside a function (run only when called), names an existing module of
+    the package: a module moved one folder deeper keeps no import that resolves beside it."""
+    modules = {m: f for m, f in project_modules().items() if m.startswith("pe_tools")}
+    missing = []
+    for module, path in modules.items():
+        package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                target = ".".join(package[:len(package) - node.level + 1] + ([node.module] if node.module else []))
+                if target not in modules:
+                    missing.append((module, node.lineno, target))
+    assert missing == []

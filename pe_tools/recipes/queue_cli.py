@@ -1,4 +1,4 @@
-"""pe-queue, the command: a queue file run here (pe_tools/recipes/queue.py) or on SLURM (pe_tools/recipes/slurm.py),
+"""pe-queue, the command: a queue file run here (pe_tools/recipes/queue/) or on SLURM (pe_tools/recipes/slurm.py),
 its status, its check and, on SLURM, its cancellation. ``pe-queue --help`` prints the queue's documentation."""
 import argparse
 import contextlib
