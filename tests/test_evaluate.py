@@ -1269,3 +1269,21 @@ def test_every_input_of_a_comparison_is_checked_for_its_language_baseline_includ
     label = wrong.split("_")[0]
     assert f"{label}: {files[wrong]} reads as 'fr', not the target language --trg-lang de" in err, err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("name, data, says", [
+    ("cut.meta.json", b'{"recipe": "multi30k", "pair', "not a valid UTF-8 JSON file"),  # written half
+    ("latin1.meta.json", '{"recipe": "r\xe9sum\xe9"}'.encode("latin-1"), "not a valid UTF-8 JSON file"),
+    ("list.meta.json", b"[1, 2]", "metadata must be a JSON object, got list"),
+])
+def test_a_meta_file_half_written_or_not_utf8_is_refused_naming_it(tmp_path, name, data, says):
+    """A decode's meta file cut short (its writer stopped), in another encoding, or not an object: pe-evaluate's
+    reader refuses it naming the file, as an input error (not a traceback of json or of the codec)."""
+    from pe_tools.scoring.errors import InputError
+    from pe_tools.scoring.inputs import read_meta
+
+    path = tmp_path / name
+    path.write_bytes(data)
+    with pytest.raises(InputError) as e:
+        read_meta(str(path))
+    assert str(e.value).startswith(f"{path}: {says}"), e.value
