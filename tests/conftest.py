@@ -78,12 +78,13 @@ def tiny_posnet(data_bin, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def queue_reference(data_bin, tmp_path_factory):
-    """The local queue of tests/test_queue.py's three tiny runs, run to its end once per session and shared by the
+    """The local queue of tests/pe_queue_runs.py's three tiny runs, run to its end once per session and shared by the
     xdist workers: its queue file (``queue``), recipe (``table``) and copy of the code (``code``). The killed queue
     (test_queue.py) and the queues on SLURM (test_slurm.py) must record what it recorded."""
-    import test_queue
     from types import SimpleNamespace
 
+    import pe_queue_runs
+
     root = pe_testing.built_once(tmp_path_factory, "queue-reference",
-                                 lambda folder: test_queue.run_whole_queue(folder, data_bin))
+                                 lambda folder: pe_queue_runs.run_whole_queue(folder, data_bin))
     return SimpleNamespace(queue=root / "whole" / "queue.txt", table=root / "tiny_methods.toml", code=root / "code")

@@ -367,3 +367,25 @@ def assert_same_step(task, fast, ref, sample):
     assert grads_fast.keys() == grads_ref.keys() and len(grads_fast) > 0
     for name in grads_ref:
         torch.testing.assert_close(grads_fast[name], grads_ref[name], rtol=1e-9, atol=1e-10, msg=name)
+
+
+def save_checkpoint(model, args, path):
+    """A checkpoint laid out like fairseq's Trainer.state_dict (no training needed)."""
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.to_container(convert_namespace_to_omegaconf(args), resolve=True, enum_to_str=True)
+    torch.save({"args": None, "cfg": cfg, "model": model.state_dict(), "criterion": None,
+                "optimizer_history": [{"criterion_name": "LabelSmoothedCrossEntropyCriterion",
+                                       "optimizer_name": "FairseqAdam", "lr_scheduler_state": {}, "num_updates": 0}],
+                "task_state": {}, "extra_state": {}}, path)
+    return path
+
+
+def n_test(data_bin) -> int:
+    """Sentences in the binarised test split (fairseq-preprocess logs the count)."""
+    return int(re.search(r"test\.en: (\d+) sents", (data_bin / "preprocess.log").read_text())[1])
+
+
+def n_hypotheses(gen_out: str) -> int:
+    return sum(1 for line in gen_out.splitlines() if line.startswith("H-"))

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import pe_testing
+from pe_testing import save_checkpoint
 from pe_references import CHEN_TABLE, uniform_locality
 from pe_plugin.analysis import indicators as ind
 from pe_plugin.analysis import probing, swap
@@ -237,18 +238,6 @@ def test_probe_words_rules():
 
 
 # ---- command-line tools on a saved checkpoint ----------------------------------------------------------
-
-def save_checkpoint(model, args, path):
-    """A checkpoint laid out like fairseq's Trainer.state_dict (no training needed)."""
-    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
-    from omegaconf import OmegaConf
-
-    cfg = OmegaConf.to_container(convert_namespace_to_omegaconf(args), resolve=True, enum_to_str=True)
-    torch.save({"args": None, "cfg": cfg, "model": model.state_dict(), "criterion": None,
-                "optimizer_history": [{"criterion_name": "LabelSmoothedCrossEntropyCriterion",
-                                       "optimizer_name": "FairseqAdam", "lr_scheduler_state": {}, "num_updates": 0}],
-                "task_state": {}, "extra_state": {}}, path)
-    return path
 
 
 def test_probe_and_swap_cli(data_bin, tmp_path):

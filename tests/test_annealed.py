@@ -12,7 +12,7 @@ from pe_tools.recipes import launch, load_table
 from pe_tools.recipes.curves import valid_curve
 from pe_tools.recipes.train import finished, merge_flags, size_entry, train_argv
 
-from test_results import BAD, GOOD, REF, write_run
+from pe_runs import BAD, GOOD, REF, save_checkpoint, write_run
 
 METHODS = load_table("multi30k")
 
@@ -126,20 +126,6 @@ def test_decode_names_are_checked(name, tmp_path, capsys):
     with pytest.raises(SystemExit):
         launch.main(["generate", str(tmp_path), "--name", name])
     assert "a decode name is lowercase letters" in capsys.readouterr().err
-
-
-def save_checkpoint(path, updates: int) -> None:
-    """A checkpoint as fairseq-train saves one (torch's zip archive): tensors, an argparse.Namespace, numpy values,
-    and the update count in its last optimizer_history entry."""
-    import argparse
-    from collections import OrderedDict
-
-    import numpy as np
-    import torch
-
-    torch.save({"args": argparse.Namespace(arch="transformer_sape_tiny", max_update=updates),
-                "model": OrderedDict(w=torch.ones(3, 2)), "extra_state": {"metrics": {"bleu": np.float64(1.5)}},
-                "optimizer_history": [{"num_updates": updates - 2}, {"num_updates": updates, "lr": 1e-3}]}, path)
 
 
 def test_updates_of_reads_the_count_without_tensors_or_code(tmp_path):

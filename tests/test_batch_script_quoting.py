@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-import test_queue
+import pe_queue_runs
 from pe_testing import code_copy
 from pe_tools.recipes import queue_cli
 
@@ -47,7 +47,7 @@ def nasty(tmp_path):
 def dry_run_script(nasty, data_bin, monkeypatch, capsys):
     """(the printed script, its sbatch command line, what went in): pe-queue run --slurm --dry-run of a queue file
     in ``nasty``, from ``nasty`` as the working folder, every value that can hold the characters holding them."""
-    table = test_queue.recipe(nasty, data_bin)
+    table = pe_queue_runs.recipe(nasty, data_bin)
     queue_file = nasty / f"queue {NASTY}.txt"
     queue_file.write_text(f"{shlex.quote(str(table))} sape en-de mini 1 "
                           f"{shlex.quote(f'runs-dir={nasty / NASTY}')} {shlex.quote(f'into={nasty / NASTY}')}\n")

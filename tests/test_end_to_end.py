@@ -10,7 +10,7 @@ removed from the environment), so these runs also show that pe_plugin's checkpoi
 import re
 
 import pytest
-from pe_testing import EVERY_TWO_UPDATES, PLUGIN, SAFE_ENV, fairseq_train, run
+from pe_testing import EVERY_TWO_UPDATES, PLUGIN, SAFE_ENV, fairseq_train, n_hypotheses, n_test, run
 
 
 pytestmark = pytest.mark.slow
@@ -27,15 +27,6 @@ def generate_flags(data_bin, checkpoint, user_dir=PLUGIN):
 
 def generate(data_bin, checkpoint):
     return run("fairseq_cli.generate", generate_flags(data_bin, checkpoint)).stdout
-
-
-def n_test(data_bin) -> int:
-    """Sentences in the binarised test split (fairseq-preprocess logs the count)."""
-    return int(re.search(r"test\.en: (\d+) sents", (data_bin / "preprocess.log").read_text())[1])
-
-
-def n_hypotheses(gen_out: str) -> int:
-    return sum(1 for line in gen_out.splitlines() if line.startswith("H-"))
 
 
 def test_eval_bleu_checkpoint_loads_safely_everywhere(data_bin, tmp_path):

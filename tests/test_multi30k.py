@@ -12,7 +12,7 @@ import tomllib
 import pytest
 
 from pe_testing import REPO
-from test_prepare import Server, lines, prepare
+from pe_prepare import Server, lines, prepare
 
 from pe_tools.recipes import launch, load_table
 from pe_tools.recipes.train import train_argv

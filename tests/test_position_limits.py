@@ -18,7 +18,7 @@ import sys
 import pytest
 import torch
 
-from pe_testing import PLUGIN, REPO, build_model, run
+from pe_testing import PLUGIN, REPO, build_model, run, save_checkpoint
 from pe_references import loop_matmul, padded_positions
 
 from pe_plugin.encoding_parts.base import Positions
@@ -171,8 +171,6 @@ def test_swap_probe_leaves_out_sentences_beyond_lmax_and_names_them(data_bin, ra
     """pe-swap-probe (pe_tools.swap_probe) on a LAPE model with L_max = 8: the test sentences longer than that are left out of
     the probe and named (warning and JSON), the others probed; without the check it stopped at the first batch
     holding one (LAPE's ValueError)."""
-    from test_analysis import save_checkpoint
-
     from pe_tools import swap_probe as swap_probe_cli
 
     src = (raw_corpus / "test.en").read_text().splitlines()

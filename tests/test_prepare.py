@@ -9,28 +9,22 @@ import gzip
 import hashlib
 import io
 import json
-import os
 import random
 import re
-import subprocess
-import sys
 import tarfile
-import threading
 import time
 import tomllib
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+
+from pe_prepare import Server, lines, prepare
 
 from pe_tools import file_io
 from pe_tools.data import corpora as data_corpora, files as data_files, pipeline as data_pipeline, text as data_text
 
 REPO = Path(__file__).resolve().parent.parent
-PREPARE = REPO / "examples" / "wmt14" / "prepare.sh"
 TABLE = REPO / "pe_tools" / "recipes" / "wmt14" / "corpora.toml"
-
-
 
 
 def tokenize(line, lang, test=False):
@@ -164,69 +158,6 @@ def fixture_table(blobs, **overrides):
     return table
 
 
-# ----------------------------------------------------------------------------------- the server
-class Server:
-    """Serves a folder on 127.0.0.1 with Range support; can cut a response off halfway, and can ignore Range for
-    some paths (``ignore_range``: the whole file with 200, as a server without Range support answers)."""
-
-    def __init__(self, root):
-        self.root, self.log, self.cut_once, self.ignore_range = root, [], set(), set()
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):
-                path = server.root / self.path.lstrip("/")
-                if not path.is_file():
-                    self.send_error(404)
-                    server.log.append((self.path, None, 404, 0))
-                    return
-                data, rng, start = path.read_bytes(), self.headers.get("Range"), 0
-                if rng and self.path in server.ignore_range:
-                    rng = None
-                if rng:
-                    start = int(re.fullmatch(r"bytes=(\d+)-", rng).group(1))
-                    if start >= len(data):
-                        self.send_response(416)
-                        self.send_header("Content-Range", f"bytes */{len(data)}")
-                        self.send_header("Content-Length", "0")
-                        self.end_headers()
-                        server.log.append((self.path, rng, 416, 0))
-                        return
-                    self.send_response(206)
-                    self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
-                else:
-                    self.send_response(200)
-                body = data[start:]
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                if self.path in server.cut_once:  # announce the whole body, send half, hang up
-                    server.cut_once.discard(self.path)
-                    body = body[: len(body) // 2]
-                self.wfile.write(body)
-                server.log.append((self.path, rng, 206 if rng else 200, len(body)))
-
-            def log_message(self, *args):
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def requests(self, suffix):
-        return [entry for entry in self.log if entry[0].endswith(suffix)]
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
-def prepare(*args, cwd=None):
-    env = {**os.environ, "PYTHON": sys.executable}
-    result = subprocess.run(["bash", str(PREPARE), *map(str, args)], capture_output=True, text=True, env=env, cwd=cwd)
-    result.output = result.stdout + result.stderr
-    return result
-
-
 def net_args(server, table_path, downloads):
     return ["--corpora", table_path, "--base-url", server.url, "--download-dir", downloads, "--retry-wait", "0"]
 
@@ -254,10 +185,6 @@ def ende(site, tmp_path_factory):
     assert first.returncode == 0, first.output
     return {"out": tmp / "out", "archives": tmp / "archives", "args": args, "result": first,
             "seconds": time.time() - start, "blobs": blobs, "server": server}
-
-
-def lines(path):
-    return path.read_text(encoding="utf-8").split("\n")[:-1]
 
 
 def unbpe(line):

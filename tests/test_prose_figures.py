@@ -8,8 +8,8 @@ import re
 from pathlib import Path
 
 import pytest
+from pe_recorded import flat, gpu_models, read_csv
 from pe_testing import REPO
-from test_tables import flat, gpu_models, read_csv
 
 # A pinned page: each figure of its prose, in the order of the page, with the one recorded value it states (not any
 # number of any file: a random two-decimal figure would match one of those more often than not). A row is (figure,

@@ -1,4 +1,4 @@
-"""pe-queue (pe_tools/recipes/queue/): a queue file checked before anything starts, and a queue killed with
+"""pe-queue (pe_tools/recipes/queue.py): a queue file checked before anything starts, and a queue killed with
 SIGKILL in the middle of a training and restarted with the same command that records exactly what an uninterrupted
 queue records."""
 import json
@@ -14,67 +14,10 @@ from types import SimpleNamespace
 import pytest
 
 from pe_shell import NASTY, bash_argv
-from pe_testing import REPO, SAFE_ENV, code_copy
+from pe_queue_runs import MAX_UPDATE, RUNS, queue_file, recorded, start
+from pe_testing import REPO, SAFE_ENV
 
-from pe_tools.recipes import queue, queue_cli, results, training_log
-
-RUNS = ("sape", "rope", "t5")
-MAX_UPDATE = 12
-
-
-def recipe(tmp_path: Path, data: Path) -> Path:
-    """A methods table of a tiny size: 12 updates, a checkpoint every 2 (the last 5 kept)."""
-    path = tmp_path / "tiny_methods.toml"
-    methods = "\n".join(f"[method.{m}]\nflags = []" for m in RUNS)
-    path.write_text(f"""data = "{data}"
-[common]
-flags = ["--cpu", "--num-workers", "0", "--share-all-embeddings", "--optimizer", "adam", "--lr", "1e-3",
-         "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--max-tokens", "200",
-         "--save-interval-updates", "2", "--keep-interval-updates", "5", "--no-epoch-checkpoints",
-         "--log-format", "simple", "--log-interval", "1", "--no-progress-bar"]
-[size.mini]
-arch = {{ en-de = "tiny" }}
-flags = ["--encoder-layers", "1", "--decoder-layers", "1", "--encoder-embed-dim", "16", "--decoder-embed-dim", "16",
-         "--encoder-ffn-embed-dim", "32", "--decoder-ffn-embed-dim", "32", "--encoder-attention-heads", "2",
-         "--decoder-attention-heads", "2", "--dropout", "0.1", "--max-update", "{MAX_UPDATE}",
-         "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "4"]
-{methods}
-""")
-    return path
-
-
-def queue_file(tmp_path: Path, table: Path, name: str, methods=RUNS) -> Path:
-    q = tmp_path / name / "queue.txt"
-    q.parent.mkdir(parents=True)
-    q.write_text("# a test queue\n" + "".join(
-        f"{table} {m} en-de mini 1 runs-dir={q.parent / 'runs'} into={q.parent / 'rec'}\n" for m in methods))
-    return q
-
-
-def start(q: Path, code: Path) -> subprocess.Popen:
-    """pe-queue run -j 2 from the checkout, the runs from the copy of the code ``code`` (pe-queue --code)."""
-    env = dict(SAFE_ENV, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
-    return subprocess.Popen([sys.executable, "-m", "pe_tools.recipes.queue_cli", "run", str(q), "-j", "2",
-                             "--code", str(code)], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-
-
-def run_whole_queue(root: Path, data: Path) -> None:
-    """The uninterrupted queue of RUNS, run to its end in ``root`` (the recipe, ``whole/``, ``code/``): the
-    reference that this file's killed queue and tests/test_slurm.py's queues on SLURM must record again. Built
-    once per session (conftest.py's ``queue_reference``)."""
-    table = recipe(root, data)
-    proc = start(queue_file(root, table, "whole"), code_copy(root))
-    out = proc.communicate(timeout=900)[0]
-    assert proc.returncode == 0, out[-4000:]
-
-
-def recorded(q: Path, methods=None) -> dict:
-    """{RUN/[last/]hyp.detok.de: its bytes} of what queue ``q`` recorded (in REC beside it), of ``methods`` only if
-    given (the runs of a queue with fewer lines, compared with the reference queue's)."""
-    rec = q.parent / "rec"
-    return {str(p.relative_to(rec)): p.read_bytes() for p in sorted(rec.rglob("hyp.detok.de"))
-            if methods is None or p.relative_to(rec).parts[0].split(".")[0] in methods}
+from pe_tools.recipes import queue, queue_cli, training_log
 
 
 def updates(log: Path) -> int:
@@ -153,7 +96,7 @@ def test_pin_exports_the_commit_once_outside_the_working_tree(tmp_path, monkeypa
     assert (pinned / "pe_plugin" / "__init__.py").read_text() == "second\n"
     assert (queue.pin_code(first, repo) / "pe_plugin" / "__init__.py").read_text() == "first\n"
     archives, real_popen = [], subprocess.Popen
-    monkeypatch.setattr(queue.pin.subprocess, "Popen",
+    monkeypatch.setattr(queue.subprocess, "Popen",
                         lambda argv, *a, **k: ("archive" in argv and archives.append(argv)) or real_popen(argv, *a, **k))
     assert queue.pin_code(head[:12], repo) == pinned and archives == []  # exported once: found, not archived again
     assert sorted(p.name for p in (tmp_path / "codes").iterdir()) == sorted([first, head])  # no temporary folder
@@ -387,7 +330,7 @@ def fake_chain_run(tmp_path: Path, reached: int, top: int = 6):
             if not (run_dir / "checkpoint_last.pt").exists():
                 save_checkpoint(run_dir / "checkpoint_last.pt", reached)
         elif args[0] == "generate":
-            gen = results.decode_dir(run_dir, steps[-1][2])
+            gen = queue.results.decode_dir(run_dir, steps[-1][2])
             gen.mkdir(parents=True, exist_ok=True)
             time.sleep(0.01)  # newer than the checkpoint on any file system's clock
             (gen / "hyp.detok.de").write_text("x\n")
@@ -530,7 +473,7 @@ def test_each_step_of_a_run_ends_its_log_with_how_it_ended(tmp_path):
     assert said[-1] == f"[queue] {run.name}: train failed (exit {rc}): see {run.run_dir / 'train.log'}", said
 
 
-# ---- pe-queue's step log (pe_tools/recipes/queue/local.py) --------------------------------------------------
+# ---- pe-queue's step log (pe_tools/recipes/queue.py) --------------------------------------------------------
 HOSTILE = ["two words", "it's", 'say "hi"', "a;touch PWNED_SEMI", "$(touch PWNED_SUBST)", "`touch PWNED_BACK`",
            "tab\there", ""]
 
@@ -557,7 +500,7 @@ def test_the_logged_queue_command_pastes_back_as_the_same_argv(tmp_path, monkeyp
     q = queue.Queue(tmp_path / "q.txt", [run], REPO, 1, 1, log=lambda *_: None)
     log = tmp_path / "queue.log"
     with monkeypatch.context() as m:
-        m.setattr(queue.local.subprocess, "Popen", StandIn)
+        m.setattr(queue.subprocess, "Popen", StandIn)
         assert q.step(run, ["generate", *HOSTILE], log) == 0
     (argv,) = started
     assert argv[-len(HOSTILE):] == HOSTILE
@@ -597,7 +540,7 @@ def test_a_busy_queues_status_command_pastes_back_as_its_queue_file(data_bin, tm
     assert not list(tmp_path.rglob("PWNED*")) and not (tmp_path / "runs").exists()
 
 
-# ---- pe-queue's rehearsal queue file (pe_tools/recipes/queue/rehearse.py) -----------------------------------
+# ---- pe-queue's rehearsal queue file (pe_tools/recipes/queue.py, ``rehearsal``) ------------------------------
 def test_a_rehearsal_queue_file_in_a_hostile_folder_reads_back_as_its_folders(tmp_path, monkeypatch):
     """pe-queue run --rehearse writes FOLDER/NAME: each run of the queue at the rehearsal size with data=, runs-dir=
     and into= under FOLDER (and the line's cpus=). For a FOLDER holding a space, both quotes, `;`, `$(...)` and
@@ -606,7 +549,7 @@ def test_a_rehearsal_queue_file_in_a_hostile_folder_reads_back_as_its_folders(tm
     from pe_tools.recipes import queue
 
     made = []
-    monkeypatch.setattr(queue.rehearse, "synthetic_data", lambda pair, dest, log: made.append(pair) or dest)
+    monkeypatch.setattr(queue, "synthetic_data", lambda pair, dest, log: made.append(pair) or dest)
     q = tmp_path / "q.txt"
     q.write_text("wmt14 sape en-de base 1 cpus=3\nwmt14 rope en-fr base 2\n")
     folder = tmp_path / NASTY
@@ -706,7 +649,7 @@ def test_a_second_writer_of_any_step_is_refused_while_a_queue_works_on_the_run(d
     from pe_tools.recipes import generate, launch, run_state
 
     monkeypatch.setattr(run_state, "LOCK_TRIES", 1)
-    monkeypatch.setattr(queue.local, "CHAIN_WAIT", 0)
+    monkeypatch.setattr(queue, "CHAIN_WAIT", 0)
     runs_dir = tmp_path / "runs"
     qfile, other = tmp_path / "q.txt", tmp_path / "other.txt"
     for f in (qfile, other):

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import pe_slurm
-import pe_queue
+import pe_queue_runs
 from pe_slurm import env_of, jobs_of, pe_queue, wait_for
 from pe_testing import REPO, code_copy
 from pe_tools.recipes import queue, queue_cli
@@ -58,7 +58,7 @@ def wait_queue(cluster, q: Path, timeout: float = 900) -> None:
         wait_gone(cluster, j["job"], timeout)
 
 
-def weird_queue(tmp: Path, table: Path, methods=pe_queue.RUNS) -> Path:
+def weird_queue(tmp: Path, table: Path, methods=pe_queue_runs.RUNS) -> Path:
     """A queue whose runs-dir holds a space, quotes, `;` and a command substitution: it must train there and run
     nothing else."""
     q = tmp / "q" / "queue.txt"
@@ -72,9 +72,9 @@ def weird_queue(tmp: Path, table: Path, methods=pe_queue.RUNS) -> Path:
 @pytest.mark.slow
 @pytest.mark.mutation
 def test_a_queue_on_slurm_records_what_the_local_queue_records(slurm, queue_reference, tmp_path):
-    methods = pe_queue.RUNS[:2]  # two of the local queue's three runs: the node's two CPUs train them side by side
+    methods = pe_queue_runs.RUNS[:2]  # two of the local queue's three runs: the node's two CPUs train them side by side
     table = queue_reference.table
-    reference = pe_queue.recorded(queue_reference.queue, methods)
+    reference = pe_queue_runs.recorded(queue_reference.queue, methods)
     q = weird_queue(tmp_path, table, methods)
     started = time.monotonic()
     out = pe_queue(["run", q, "--slurm", "--code", code_copy(tmp_path)], tmp_path, env_of(slurm))
@@ -83,7 +83,7 @@ def test_a_queue_on_slurm_records_what_the_local_queue_records(slurm, queue_refe
     assert job["lines"] == [1, 2] and "submitted job" in out.stdout  # one array of two tasks
     assert "warning: --slurm:" in out.stderr and "run directory" in out.stderr  # /tmp is not shared storage
     wait_queue(slurm, q)
-    assert pe_queue.recorded(q) == reference != {}, [p.read_text()[-2000:] for p in q.parent.rglob("*.out")]
+    assert pe_queue_runs.recorded(q) == reference != {}, [p.read_text()[-2000:] for p in q.parent.rglob("*.out")]
     assert not (q.parent / "PWNED").exists() and not list(tmp_path.rglob("PWNED"))
     runs = q.parent / f"runs a;b'c\"d$(touch {q.parent}/PWNED)"
     assert sorted(p.name for p in runs.iterdir()) == sorted(f"{m}.en-de.mini.seed1" for m in methods)
@@ -118,7 +118,7 @@ def test_a_run_requeued_mid_training_resumes_and_records_the_same(slurm, queue_r
     """Interrupted twice, as SLURM does it: USR1 before the time limit (the job requeues itself), then an outside
     `scontrol requeue`; each restart resumes from the last checkpoint, appends to the one train.log, and records
     what the uninterrupted local queue recorded. Requeued again once recorded, it trains nothing."""
-    table, reference = queue_reference.table, pe_queue.recorded(queue_reference.queue, ["sape"])
+    table, reference = queue_reference.table, pe_queue_runs.recorded(queue_reference.queue, ["sape"])
     q = tmp_path / "q" / "queue.txt"
     q.parent.mkdir()
     q.write_text(f"{table} sape en-de mini 1 runs-dir={q.parent / 'runs'} into={q.parent / 'rec'}\n")
@@ -136,9 +136,9 @@ def test_a_run_requeued_mid_training_resumes_and_records_the_same(slurm, queue_r
     # one log, every segment; each restart resumed from a checkpoint the segment before had saved (not beyond what
     # it reached; under load a segment may end before saving a new one, so two may resume from the same), and the
     # last reached the run's --max-update
-    assert len(seg) == 3 and seg[2] == pe_queue.MAX_UPDATE, seg
+    assert len(seg) == 3 and seg[2] == pe_queue_runs.MAX_UPDATE, seg
     assert loaded[0] is None and 0 < loaded[1] <= seg[0] and loaded[1] <= loaded[2] <= max(seg[:2]), (seg, loaded)
-    assert pe_queue.recorded(q) == reference != {}
+    assert pe_queue_runs.recorded(q) == reference != {}
     state = json.loads((run_dir / "slurm.json").read_text())
     assert (state["state"], state["restarts"], state["job"]) == ("RECORDED", 2, task), state
     slurm_log = next((q.parent / "queue.txt.slurm" / "logs").glob("*.out")).read_text()
@@ -161,9 +161,9 @@ def test_the_array_task_holding_the_arrays_id_requeues_itself_alone(slurm, data_
     handler's `scontrol requeue $SLURM_JOB_ID`, which requeues the whole array."""
     q = tmp_path / "q" / "queue.txt"
     q.parent.mkdir()
-    table = pe_queue.recipe(tmp_path, data_bin)
+    table = pe_queue_runs.recipe(tmp_path, data_bin)
     q.write_text("".join(f"{table} {m} en-de mini 1 runs-dir={q.parent / 'runs'} into={q.parent / 'rec'}\n"
-                         for m in pe_queue.RUNS))
+                         for m in pe_queue_runs.RUNS))
     out = pe_queue(["run", q, "--slurm", "--code", code_copy(tmp_path)], tmp_path, env_of(slurm))
     assert out.returncode == 0, out.stdout + out.stderr
     (record,) = jobs_of(q)
@@ -186,7 +186,7 @@ def test_the_array_task_holding_the_arrays_id_requeues_itself_alone(slurm, data_
         starts = log.read_text().count(", start ")
         want = (1, 2) if f"{array}_{line}" == task else (0, 1)
         assert (state["state"], state["restarts"], starts) == ("RECORDED", *want), (line, state, log.read_text())
-    assert len(pe_queue.recorded(q)) == 2 * len(pe_queue.RUNS)  # the default decode and the last, per run
+    assert len(pe_queue_runs.recorded(q)) == 2 * len(pe_queue_runs.RUNS)  # the default decode and the last, per run
 
 
 STATS = ("loss", "nll_loss", "gnorm", "wpb", "bsz", "lr")
@@ -221,7 +221,7 @@ def hold(runs) -> None:
     waiting, deadline = list(runs), time.monotonic() + 300
     while waiting and time.monotonic() < deadline:
         for log, run_dir in list(waiting):
-            if 3 <= (segments(log) or [0])[-1] < pe_queue.MAX_UPDATE and (pids := trainers(run_dir)):
+            if 3 <= (segments(log) or [0])[-1] < pe_queue_runs.MAX_UPDATE and (pids := trainers(run_dir)):
                 for pid in pids:
                     os.kill(pid, signal.SIGSTOP)
                 waiting.remove((log, run_dir))
@@ -235,7 +235,7 @@ def resumed_as_uninterrupted(log: Path, reference: dict) -> list:
     parts, text = per_update(log), log.read_text().split(SEGMENT_START)[1:]
     for n, part in enumerate(parts):
         assert {u: reference[u] for u in part} == part, (n, part, reference)
-    assert max(parts[-1]) == pe_queue.MAX_UPDATE and "done training" in text[-1], text[-1][-2000:]
+    assert max(parts[-1]) == pe_queue_runs.MAX_UPDATE and "done training" in text[-1], text[-1][-2000:]
     loaded = re.search(r"Loaded checkpoint \S*checkpoint_last\.pt \(epoch \d+ @ (\d+) updates\)", text[-1])
     assert loaded and min(parts[-1]) == int(loaded.group(1)) + 1 > 1, text[-1][:3000]  # not from scratch
     return [min(p, default=0) for p in parts]
@@ -267,7 +267,7 @@ def test_runs_past_their_time_limit_resume_from_their_checkpoints(slurm, queue_r
     # trains past update 3 before the limit
     ref_log = queue_reference.queue.parent / "runs" / "sape.en-de.mini.seed1" / "train.log"
     (reference,) = per_update(ref_log)
-    assert sorted(reference) == list(range(1, pe_queue.MAX_UPDATE + 1))
+    assert sorted(reference) == list(range(1, pe_queue_runs.MAX_UPDATE + 1))
     first_update = seconds_to_first_update(ref_log) + 10
 
     # SLURM's 30 s time-limit pass signals once the job has less than --signal-seconds + 30 s left: with 60 s, at
@@ -307,7 +307,7 @@ def test_runs_past_their_time_limit_resume_from_their_checkpoints(slurm, queue_r
     assert json.loads((run_dir / "slurm.json").read_text())["state"] == "ENDED"
     status = pe_queue(["status", q], tmp_path, env_of(slurm))
     assert status.stdout.splitlines()[1].split()[-3:] == [task, "TIMEOUT", "0"], status.stdout + status.stderr
-    assert len(segments(log)) == 1 and segments(log)[0] < pe_queue.MAX_UPDATE
+    assert len(segments(log)) == 1 and segments(log)[0] < pe_queue_runs.MAX_UPDATE
     out = pe_queue(["run", q, "--slurm", "--code", code], tmp_path, env_of(slurm))
     assert out.returncode == 0 and "submitted job" in out.stdout, out.stdout + out.stderr
     wait_for("the resubmitted run's training to end", lambda: "done training" in log.read_text(), 300)
@@ -329,7 +329,7 @@ def first_update(text: str) -> dict:
 def test_two_srun_tasks_train_as_two_hand_launched_ranks(slurm, data_bin, tmp_path):
     """pe-train --gpus 2 in a two-task SLURM job starts one srun task per rank (gloo on CPU): its first update
     equals that of the two ranks launched by hand (loss, gradient norm, words and sentences)."""
-    table = pe_queue.recipe(tmp_path, data_bin)
+    table = pe_queue_runs.recipe(tmp_path, data_bin)
     extra = ["--", "--max-update", "1", "--dropout", "0", "--disable-validation", "--no-save"]
     train = [sys.executable, "-m", "pe_tools.recipes.launch", "train", "sape", "--recipe", str(table), "--pair",
              "en-de", "--size", "mini", "--gpus", "2", "--data", str(data_bin)]
@@ -398,7 +398,7 @@ def test_status_says_what_became_of_jobs_slurm_no_longer_knows(slurm, tiny_queue
 # ------------------------------------------------------------------------------------------- bad input
 @pytest.fixture
 def tiny_queue(data_bin, tmp_path):
-    table = pe_queue.recipe(tmp_path, data_bin)
+    table = pe_queue_runs.recipe(tmp_path, data_bin)
 
     def write(options: str = "", table_=table) -> Path:
         q = tmp_path / "q.txt"
@@ -526,7 +526,7 @@ def test_a_job_whose_chain_fails_exits_1_and_a_bad_line_2(job_env, capsys):
 
 # ----------------------------------------------------------------------------------- one submitter per run
 def two_run_queue(tmp_path: Path, data_bin: Path, name: str = "q.txt", methods=("sape", "rope")) -> Path:
-    table = pe_queue.recipe(tmp_path, data_bin)
+    table = pe_queue_runs.recipe(tmp_path, data_bin)
     q = tmp_path / name
     q.write_text("".join(f"{table} {m} en-de mini 1 runs-dir={tmp_path / 'runs'} into={tmp_path / 'rec'}\n"
                          for m in methods))
@@ -886,7 +886,7 @@ def test_a_time_limit_must_leave_training_time_after_the_signal(data_bin, tmp_pa
     above; with --no-requeue only a warning. A run whose measured speed (its train.log) makes one checkpoint
     interval longer than what is left is warned about; runs without a speed are named in a note."""
     q = tmp_path / "q.txt"
-    q.write_text(f"{pe_queue.recipe(tmp_path, data_bin)} sape en-de mini 1 runs-dir={tmp_path / 'runs'}\n")
+    q.write_text(f"{pe_queue_runs.recipe(tmp_path, data_bin)} sape en-de mini 1 runs-dir={tmp_path / 'runs'}\n")
     runs = queue.parse_queue(q)
     edge = time_args("time", "5", "signal_seconds", 270)  # 300 s - 270 s - 30 s = 0 s of training
     with pytest.raises(slurm_recipes.SlurmError, match="leaves no training time"):

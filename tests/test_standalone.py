@@ -19,8 +19,7 @@ import sys
 from types import SimpleNamespace
 
 import pytest
-from pe_testing import EVERY_TWO_UPDATES, REPO, SAFE_ENV, call_main, run, train_args
-from test_end_to_end import n_hypotheses, n_test
+from pe_testing import EVERY_TWO_UPDATES, REPO, SAFE_ENV, call_main, n_hypotheses, n_test, run, train_args
 
 from pe_plugin import log_noise as plugin_log_noise
 from pe_plugin import naming as plugin_naming

@@ -19,17 +19,16 @@ The outputs the documents show are checked the same way, with ``<!-- output: PAT
 
 The figures in the prose of the same documents: tests/test_prose_figures.py.
 """
-import csv
 import json
 import re
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 import pe_testing
+from pe_recorded import flat, gpu_models, read_csv
 from pe_testing import REPO
 
 # the documents whose tables are checked; docs/benchmarks.md and docs/hub.md have other owners (their markers, if
@@ -143,19 +142,6 @@ def test_a_document_shows_whole_tables_of_runs():
             assert [r[0] for r in rows] == [r[0] for r in recorded_table(marker)[1]], (doc, marker)
             markers.add(marker)
     assert markers == {"examples/multi30k/report/results_seeds.md", "examples/multi30k/report_annealed/results_seeds.md"}
-
-
-def gpu_models():
-    """{(pe, length): result} of the recorded H100 runs of pe-bench models (fp16, base, one process): every row of
-    models.json, the encodings re-measured after a change (models_after.json, each against its own run's SAPE)
-    in their place."""
-    rows = {}
-    for name in ("models", "models_after"):
-        data = json.loads((REPO / "examples" / "benchmarks" / "gpu" / f"{name}.json").read_text())
-        assert data["complete"] and data["settings"]["fp16"] and data["settings"]["device"] == "cuda"
-        rows.update({(r["pe"], r["length"]): r for r in data["results"]
-                     if r["size"] == "base" and (name == "models" or r["pe"] not in ("sape", "stock"))})
-    return rows
 
 
 def test_computed_cost_beside_gpu():
@@ -330,11 +316,6 @@ def test_computed_architecture_sizes():
         from pe_plugin.models.architectures import PARENTS
 
         assert PARENTS[suffix].__name__ == cells["fairseq parent"]
-
-
-def read_csv(path: Path) -> list:
-    with open(path, newline="", encoding="utf-8") as f:
-        return list(csv.DictReader(f))
 
 
 def p_text(p: float) -> str:
@@ -659,10 +640,6 @@ PROSE_NAMES = {"nope": "no PE", "sape": "sinusoidal (SAPE)", "lape": "learned ab
                "rope": "RoPE", "alibi": "ALiBi", "kerple": "KERPLE"}
 # a count of encodings below the registry's is about a subset, and its sentence says which
 SUBSET_WORDS = ("trained", "of that commit", "of its commit", "seed-1")
-
-
-def flat(doc: str) -> str:
-    return re.sub(r"\s+", " ", (REPO / doc).read_text(encoding="utf-8"))
 
 
 def test_the_counts_in_the_text():
