@@ -260,13 +260,15 @@ def generate_args(run, checkpoints, partial=False):
 @pytest.mark.parametrize("case, refusal", [
     ("finished", None),
     ("short", "has not finished training: checkpoint_last.pt holds update 2 of 4"),
-    ("training", "is still training (checkpoint_last.pt holds update 4 of 4; trainer pid"),
+    ("training", "run.lock is held by pid"),
 ])
 @pytest.mark.parametrize("partial", [False, True])
 def test_generate_refuses_an_unfinished_run_unless_partial(case, refusal, partial, tmp_path, capsys, monkeypatch):
     """pe-generate decodes a run ``train.finished`` calls finished, at its last update; any other only with
     --partial, which the meta file records (issue 56: it averaged checkpoints 20-80 of a 100-update run with a
-    one-line warning). Seen failing with the guard (generate.py: ``if partial and not a.partial``) removed."""
+    one-line warning). Seen failing with the guard (generate.py: ``if partial and not a.partial``) removed. A run
+    whose trainer is alive (saving its last update) is refused at once, --partial or not: the trainer holds the
+    run's writer lock (RUN/run.lock), and the message names it."""
     from pe_tools.recipes import generate, train
 
     run = generate_run(tmp_path, 2, reached={"short": 2}.get(case))
@@ -277,6 +279,10 @@ def test_generate_refuses_an_unfinished_run_unless_partial(case, refusal, partia
         rc = generate.generate(generate_args(run, 2, partial))
     err = capsys.readouterr().err
     meta_file = run / "gen" / "hyp.detok.de.meta.json"
+    if case == "training":
+        assert rc == 2 and refusal in err and "(pe-train)" in err, err
+        assert not (run / "gen").exists()
+        return
     if refusal and not partial:
         assert rc == 2 and refusal in err and "pass --partial" in err, err
         assert not (run / "gen").exists()  # nothing averaged or decoded
@@ -321,8 +327,9 @@ INNER_AT_3 = '2026-01-01 10:00:00 | INFO | train_inner | {"epoch": 1, "update": 
 def test_generate_before_the_first_checkpoint_names_where_training_is(case, says, tmp_path, capsys):
     """pe-generate on a run with no update checkpoint: a run that saves them (--save-interval-updates 4) is told
     where its training is (a live trainer at the update its train.log last names, or none: not started or
-    stopped), never to add the flag it has; only a command without the flag is told to train with it. Seen
-    failing before (every case said "train with --save-interval-updates")."""
+    stopped), never to add the flag it has; only a command without the flag is told to train with it. A live
+    trainer holds the run's writer lock, so this is said before pe-generate asks for it. Seen failing before (every
+    case said "train with --save-interval-updates"; the live ones, later, the lock's holder only)."""
     from pe_tools.recipes import generate, train
 
     run = tmp_path / "run"
@@ -331,13 +338,10 @@ def test_generate_before_the_first_checkpoint_names_where_training_is(case, says
     (run / "command.json").write_text(json.dumps({"data": str(tmp_path / "data"), "pair": "en-de", "argv": argv}))
     if case in ("training", "stopped"):
         (run / "train.log").write_text("fairseq-train starting\n" + INNER_AT_3)
-    if case.startswith("training"):  # the message alone: pe-generate itself waits for no live writer of the run
-        with train.trainer_lock(run):
-            err = generate.no_checkpoint_yet(run, json.loads((run / "command.json").read_text()))
-    else:
+    with train.trainer_lock(run) if case.startswith("training") else open(os.devnull):
         assert generate.generate(generate_args(run, 2)) == 2
-        err = capsys.readouterr().err
-        assert not (run / "gen").exists()
+    err = capsys.readouterr().err
+    assert not (run / "gen").exists()
     assert f"{run} {says}" in err, err
     assert ("--save-interval-updates)" in err) == (case == "no interval")
 

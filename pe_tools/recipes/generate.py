@@ -36,14 +36,24 @@ DECODE_BATCH = ["--batch-size", "128", "--required-batch-size-multiple", "1"]
 PROGRESS_SECONDS = 30
 
 
-@writes_run("pe-generate")
 def generate(a) -> int:
-    """``pe-generate`` with the parsed arguments ``a``; returns the exit status."""
+    """``pe-generate`` with the parsed arguments ``a``; returns the exit status. A run with no update checkpoint yet
+    is told where its training stands before the run's writer lock is asked for (its live trainer holds it)."""
     run_dir = Path(a.run_dir)
     try:
         meta = read_command(run_dir).record
     except RunRecordError as e:
         return fail(str(e))
+    if not last_checkpoints(run_dir, 1, "update"):
+        return fail(no_checkpoint_yet(run_dir, meta))
+    return decode(a)
+
+
+@writes_run("pe-generate")
+def decode(a) -> int:
+    """pe-generate's decode of the run ``a.run_dir``, holding the run's writer lock."""
+    run_dir = Path(a.run_dir)
+    meta = read_command(run_dir).record  # read again under the lock
     data, (src, tgt) = Path(a.data or meta["data"]), meta["pair"].split("-")
     try:  # the parser refuses --checkpoints < 1 already
         paths = [str(p) for p in last_checkpoints(run_dir, a.checkpoints, "update")]
