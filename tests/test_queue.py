@@ -716,3 +716,25 @@ def test_status_of_a_run_named_like_a_committed_example_is_not_recorded(tmp_path
     run.run_dir.mkdir(parents=True)
     (run.run_dir / "command.json").write_text(json.dumps({"method": "alibi", "device": "a machine of the user"}))
     assert queue.progress(run)["recorded"] is False
+
+
+@pytest.mark.parametrize("handed", [True, False])
+def test_a_queue_step_works_under_the_run_lock_the_queue_holds(handed, tmp_path):
+    """A queue's step (here pe-record, a process of its own) works under the run's writer lock the queue holds for
+    the chain, handed on to it; the same step not handed the lock is refused by its own queue's lock (what handing
+    it on prevents)."""
+    from pe_runs import GOOD, write_run
+
+    from pe_tools.runs.run_dir import RunDir
+
+    run_dir = write_run(tmp_path, "sape", 1, GOOD, 60)
+    run = queue.Run(1, "multi30k", "sape", "en-de", "small", 1, {"runs-dir": str(run_dir.parent)})
+    q = queue.Queue(tmp_path / "q.txt", [run], REPO, 1, 1, log=lambda line: None)
+    log = run_dir / "queue.log"
+    with RunDir(run_dir).writer(f"pe-queue run {q.path}") as fd:
+        if handed:
+            q.held[run.name] = fd
+        rc = q.step(run, ["record", str(run_dir), "--into", str(tmp_path / "into")], log)
+    assert rc == (0 if handed else 2), log.read_text()
+    assert (tmp_path / "into" / run.name / "command.json").is_file() == handed
+    assert handed or f"is held by pid {os.getpid()}" in log.read_text()
