@@ -389,3 +389,17 @@ def n_test(data_bin) -> int:
 
 def n_hypotheses(gen_out: str) -> int:
     return sum(1 for line in gen_out.splitlines() if line.startswith("H-"))
+
+
+def flag_values(argv, once: bool = False) -> dict:
+    """{--flag: [the words after it, up to the next flag]} of a command line (a switch: []); the words before the
+    first flag (the program, positional arguments) are left out. A repeated flag keeps its last values, as argparse
+    does; ``once``: a repeated flag fails the test instead."""
+    out, flag = {}, None
+    for word in map(str, argv):
+        if word.startswith("--"):
+            assert not (once and word in out), f"{word} twice"
+            out[word], flag = [], word
+        elif flag:
+            out[flag].append(word)
+    return out

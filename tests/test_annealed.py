@@ -7,7 +7,7 @@ import shlex
 
 import pytest
 
-from pe_testing import REPO
+from pe_testing import REPO, flag_values
 from pe_tools.recipes import launch, load_table
 from pe_tools.recipes.curves import valid_curve
 from pe_tools.recipes.train import finished, merge_flags, size_entry, train_argv
@@ -17,27 +17,15 @@ from pe_runs import BAD, GOOD, REF, save_checkpoint, write_run
 METHODS = load_table("multi30k")
 
 
-def flag_values(argv):
-    """{flag: [values]} of an argv, each flag once (fails if a flag repeats)."""
-    out, flag = {}, None
-    for x in argv:
-        if x.startswith("--"):
-            assert x not in out, f"{x} twice"
-            out[x], flag = [], x
-        elif flag:
-            out[flag].append(x)
-    return out
-
-
 def test_small_resolves_to_the_command_its_recorded_runs_trained_with(tmp_path):
     """Moving the schedule flags from [common] into the sizes keeps `small`'s command: the same flags with the same
     values as the recorded SAPE run's command.json (paths and the device's --fp16 aside), none repeated."""
     recorded = json.loads((REPO / "examples/multi30k/results/sape.en-de.small.seed1/command.json").read_text())["argv"]
     ours = train_argv(METHODS, "sape", "en-de", "small", 1, "DATA", "RUN", extra=["--cpu"])
     skip = {"--user-dir", "--save-dir", "--fp16", "--cpu", "--log-format"}  # the log's format changes no training
-    want = {k: v for k, v in flag_values(recorded[4:]).items() if k not in skip}
+    want = {k: v for k, v in flag_values(recorded[4:], once=True).items() if k not in skip}
     assert flag_values(recorded[4:])["--log-format"] == ["simple"] and flag_values(ours[1:])["--log-format"] == ["json"]
-    got = {k: v for k, v in flag_values(ours[1:]).items() if k not in skip}
+    got = {k: v for k, v in flag_values(ours[1:], once=True).items() if k not in skip}
     assert got == want
     assert recorded[3] == "data-bin/multi30k_en_de" and recorded[2] == "fairseq_cli.train"
 
@@ -47,7 +35,7 @@ def test_annealed_sizes_parse_as_a_linear_decay_to_zero(size, updates, tmp_path)
     from fairseq import options
 
     argv = train_argv(METHODS, "rope", "en-de", size, 1, tmp_path, tmp_path / "run", extra=["--cpu"])
-    flag_values(argv)  # no flag twice
+    flag_values(argv, once=True)  # no flag twice
     args = options.parse_args_and_arch(options.get_training_parser(), argv)
     assert (args.lr_scheduler, args.warmup_updates, args.end_learning_rate, args.power) == ("polynomial_decay", 1000, 0.0, 1.0)
     assert (args.max_update, int(args.total_num_update), args.save_interval_updates, args.keep_interval_updates) == (updates, updates, 250, 5)

@@ -1222,21 +1222,14 @@ def test_pe_evaluate_takes_one_resample_or_more(n_samples, refused, tmp_path, ca
 
 
 @pytest.mark.parametrize("paired,signature", [("bs", "|bs:1|"), ("ar", "|ar:1|")])
-def test_pe_evaluate_scores_with_a_single_resample(paired, signature, tmp_path, capsys):
+def test_pe_evaluate_scores_with_a_single_resample(paired, signature, corpus, tmp_path, capsys):
     """The least --n-samples taken, 1, runs through: pe-evaluate writes its report, whose signatures name one
     resample (bs) or one trial (ar)."""
-    from pe_tools.scoring import cli
-
-    ref = [f"die katze {i} ist sehr klein und der hund ist gross" for i in range(12)]
-    (tmp_path / "ref.de").write_text("\n".join(ref) + "\n")
-    for name, drop in (("b", "klein"), ("s", "gross")):
-        (tmp_path / f"{name}.de").write_text("\n".join(r.replace(drop, "x") for r in ref) + "\n")
     out = tmp_path / "out"
-    assert cli.main(["--ref", str(tmp_path / "ref.de"), "--trg-lang", "de", "--out-dir", str(out), "--baseline",
-                     f"b={tmp_path / 'b.de'}", "--system", f"s={tmp_path / 's.de'}", "--paired", paired,
-                     "--n-samples", "1", "--no-language-check", "--allow-unchecked"]) == 0
+    assert evaluate(corpus, out, "--baseline", "base=base1.de", "--system", "good=good1.de", "--paired", paired,
+                    "--n-samples", "1") == 0
     assert signature in capsys.readouterr().out
-    assert json.loads((out / "results.json").read_text())["test"]["n_samples"] == 1
+    assert load_json(out)["test"]["n_samples"] == 1
 
 
 @pytest.mark.parametrize("lang,tokens", [

@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from pe_testing import REPO
+from pe_testing import REPO, flag_values
 
 from pe_plugin.encodings import PE_REGISTRY
 from pe_plugin.models.architectures import architecture_names
@@ -221,19 +221,6 @@ def test_the_readme_is_short_and_posnet_comes_first():
                    "fairseq-generate", "from pe_plugin.hub import from_pretrained", "docs/hub.md",
                    "make test-fast", "transformer_<pe>_<size>", "--pe-attention-impl"):
         assert needed in head, f"{needed!r} is not in the README's first 120 lines"
-
-
-def flag_values(words) -> dict:
-    """--flag -> its value ('' for a switch); a repeated flag keeps its last value, as argparse does."""
-    out, i = {}, 0
-    while i < len(words):
-        if words[i].startswith("--"):
-            value = words[i + 1] if i + 1 < len(words) and not words[i + 1].startswith("--") else ""
-            out[words[i]] = value
-            i += 2 if value else 1
-        else:
-            i += 1
-    return out
 
 
 def test_the_posnet_command_is_the_recipes():
