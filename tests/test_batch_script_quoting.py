@@ -65,7 +65,8 @@ def dry_run_script(nasty, data_bin, monkeypatch, capsys):
                            given["partition"], "--account", given["account"], f"--sbatch={given['sbatch']}"]) == 0
     out = capsys.readouterr().out
     head, script = out.split("\n", 1)
-    assert head.startswith("# ") and "submitted with: sbatch --parsable " in head
+    assert head.startswith("# ") and "not written by a dry run; without --dry-run it is written there and " \
+        "submitted with: sbatch --parsable " in head
     return script, head.split("submitted with: ", 1)[1], given
 
 

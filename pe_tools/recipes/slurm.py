@@ -522,8 +522,9 @@ def _submit(a, runs, queue_path: Path, shapes, part, code: Path, subdir: Path) -
         scripts.append((subdir / f"{name}-{digest}.sh", script, shape, lines))
     if a.dry_run:
         for path, script, shape, lines in scripts:
-            print(f"# {path} ({len(lines)} run(s), each {shape.describe()}); submitted with: sbatch --parsable "
-                  f"{shlex.quote(str(path))}\n{script}")
+            print(f"# {path} ({len(lines)} run(s), each {shape.describe()}), not written by a dry run; without "
+                  f"--dry-run it is written there and submitted with: sbatch --parsable {shlex.quote(str(path))}\n"
+                  f"{script}")
         return 0
 
     logs.mkdir(parents=True, exist_ok=True)
