@@ -218,7 +218,7 @@ def test_the_plugin_folder_is_what_fairseq_imports():
 def test_the_hub_blames_learned_positions_only_for_stock_learned_models(data_bin, learned):
     """A source sentence one token over the limit of a stock fairseq transformer: with learned positions
     (--encoder-learned-pos) the hub says they have one row per position; with sinusoids it says a larger limit
-    loads. pe_plugin encodings without a limit of their own: tests/test_lmax_boundaries.py."""
+    loads. pe_plugin encodings without a limit of their own: tests/test_length_limits.py."""
     extra = TINY + LIMS + (["--encoder-learned-pos", "--decoder-learned-pos"] if learned else [])
     task, model, args = pe_testing.build_model(data_bin, "transformer_wmt_en_de", extra)
     assert not hasattr(model.encoder, "pe")  # fairseq's own model
