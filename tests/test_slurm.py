@@ -539,6 +539,23 @@ def listed(cluster) -> dict:
     return dict(line.split("|") for line in out)
 
 
+def submitted_at_once(cluster, queues, code: Path, cwd: Path, slow: int):
+    """`pe-queue run Q --slurm --sbatch=--hold` of each of ``queues``, all started at once, through an sbatch that
+    answers after ``slow`` seconds, as a busy controller may (so that the submitters' checks overlap for sure);
+    returns (their outputs, their exit statuses)."""
+    env = env_of(cluster)
+    sbatch = cwd / "bin" / "sbatch"
+    sbatch.parent.mkdir(exist_ok=True)
+    sbatch.write_text(f"#!/bin/sh\nsleep {slow}\nexec {shutil.which('sbatch')} \"$@\"\n")
+    sbatch.chmod(0o755)
+    env["PATH"] = f"{sbatch.parent}{os.pathsep}{env['PATH']}"
+    procs = [subprocess.Popen([sys.executable, "-m", "pe_tools.recipes.queue_cli", "run", str(q), "--slurm", "--code",
+                               str(code), "--sbatch=--hold"], cwd=cwd, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for q in queues]
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    return outs, [p.returncode for p in procs]
+
+
 @pytest.mark.slow
 def test_three_submitters_at_once_make_one_job_per_run(slurm, data_bin, tmp_path):
     """Three `pe-queue run Q --slurm` started at once (held jobs, so nothing trains; an sbatch slow to answer): one
@@ -547,19 +564,9 @@ def test_three_submitters_at_once_make_one_job_per_run(slurm, data_bin, tmp_path
     keeps every id submitted, and `pe-queue cancel` ends them all. Seen failing without the submit lock (slurm.py
     ``locked``): two or three jobs per run."""
     q = two_run_queue(tmp_path, data_bin)
-    code, env, before = code_copy(tmp_path), env_of(slurm), set(listed(slurm))
-    # an sbatch that answers after 5 s, as a busy controller may: the submitters' checks overlap for sure
-    slow = tmp_path / "bin" / "sbatch"
-    slow.parent.mkdir()
-    slow.write_text(f"#!/bin/sh\nsleep 5\nexec {shutil.which('sbatch')} \"$@\"\n")
-    slow.chmod(0o755)
-    env["PATH"] = f"{slow.parent}{os.pathsep}{env['PATH']}"
-    args = [sys.executable, "-m", "pe_tools.recipes.queue_cli", "run", str(q), "--slurm", "--code", str(code),
-            "--sbatch=--hold"]
-    procs = [subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True) for _ in range(3)]
-    outs = [p.communicate(timeout=300)[0] for p in procs]
-    assert [p.returncode for p in procs] == [0, 0, 0], outs
+    code, before = code_copy(tmp_path), set(listed(slurm))
+    outs, codes = submitted_at_once(slurm, [q] * 3, code, tmp_path, 5)
+    assert codes == [0, 0, 0], outs
     new = {task: state for task, state in listed(slurm).items() if task not in before}
     ids = [j["job"] for j in jobs_of(q)]
     assert sorted(t.split("_")[1] for t in new) == ["1", "2"] and set(new.values()) == {"PENDING"}, (new, outs)
@@ -584,17 +591,9 @@ def test_two_queue_files_naming_one_run_submitted_at_once_make_one_job_for_it(sl
     (tmp_path / "a").mkdir()
     qa = two_run_queue(tmp_path, data_bin, "a/q.txt", ("sape",))
     qb = two_run_queue(tmp_path, data_bin, "b.txt", ("sape",))
-    code, env, before = code_copy(tmp_path), env_of(slurm), set(listed(slurm))
-    slow = tmp_path / "bin" / "sbatch"
-    slow.parent.mkdir()
-    slow.write_text(f"#!/bin/sh\nsleep 3\nexec {shutil.which('sbatch')} \"$@\"\n")
-    slow.chmod(0o755)
-    env["PATH"] = f"{slow.parent}{os.pathsep}{env['PATH']}"
-    procs = [subprocess.Popen([sys.executable, "-m", "pe_tools.recipes.queue_cli", "run", str(q), "--slurm", "--code",
-                               str(code), "--sbatch=--hold"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for q in (qa, qb)]
-    outs = [p.communicate(timeout=300)[0] for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], outs
+    code, before = code_copy(tmp_path), set(listed(slurm))
+    outs, codes = submitted_at_once(slurm, [qa, qb], code, tmp_path, 3)
+    assert codes == [0, 0], outs
     new = [task for task in listed(slurm) if task not in before]
     assert len(new) == 1, (new, outs)
     assert sum("submitted job" in out for out in outs) == 1 and sum("has it already" in out for out in outs) == 1, \

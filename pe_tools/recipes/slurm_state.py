@@ -23,32 +23,11 @@ STALE_SECONDS = 300  # a job whose heartbeat is older, and which SLURM does not 
 TAIL_LINES = 3  # lines of a dead or failed job's SLURM log shown under the status table
 
 
-class Slurm(str, enum.Enum):
-    """SLURM's states of a job (squeue(1), JOB STATE CODES)."""
-    PENDING = "PENDING"
-    RUNNING = "RUNNING"
-    SUSPENDED = "SUSPENDED"
-    COMPLETING = "COMPLETING"
-    CONFIGURING = "CONFIGURING"
-    REQUEUED = "REQUEUED"
-    REQUEUE_FED = "REQUEUE_FED"
-    REQUEUE_HOLD = "REQUEUE_HOLD"
-    RESIZING = "RESIZING"
-    SIGNALING = "SIGNALING"
-    SPECIAL_EXIT = "SPECIAL_EXIT"
-    STAGE_OUT = "STAGE_OUT"
-    STOPPED = "STOPPED"
-    RESV_DEL_HOLD = "RESV_DEL_HOLD"
-    COMPLETED = "COMPLETED"
-    CANCELLED = "CANCELLED"
-    TIMEOUT = "TIMEOUT"
-    FAILED = "FAILED"
-    PREEMPTED = "PREEMPTED"
-    NODE_FAIL = "NODE_FAIL"
-    BOOT_FAIL = "BOOT_FAIL"
-    DEADLINE = "DEADLINE"
-    OUT_OF_MEMORY = "OUT_OF_MEMORY"
-    REVOKED = "REVOKED"
+# SLURM's states of a job (squeue(1), JOB STATE CODES)
+Slurm = enum.Enum("Slurm", [(w, w) for w in (
+    "PENDING", "RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD",
+    "RESIZING", "SIGNALING", "SPECIAL_EXIT", "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD", "COMPLETED", "CANCELLED",
+    "TIMEOUT", "FAILED", "PREEMPTED", "NODE_FAIL", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY", "REVOKED")], type=str)
 
 
 # queued or running; every other state is an end
@@ -62,14 +41,9 @@ WORKING: FrozenSet[str] = frozenset(s.value for s in (
     Slurm.STAGE_OUT))
 
 
-class Own(str, enum.Enum):
-    """A job's own word on itself in RUN/slurm.json (SUBMITTED: the submitter's, before the job starts)."""
-    SUBMITTED = "SUBMITTED"
-    RUNNING = "RUNNING"
-    REQUEUEING = "REQUEUEING"
-    ENDED = "ENDED"
-    RECORDED = "RECORDED"
-    FAILED = "FAILED"
+# a job's own word on itself in RUN/slurm.json (SUBMITTED: the submitter's, before the job starts)
+Own = enum.Enum("Own", [(w, w) for w in ("SUBMITTED", "RUNNING", "REQUEUEING", "ENDED", "RECORDED", "FAILED")],
+                type=str)
 
 
 class Event(enum.Enum):
