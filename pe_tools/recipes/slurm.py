@@ -10,23 +10,27 @@ is the user's guide.
 
 Submission writes QUEUE.slurm/ beside the queue file: a copy of the queue file named by its content (the jobs read
 that copy, so an edit to QUEUE does not reach submitted jobs), one batch script per job array, logs/ (SLURM's
-output of each job, appended across restarts) and jobs.json (every id ever submitted, which status and cancel read).
+output of each job, appended across restarts) and jobs.json (every id ever submitted and the name it was submitted
+under, which status and cancel read). A job's name holds a key of its submission (``queue_key``): an id counts as
+this queue's only while SLURM lists it under that name, so an id SLURM gives again to another job is not ours.
 One submitter per run: submitting locks the queue and each run directory around "look for a live job, submit,
-record the id", and a job that finds its run directory in use by another live job leaves it (``claim``).
+record the id" (pe_tools/locks.py), and a job that finds its run directory in use by another live job leaves it
+(``claim``), or waits when the holder is its own array task's earlier processes.
 
 Batch scripts are written here, not through submitit: a batch script is a file the user can read, resubmit and
 adapt, and the traps of submitit on clusters without accounting (states read UNKNOWN, waits on jobs cancelled
 from outside, SIGTERM ignored) do not arise: each job writes its own state into RUN/slurm.json.
 
 Preemption and time limits: every job asks for ``--requeue --open-mode=append --signal=B:USR1@S``. On USR1 (S
-seconds before its time limit) the job requeues itself (``scontrol requeue``); SLURM then ends its processes and
+seconds before its time limit) the job requeues itself (``scontrol requeue`` of its own array task, ``job_task``:
+the array's id would requeue every task of the array); SLURM then ends its processes and
 starts it again, as it does after a preemption or an outside ``scontrol requeue``. A restarted job runs the same
 chain: the queue's repair makes checkpoint_last.pt the newest checkpoint that reads whole, pe-train resumes from it
 (train.log appended), a finished run is not trained again, and decoding and recording happen only at the last
 update. A run loses at most the updates since its last checkpoint. A --time that leaves no training time after the
-signal is refused (``check_time``), and a job started MAX_STALLED_STARTS times in a row on the same checkpoint ends
-FAILED. Status (``status_columns``) takes the newest word on each job: SLURM's, the job's own, or evidence of its
-death (a traceback ending its log, a stale heartbeat).
+signal is refused (``check_time``, in SLURM's whole minutes), and a job started MAX_STALLED_STARTS times in a row on
+the same checkpoint ends FAILED. The job's states, their transitions and the status word (``status_columns``) are
+pe_tools/recipes/slurm_state.py's.
 """
 import argparse
 import contextlib
