@@ -1,20 +1,29 @@
-"""What the command line shows: flag errors in argparse's own format, and no tensorboardX notice.
+"""What the command line shows: flag errors in argparse's own format, what each bad flag or input is told, and no
+tensorboardX notice.
 
 * A wrong flag or flag combination that pe_plugin detects (``PEConfigError``, at the end of parsing or when
   the model is built) ends fairseq-train, fairseq-generate and fairseq-interactive the way argparse ends a
   bad flag: usage, one ``PROG: error: ...`` line naming the flag and the fix, exit status 2, no traceback.
   The reference format is argparse's own, taken from fairseq's answer to an unknown --arch.
+* What each is told: an unknown architecture or encoding lists the valid ones, an encoding that contradicts its
+  architecture, a stock position flag, another encoding's flag and a dictionary that --share-all-embeddings
+  cannot share are each named with the fix.
 * fairseq logs "Please install tensorboardX" whenever it is imported without tensorboardX; our entry points
   (launch.py train / generate, scripts importing pe_plugin first) drop exactly that line and nothing else.
 """
 import logging
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+import pe_testing
 from pe_testing import PLUGIN, REPO, fairseq_train, train_args
+
+from pe_plugin.encodings import PE_REGISTRY, config_fields
 
 NOTICE = "Please install tensorboardX"
 BIN = Path(sys.executable).parent
@@ -104,6 +113,89 @@ def test_generate_and_interactive_flag_errors_end_like_argparse(data_bin, tiny_p
     assert_usage_error(proc, "interactive", "--no-token-positional-embeddings", "transformer_nope_<size>")
     proc = fairseq("generate", [data_bin, *decode[:-2], "--model-overrides", "{'pe': 'lape'}"])
     assert_usage_error(proc, "generate", "--pe lape", "transformer_lape_tiny")
+
+
+# ---- what each bad flag or input is told: fairseq-train's cli_main called in this interpreter ----------------
+def test_unknown_architecture_lists_the_valid_ones(data_bin, tmp_path):
+    out = fairseq_train(data_bin, tmp_path, "--max-update", 1, "--arch", "transformer_fancy_tiny", fails=True).stderr
+    assert "invalid choice: 'transformer_fancy_tiny'" in out
+    assert "transformer_sape_tiny" in out and "transformer_nope_wmt_en_de" in out
+
+
+def test_unknown_encoding_lists_the_valid_ones(data_bin, tmp_path):
+    out = fairseq_train(data_bin, tmp_path, "--max-update", 1, "--arch", "pe_transformer", "--pe", "fancy",
+                        fails=True).stderr
+    assert "invalid choice: 'fancy'" in out and "sape" in out and "lape" in out
+
+
+def test_encoding_and_architecture_must_agree(data_bin, tmp_path):
+    out = fairseq_train(data_bin, tmp_path, "--max-update", 1, "--arch", "transformer_sape_tiny", "--pe", "lape",
+                        fails=True).stderr
+    assert "fixes the encoding to 'sape'" in out and "transformer_lape_tiny" in out
+
+
+@pytest.mark.parametrize("flag,hint", [
+    ("--no-token-positional-embeddings", "transformer_nope_<size>"),
+    ("--encoder-learned-pos", "transformer_lape_<size>"),
+])
+def test_stock_position_flags_are_rejected(data_bin, tmp_path, flag, hint):
+    out = fairseq_train(data_bin, tmp_path, "--max-update", 1, "--arch", "transformer_sape_tiny", flag,
+                        fails=True).stderr
+    assert flag in out and hint in out
+
+
+def test_flag_of_another_encoding_is_rejected(data_bin, tmp_path):
+    owner, flag = next((n, f) for n, c in PE_REGISTRY.items() for f in config_fields(c))
+    other = next(n for n in PE_REGISTRY if flag not in config_fields(PE_REGISTRY[n]))
+    field = next(f for f in PE_REGISTRY[owner].config_cls.__dataclass_fields__.values() if f.name == flag)
+    value = str(field.default).lower() if isinstance(field.default, bool) else str(field.default)
+    out = fairseq_train(data_bin, tmp_path, "--max-update", 1, "--arch", f"transformer_{other}_tiny",
+                        "--" + flag.replace("_", "-"), value, fails=True).stderr
+    assert f"--{flag.replace('_', '-')} is a flag of pe '{owner}'" in out
+
+
+def test_share_all_embeddings_needs_a_joined_dictionary(data_bin, tmp_path):
+    """The tiny corpus with a target dictionary of its own (one word more than the source's, as a preprocess
+    without --joined-dictionary gives)."""
+    split = tmp_path / "split"
+    shutil.copytree(data_bin, split)
+    with open(split / "dict.de.txt", "a") as f:
+        f.write("onlyintarget 1\n")
+    out = fairseq_train(split, tmp_path / "ck", "--max-update", 1, "--arch", "transformer_sape_tiny", fails=True).stderr
+    assert "--share-all-embeddings" in out and "--joined-dictionary" in out
+
+
+# ---- model flags: two dictionaries need unshared embeddings only -------------------------------------------------
+def test_two_dictionaries_are_refused_only_with_share_all_embeddings(data_bin, tmp_path):
+    """A data folder whose target dictionary differs from the source's (one word more, as fairseq-preprocess
+    without --joined-dictionary gives): a model with separate embeddings (no --share-all-embeddings) builds, its
+    decoder's vocabulary the target's; with --share-all-embeddings it is refused, naming --joined-dictionary."""
+    import shutil
+
+    from fairseq import options, tasks
+    from pe_lengths import TINY
+
+    from pe_plugin.models.validation import PEConfigError
+
+    split = tmp_path / "split"
+    shutil.copytree(data_bin, split)
+    with open(split / "dict.de.txt", "a") as f:
+        f.write("onlyintarget 1\n")
+    unshared = [f for f in pe_testing.TRAIN_FLAGS if f != "--share-all-embeddings"]
+
+    def build(*extra):
+        argv = [str(split), "--user-dir", pe_testing.PLUGIN, "--arch", "transformer_sape_wmt_en_de", *unshared,
+                *TINY, *extra]
+        args = options.parse_args_and_arch(options.get_training_parser(), argv)
+        task = tasks.setup_task(args)
+        return args, task, task.build_model(args)
+
+    args, task, model = build()
+    assert not args.share_all_embeddings
+    assert len(task.target_dictionary) == len(task.source_dictionary) + 1
+    assert model.decoder.embed_tokens.num_embeddings == len(task.target_dictionary)
+    with pytest.raises(PEConfigError, match="--share-all-embeddings needs one dictionary .* --joined-dictionary"):
+        build("--share-all-embeddings")
 
 
 # ---- the tensorboardX notice ----------------------------------------------------------------------------
