@@ -17,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from pe_testing import lines as lines_of
 from sacrebleu.metrics import BLEU, CHRF
 from sacremoses import MosesTokenizer
 
@@ -614,10 +616,6 @@ def with_source(corpus, tmp_path):
     rng = random.Random(5)
     write_source(d, [rng.randint(1, 30) for _ in range(N_SEG)])
     return d
-
-
-def lines_of(path):
-    return path.read_text(encoding="utf-8").split("\n")[:-1]
 
 
 def test_length_buckets_equal_sacrebleu_on_each_subset(with_source, tmp_path):
@@ -1280,3 +1278,21 @@ def test_a_meta_file_half_written_or_not_utf8_is_refused_naming_it(tmp_path, nam
     with pytest.raises(InputError) as e:
         read_meta(str(path))
     assert str(e.value).startswith(f"{path}: {says}"), e.value
+
+
+@pytest.mark.parametrize("seed, meta", [
+    ("one", {}),  # a seed that is not a number (int() raises ValueError)
+    ([1], {}),  # nor a string (TypeError)
+    (1, {"training": "done"}),  # a meta file whose training summary is not an object (AttributeError)
+])
+def test_a_run_whose_command_or_meta_file_cannot_be_read_has_no_identity(tmp_path, seed, meta):
+    """A decode whose run's command.json or meta file holds a value of the wrong kind is a decode of an unknown run
+    (identity None, so pe-evaluate names it and asks for --allow-unchecked), not a traceback; a whole record gives the
+    run's identity."""
+    from pe_tools.scoring.inputs import identity
+
+    command = {"recipe": "multi30k", "method": "rope", "pair": "de-en", "seed": seed, "argv": []}
+    (tmp_path / "command.json").write_text(json.dumps(command))
+    assert identity(str(tmp_path / "hyp.detok.de"), meta) is None
+    (tmp_path / "command.json").write_text(json.dumps(dict(command, seed=1)))
+    assert identity(str(tmp_path / "hyp.detok.de"), {})["seed"] == 1
