@@ -92,7 +92,7 @@ def decode_name(name: str) -> str:
 
 def decode_dir(run_dir: Path, name: Optional[str] = None) -> Path:
     """Where pe-generate writes decode ``name`` of a run (the default decode when None)."""
-    return Path(run_dir) / "gen" / name if name else Path(run_dir) / "gen"
+    return RunDir(run_dir).decode_dir(name)
 
 
 def named_decodes(gen: Path, tgt: str) -> List[str]:
@@ -225,7 +225,7 @@ def _record(run_dir: Path, into: Path, allow_changed: bool) -> Path:
                           f"(--into DIR; default {default_into(run_dir, command, str(into))}), or pass "
                           f"--allow-changed to record it there all the same")
     tgt = command["pair"].split("-")[1]
-    gen = run_dir / "gen"
+    gen = decode_dir(run_dir)
     hyp, meta_file = gen / f"hyp.detok.{tgt}", gen / f"hyp.detok.{tgt}.meta.json"
     decode = f"pe-generate {shlex.quote(str(run_dir))}"  # a command to paste, whatever the folder's name holds
     if not (hyp.is_file() and meta_file.is_file()):
