@@ -17,8 +17,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from pe_testing import lines as lines_of
 from sacrebleu.metrics import BLEU, CHRF
 from sacremoses import MosesTokenizer
 
@@ -616,6 +614,10 @@ def with_source(corpus, tmp_path):
     rng = random.Random(5)
     write_source(d, [rng.randint(1, 30) for _ in range(N_SEG)])
     return d
+
+
+def lines_of(path):
+    return path.read_text(encoding="utf-8").split("\n")[:-1]
 
 
 def test_length_buckets_equal_sacrebleu_on_each_subset(with_source, tmp_path):
