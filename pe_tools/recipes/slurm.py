@@ -399,8 +399,8 @@ def check_time(a, runs) -> List[str]:
             notes.append(f"warning: {run.name} (line {run.line}): one checkpoint interval (--save-interval-updates "
                          f"{interval}) takes about {int(interval) * speed:.0f} s at its measured {speed:.2f} s per "
                          f"update ({run.run_dir / 'train.log'}), longer than the {left} s of training "
-                         f"{limit_words(a.time)} leaves each job: every segment would end before its next checkpoint and the run "
-                         f"would not progress; give a longer --time, or a recipe with a smaller "
+                         f"{limit_words(a.time)} leaves each job: every segment would end before its next checkpoint "
+                         f"and the run would not progress; give a longer --time, or a recipe with a smaller "
                          f"--save-interval-updates (docs/cluster.md, section 6)")
     if unknown:
         notes.append(f"note: {limit_words(a.time)} leaves each job {left} s of training; no measured speed for "
@@ -450,6 +450,9 @@ def submit(a, runs, queue_path: Path) -> int:
     queue files may name one run) around "look for a live job, submit, record the id", so that two submitters at
     once make one job per run."""
     queue_path = Path(queue_path)
+    if named := [x for x in a.sbatch if re.match(r"-J|--job-n", x.strip())]:
+        return fail(f"--sbatch={named[0]}: pe-queue names each job itself (the name holds the key by which status and "
+                    f"cancel know this queue's jobs); leave the job name out")
     try:
         shapes = {run.line: shape_of(run, a) for run in runs}
         notes = check_time(a, runs)
