@@ -1,5 +1,5 @@
 """The data preparation's test site: a local HTTP server of archives (Range honoured, cut or ignored on request),
-prepare.sh run as a user runs it, and the lines of a text file. Nothing leaves 127.0.0.1."""
+prepare.sh run as a user runs it. Nothing leaves 127.0.0.1."""
 import os
 import re
 import subprocess
@@ -75,5 +75,3 @@ def prepare(*args, cwd=None):
     return result
 
 
-def lines(path):
-    return path.read_text(encoding="utf-8").split("\n")[:-1]

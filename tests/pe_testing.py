@@ -403,3 +403,8 @@ def flag_values(argv, once: bool = False) -> dict:
         elif flag:
             out[flag].append(word)
     return out
+
+
+def lines(path) -> list:
+    """The lines of a UTF-8 text file that ends each line with a newline, without their newlines."""
+    return path.read_text(encoding="utf-8").split("\n")[:-1]

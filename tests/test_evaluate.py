@@ -12,6 +12,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+from argparse import Namespace
 from collections import Counter
 from pathlib import Path
 
@@ -20,10 +21,11 @@ import pytest
 from sacrebleu.metrics import BLEU, CHRF
 from sacremoses import MosesTokenizer
 
+from pe_testing import lines as lines_of
+
 from pe_tools import file_io
 from pe_tools.scoring import cli as scoring_cli, metrics as scoring_metrics, significance
 from pe_tools.scoring import style
-from argparse import Namespace
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -614,10 +616,6 @@ def with_source(corpus, tmp_path):
     rng = random.Random(5)
     write_source(d, [rng.randint(1, 30) for _ in range(N_SEG)])
     return d
-
-
-def lines_of(path):
-    return path.read_text(encoding="utf-8").split("\n")[:-1]
 
 
 def test_length_buckets_equal_sacrebleu_on_each_subset(with_source, tmp_path):

@@ -11,8 +11,8 @@ import tomllib
 
 import pytest
 
-from pe_testing import REPO
-from pe_prepare import Server, lines, prepare
+from pe_prepare import Server, prepare
+from pe_testing import REPO, lines
 
 from pe_tools.recipes import launch, load_table
 from pe_tools.recipes.train import train_argv

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from pe_prepare import Server, lines, prepare
+from pe_prepare import Server, prepare
+from pe_testing import lines
 
 from pe_tools import file_io
 from pe_tools.data import corpora as data_corpora, files as data_files, pipeline as data_pipeline, text as data_text
