@@ -2,7 +2,8 @@
 against ``encodings.shaw.shaw_attention`` (itself held to the equations by tests/test_shaw_attention.py) and the
 reference path, in float64: outputs and every gradient, several key and query tiles, a decoding step, k = 0 and k
 beyond the length, shared tables, no key table, two masks and three; through the attention module on left- and
-right-padded batches and in incremental decoding; and the settings it refuses, each named with its fix."""
+right-padded batches and in incremental decoding; and the settings it refuses, each named with its fix. The tests that
+launch kernels are slow (Triton's interpreter: seconds per launch); the refusals launch none and are in the fast tier."""
 import importlib
 import os
 import sys
@@ -13,7 +14,6 @@ import torch
 from pe_plugin.encodings.shaw import shaw_attention
 from pe_shaw import core_inputs, make as core_make, padded
 
-slow = pytest.mark.slow  # Triton's interpreter: seconds per kernel launch (the refusals launch none: fast tier)
 kernels = None  # pe_plugin.kernels.shaw_rpe, imported under the interpreter by ``triton_interpreter``
 
 
@@ -65,7 +65,7 @@ SHAPES = {"one_tile": dict(d=16), "tiles": dict(d=16, tq=37, tk=37, k=3), "step"
           "tq_below_tk": dict(d=16, tq=18, tk=21, k=4)}
 
 
-@slow
+@pytest.mark.slow
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
 @pytest.mark.parametrize("shape", list(SHAPES))
 def test_kernels_equal_the_core_in_float64(shape, causal):
@@ -75,7 +75,7 @@ def test_kernels_equal_the_core_in_float64(shape, causal):
         torch.testing.assert_close(g, r, rtol=1e-10, atol=1e-10)
 
 
-@slow
+@pytest.mark.slow
 @pytest.mark.parametrize("masks", [lambda m: (), lambda m: m[:1], lambda m: m + (torch.zeros_like(m[1]),)],
                          ids=["none", "padding", "three"])
 def test_kernels_take_any_number_of_masks(masks):
@@ -85,7 +85,7 @@ def test_kernels_take_any_number_of_masks(masks):
         torch.testing.assert_close(g, r, rtol=1e-10, atol=1e-10)
 
 
-@slow
+@pytest.mark.slow
 def test_kernels_without_a_key_table():
     (ref, ref_grads), (z, grads) = both(dict(d=16, tq=7, tk=7), no_keys=True)
     torch.testing.assert_close(z, ref, rtol=1e-10, atol=1e-10)
@@ -108,7 +108,7 @@ def make(side, impl):
     return core_make("per_head", side, impl, c=C)
 
 
-@slow
+@pytest.mark.slow
 @pytest.mark.parametrize("side,causal", [("encoder", False), ("decoder", True)])
 def test_module_with_triton_equals_reference(side, causal, kernel_calls):
     """--pe-attention-impl triton against reference through the attention module: padded batches (sources
@@ -132,7 +132,7 @@ def test_module_with_triton_equals_reference(side, causal, kernel_calls):
         torch.testing.assert_close(g, r, rtol=1e-10, atol=1e-10)
 
 
-@slow
+@pytest.mark.slow
 def test_incremental_decoding_with_triton_equals_the_full_pass(kernel_calls):
     attn = make("decoder", "triton").eval()
     torch.manual_seed(3)
@@ -145,7 +145,7 @@ def test_incremental_decoding_with_triton_equals_the_full_pass(kernel_calls):
     torch.testing.assert_close(torch.cat(steps), full, rtol=1e-10, atol=1e-10)
 
 
-@slow
+@pytest.mark.slow
 def test_float32_close_to_float64():
     q, k, v, wk, wv, masks, onehot = core_inputs(d=16, tq=20, tk=20, k=3)
     ref = shaw_attention(q, k, v, wk, wv, masks, onehot, 0.0)
@@ -181,7 +181,7 @@ def test_the_kernels_take_head_sizes_that_are_powers_of_two_from_16_and_refuse_t
         assert launched == []
 
 
-@slow
+@pytest.mark.slow
 def test_model_with_triton_equals_reference_in_a_training_step(data_bin, kernel_calls):
     """A float64 RPE model (1+1 layers, head size 16; the interpreter is slow) built with --pe-attention-impl triton
     against the same model on the reference path: outputs and every parameter's gradient of a training step on a
@@ -213,7 +213,7 @@ def pytest_sessionfinish(session, exitstatus):
 '''
 
 
-@slow
+@pytest.mark.slow
 def test_the_interpreter_stays_in_this_file(tmp_path):
     """Triton imported without the interpreter before this file runs (as in a worker that ran other tests first):
     the kernels still run interpreted here, and afterwards the process has its variable and compiled Triton
