@@ -2,8 +2,8 @@
 against ``encodings.shaw.shaw_attention`` (itself held to the equations by tests/test_shaw_attention.py) and the
 reference path, in float64: outputs and every gradient, several key and query tiles, a decoding step, k = 0 and k
 beyond the length, shared tables, no key table, two masks and three; through the attention module on left- and
-right-padded batches and in incremental decoding; and the settings it refuses, each named with its fix. The tests that
-launch kernels are slow (Triton's interpreter: seconds per launch); the refusals launch none and are in the fast tier."""
+right-padded batches and in incremental decoding; and the settings it refuses, each named with its fix. The tests
+that launch kernels are slow (Triton's interpreter: seconds per launch); the refusals launch none: fast tier."""
 import importlib
 import os
 import sys

@@ -64,7 +64,8 @@ def test_on_cpu_every_task_of_two_nodes_uses_device_zero_and_gloo():
 
     for rank in range(8):
         flags = srun.rank_flags(["python", "-m", "fairseq_cli.train", "data", "--cpu"], two_nodes_of_four(rank))
-        assert flags[flags.index("--device-id") + 1] == "0" and flags[flags.index("--distributed-rank") + 1] == str(rank)
+        value = {flag: flags[flags.index(flag) + 1] for flag in ("--device-id", "--distributed-rank")}
+        assert value == {"--device-id": "0", "--distributed-rank": str(rank)}
         assert flags[-4:] == ["--distributed-backend", "gloo", "--ddp-backend", "legacy_ddp"]
 
 
