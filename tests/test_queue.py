@@ -1,4 +1,4 @@
-"""pe-queue (pe_tools/recipes/queue.py): a queue file checked before anything starts, and a queue killed with
+"""pe-queue (pe_tools/recipes/queue/): a queue file checked before anything starts, and a queue killed with
 SIGKILL in the middle of a training and restarted with the same command that records exactly what an uninterrupted
 queue records."""
 import json
@@ -17,7 +17,7 @@ from pe_shell import NASTY, bash_argv
 from pe_queue_runs import MAX_UPDATE, RUNS, queue_file, recorded, start
 from pe_testing import REPO, SAFE_ENV
 
-from pe_tools.recipes import queue, queue_cli, training_log
+from pe_tools.recipes import queue, queue_cli, results, training_log
 
 
 def updates(log: Path) -> int:
@@ -96,7 +96,7 @@ def test_pin_exports_the_commit_once_outside_the_working_tree(tmp_path, monkeypa
     assert (pinned / "pe_plugin" / "__init__.py").read_text() == "second\n"
     assert (queue.pin_code(first, repo) / "pe_plugin" / "__init__.py").read_text() == "first\n"
     archives, real_popen = [], subprocess.Popen
-    monkeypatch.setattr(queue.subprocess, "Popen",
+    monkeypatch.setattr(queue.pin.subprocess, "Popen",
                         lambda argv, *a, **k: ("archive" in argv and archives.append(argv)) or real_popen(argv, *a, **k))
     assert queue.pin_code(head[:12], repo) == pinned and archives == []  # exported once: found, not archived again
     assert sorted(p.name for p in (tmp_path / "codes").iterdir()) == sorted([first, head])  # no temporary folder
@@ -330,7 +330,7 @@ def fake_chain_run(tmp_path: Path, reached: int, top: int = 6):
             if not (run_dir / "checkpoint_last.pt").exists():
                 save_checkpoint(run_dir / "checkpoint_last.pt", reached)
         elif args[0] == "generate":
-            gen = queue.results.decode_dir(run_dir, steps[-1][2])
+            gen = results.decode_dir(run_dir, steps[-1][2])
             gen.mkdir(parents=True, exist_ok=True)
             time.sleep(0.01)  # newer than the checkpoint on any file system's clock
             (gen / "hyp.detok.de").write_text("x\n")
@@ -473,7 +473,7 @@ def test_each_step_of_a_run_ends_its_log_with_how_it_ended(tmp_path):
     assert said[-1] == f"[queue] {run.name}: train failed (exit {rc}): see {run.run_dir / 'train.log'}", said
 
 
-# ---- pe-queue's step log (pe_tools/recipes/queue.py) --------------------------------------------------------
+# ---- pe-queue's step log (pe_tools/recipes/queue/local.py) --------------------------------------------------
 HOSTILE = ["two words", "it's", 'say "hi"', "a;touch PWNED_SEMI", "$(touch PWNED_SUBST)", "`touch PWNED_BACK`",
            "tab\there", ""]
 
@@ -500,7 +500,7 @@ def test_the_logged_queue_command_pastes_back_as_the_same_argv(tmp_path, monkeyp
     q = queue.Queue(tmp_path / "q.txt", [run], REPO, 1, 1, log=lambda *_: None)
     log = tmp_path / "queue.log"
     with monkeypatch.context() as m:
-        m.setattr(queue.subprocess, "Popen", StandIn)
+        m.setattr(queue.local.subprocess, "Popen", StandIn)
         assert q.step(run, ["generate", *HOSTILE], log) == 0
     (argv,) = started
     assert argv[-len(HOSTILE):] == HOSTILE
@@ -540,7 +540,7 @@ def test_a_busy_queues_status_command_pastes_back_as_its_queue_file(data_bin, tm
     assert not list(tmp_path.rglob("PWNED*")) and not (tmp_path / "runs").exists()
 
 
-# ---- pe-queue's rehearsal queue file (pe_tools/recipes/queue.py, ``rehearsal``) ------------------------------
+# ---- pe-queue's rehearsal queue file (pe_tools/recipes/queue/rehearse.py) -----------------------------------
 def test_a_rehearsal_queue_file_in_a_hostile_folder_reads_back_as_its_folders(tmp_path, monkeypatch):
     """pe-queue run --rehearse writes FOLDER/NAME: each run of the queue at the rehearsal size with data=, runs-dir=
     and into= under FOLDER (and the line's cpus=). For a FOLDER holding a space, both quotes, `;`, `$(...)` and
@@ -549,7 +549,7 @@ def test_a_rehearsal_queue_file_in_a_hostile_folder_reads_back_as_its_folders(tm
     from pe_tools.recipes import queue
 
     made = []
-    monkeypatch.setattr(queue, "synthetic_data", lambda pair, dest, log: made.append(pair) or dest)
+    monkeypatch.setattr(queue.rehearse, "synthetic_data", lambda pair, dest, log: made.append(pair) or dest)
     q = tmp_path / "q.txt"
     q.write_text("wmt14 sape en-de base 1 cpus=3\nwmt14 rope en-fr base 2\n")
     folder = tmp_path / NASTY
@@ -649,7 +649,7 @@ def test_a_second_writer_of_any_step_is_refused_while_a_queue_works_on_the_run(d
     from pe_tools.recipes import generate, launch, run_state
 
     monkeypatch.setattr(run_state, "LOCK_TRIES", 1)
-    monkeypatch.setattr(queue, "CHAIN_WAIT", 0)
+    monkeypatch.setattr(queue.local, "CHAIN_WAIT", 0)
     runs_dir = tmp_path / "runs"
     qfile, other = tmp_path / "q.txt", tmp_path / "other.txt"
     for f in (qfile, other):
@@ -663,6 +663,7 @@ def test_a_second_writer_of_any_step_is_refused_while_a_queue_works_on_the_run(d
         log_file.write_text("[queue] python -m pe_tools.recipes.launch train sape\n")
         (run.run_dir / "command.json").write_text(json.dumps({"recipe": "multi30k", "method": "sape", "pair": "en-de",
                                                               "argv": ["--max-update", "6"], "extra": []}))
+        (run.run_dir / "checkpoint_1_2.pt").write_bytes(b"")  # an update checkpoint: something to decode
         refusals["train"] = launch.main(["train", "sape", "--recipe", "multi30k", "--data", str(data_bin),
                                          "--runs-dir", str(runs_dir), "--size", "annealed"])
         refusals["generate"] = generate.generate(SimpleNamespace(run_dir=str(run.run_dir)))
@@ -738,3 +739,29 @@ def test_a_queue_step_works_under_the_run_lock_the_queue_holds(handed, tmp_path)
     assert rc == (0 if handed else 2), log.read_text()
     assert (tmp_path / "into" / run.name / "command.json").is_file() == handed
     assert handed or f"is held by pid {os.getpid()}" in log.read_text()
+
+
+@pytest.mark.parametrize("run_dir_left", ["none", "this run's", "another run's"])
+def test_a_queue_skips_a_run_recorded_by_its_code_unless_its_run_directory_is_another_runs(run_dir_left, tmp_path,
+                                                                                          monkeypatch):
+    """A queue restarted after a run was recorded by its code skips it, also when the run directory was removed
+    since (checkpoints are large); a run directory whose command.json is not the record's (the record is a
+    committed one of the same name, say) is this queue's to train."""
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "COMMIT").write_text("c" * 40 + "\n")
+    into = tmp_path / "results"
+    run = queue.Run(1, "multi30k", "sape", "en-de", "annealed", 1,
+                    {"runs-dir": str(tmp_path / "runs"), "into": str(into)})
+    record = {"method": "sape", "commit": "c" * 40, "device": "here"}
+    run.recorded.mkdir(parents=True)
+    (run.recorded / "command.json").write_text(json.dumps(record))
+    if run_dir_left != "none":
+        run.run_dir.mkdir(parents=True)
+        mine = record if run_dir_left == "this run's" else dict(record, device="elsewhere")
+        (run.run_dir / "command.json").write_text(json.dumps(mine))
+    q = queue.Queue(tmp_path / "q.txt", [run], code, 1, 1, log=lambda line: None)
+    monkeypatch.setattr(queue.local, "run_chain", lambda *a, **k: "decoded")  # what a chain gives back
+    assert q.process(run) == ("recorded" if run_dir_left != "another run's" else
+                              f"decoded; the steps' output is in {run.run_dir / 'queue.log'}")
+    assert run.run_dir.exists() == (run_dir_left != "none")  # a skipped run's folder is not made

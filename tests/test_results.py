@@ -821,3 +821,11 @@ def test_a_refused_partial_decode_names_the_move_only_for_a_named_one(name, tmp_
         assert move[:2] == ["mv", str(folder)] and bash_argv(message[message.index("mv "):], tmp_path) == move
         subprocess.run(move, check=True)
         assert (results.record(run, tmp_path / "into") / "command.json").is_file()
+
+
+def test_pe_record_of_a_folder_that_does_not_exist_makes_none(tmp_path):
+    """pe-record of a mistyped run folder says it has no command.json and leaves no folder (nor lock file) behind."""
+    missing = tmp_path / "runs" / "sape.en-de.small.seed9"
+    with pytest.raises(results.RecordError, match="has no command.json"):
+        results.record(missing, tmp_path / "into")
+    assert not missing.exists() and not (tmp_path / "into").exists()

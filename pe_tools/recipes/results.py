@@ -211,7 +211,8 @@ def record(run_dir: Path, into: Path, allow_changed: bool = False) -> Path:
     writer lock (RUN/run.lock): refused (RecordError naming the holder) while another process writes the run."""
     with contextlib.ExitStack() as held:
         try:
-            held.enter_context(RunDir(run_dir).writer("pe-record"))
+            if Path(run_dir).is_dir():  # a missing one is not made: _record says what is missing
+                held.enter_context(RunDir(run_dir).writer("pe-record"))
         except Busy as e:
             raise RecordError(str(e)) from None
         return _record(Path(run_dir), into, allow_changed)

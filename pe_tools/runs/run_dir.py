@@ -173,10 +173,12 @@ class RunDir:
 def writes_run(what: str):
     """Decorate a command ``f(a) -> exit status`` whose ``a.run_dir`` is a run directory: it runs holding the run's
     writer lock (``RunDir.writer``), and is refused at once (status 2, the holder named) while another process
-    writes the run."""
+    writes the run. A folder that does not exist is not made: ``f`` says what is missing."""
     def wrap(f):
         @functools.wraps(f)
         def run(a) -> int:
+            if not Path(a.run_dir).is_dir():
+                return f(a)
             with contextlib.ExitStack() as held:
                 try:
                     held.enter_context(RunDir(a.run_dir).writer(what))

@@ -103,8 +103,8 @@ class Queue:
         untouched) when another process writes the run."""
         if self.stopping:
             return "stopped"
-        if recorded_commit(run) == self.commit and run.is_recorded():
-            return "recorded"
+        if recorded_commit(run) == self.commit and (run.is_recorded() or command_of(run.run_dir) is None):
+            return "recorded"  # by this code, from this run directory or from one since removed
         with contextlib.ExitStack() as lock:
             try:
                 held = lock.enter_context(RunDir(run.run_dir).writer(f"pe-queue run {self.path}", wait=CHAIN_WAIT))
