@@ -451,6 +451,19 @@ def test_bad_input_is_refused_before_anything_is_submitted(case, slurm, tiny_que
     assert slurm.run("squeue", "-h", "-o", "%i").stdout == jobs_before
 
 
+@pytest.mark.parametrize("given", ["--job-name=mine", "-Jmine", "--job-n=mine"])
+def test_a_job_name_of_ones_own_is_refused(given, tiny_queue, tmp_path, capsys):
+    """pe-queue names each job (the name holds the key by which status and cancel know this queue's jobs): a job
+    name given with --sbatch is refused, before anything is written or submitted; --sbatch=--jobid... is not a
+    name."""
+    q = tiny_queue()
+    err = refused(q, ["--dry-run", "--code", str(code_copy(tmp_path)), f"--sbatch={given}"], capsys,
+                  f"--sbatch={given}", "names each job itself")
+    assert "leave the job name out" in err
+    assert queue_cli.main(["run", str(q), "--slurm", "--dry-run", "--code", str(code_copy(tmp_path / "c")),
+                           "--sbatch=--qos=-J"]) == 0
+
+
 def test_slurm_options_need_slurm_and_dry_run_prints_quoted_scripts(tiny_queue, tmp_path, capsys):
     q = tiny_queue()
     assert queue_cli.main(["run", str(q), "--partition", "x"]) == 2
@@ -630,6 +643,46 @@ def test_a_job_id_that_another_queue_holds_now_is_not_this_queues(slurm, data_bi
     assert listed(slurm).get(f"{theirs['job']}_1") == "PENDING"
     assert jobs_of(qb)[-1]["job"] not in {t.split("_")[0] for t in listed(slurm)}  # b's own job: cancelled
     slurm.run("scancel", theirs["job"])
+
+
+@pytest.mark.slow
+def test_a_job_on_a_run_a_local_queue_works_on_is_refused_and_the_local_status_stays_true(slurm, data_bin, tmp_path):
+    """A local pe-queue trains a run (its training stopped for the moment, so that it surely holds the run) and a
+    queue file for SLURM names the same run: the job's chain is refused by the run's writer lock, the job ends
+    FAILED naming the holder and its own SLURM log (not train.log), writes nothing into the run's queue.log, and
+    the local queue records the run with a status that names no failure."""
+    table = pe_queue_runs.recipe(tmp_path, data_bin)
+    local_q = pe_queue_runs.queue_file(tmp_path, table, "local", ("sape",))
+    code = code_copy(tmp_path)
+    proc = pe_queue_runs.start(local_q, code)
+    run_dir = local_q.parent / "runs" / "sape.en-de.mini.seed1"
+    stopped = wait_for("the local queue's training", lambda: trainers(run_dir), 300)
+    for pid in stopped:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        sq = tmp_path / "on-slurm" / "q.txt"
+        sq.parent.mkdir()
+        sq.write_text(f"{table} sape en-de mini 1 runs-dir={local_q.parent / 'runs'} into={tmp_path / 'rec'}\n")
+        out = pe_queue(["run", sq, "--slurm", "--code", code], tmp_path, env_of(slurm))
+        assert out.returncode == 0, out.stdout + out.stderr
+        task = f"{jobs_of(sq)[0]['job']}_1"
+        wait_gone(slurm, task, 300)
+    finally:
+        for pid in stopped:
+            os.kill(pid, signal.SIGCONT)
+    local_out = proc.communicate(timeout=900)[0]
+    assert proc.returncode == 0, local_out[-3000:]
+    assert " failed (exit" not in (run_dir / "queue.log").read_text()
+    state = slurm_recipes.read_state(run_dir)
+    assert state["state"] == "FAILED" and state["message"].startswith("refused: "), state
+    status = pe_queue(["status", sq], tmp_path, env_of(slurm))
+    row, notes = status.stdout.splitlines()[1], status.stdout.splitlines()[2:]
+    assert row.split()[-3:-1] == [task, "FAILED"], status.stdout
+    (note,) = notes
+    assert "run.lock" in note and f"pe-queue run {local_q}" in note and f"_{task}.out" in note, note
+    assert "train.log" not in note, note
+    local = pe_queue(["status", local_q], tmp_path, env_of(slurm)).stdout.splitlines()
+    assert len(local) == 2 and " failed" not in local[1], local
 
 
 # ------------------------------------------------------------------------------------ a status that is true
