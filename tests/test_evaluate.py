@@ -1243,12 +1243,15 @@ def test_compound_split_bleu_tokenises_by_the_target_languages_rules(lang, token
     assert compound_split(["C'est l'été, I can't go."], lang) == [tokens]
 
 
+@pytest.mark.parametrize("problem", ["language", "line_count"])
 @pytest.mark.parametrize("wrong", ["base_run1", "base_run2", "sys_run1", "sys_run2", "other_run2"])
-def test_every_input_of_a_comparison_is_checked_for_its_language_baseline_included(wrong, tmp_path, capsys):
-    """The language check is one for every file pe-evaluate compares: the baseline's runs as the systems' (a baseline
-    in French against a German reference is refused, not scored and every system compared with it). Each position
-    in turn holds the French file, the others German; the refusal names that input and its file."""
-    files = {n: write_lines(tmp_path / f"{n}.txt", FR if n == wrong else DE)
+def test_every_input_of_a_comparison_is_checked_alike_baseline_included(wrong, problem, tmp_path, capsys):
+    """The checks of a file are one for every file pe-evaluate compares: the baseline's runs as the systems' (a
+    baseline in French against a German reference, or one line short, is refused, not scored and every system
+    compared with it). Each position in turn holds the odd file, the others German and whole; the refusal names
+    that file (the language check names its input too)."""
+    odd = {"language": FR, "line_count": DE[:-1]}[problem]
+    files = {n: write_lines(tmp_path / f"{n}.txt", odd if n == wrong else DE)
              for n in ("base_run1", "base_run2", "sys_run1", "sys_run2", "other_run1", "other_run2")}
     write_lines(tmp_path / "ref.txt", DE)
     named = lambda label, key: f"{label}={files[key + '_run1']},{files[key + '_run2']}"  # noqa: E731
@@ -1258,7 +1261,10 @@ def test_every_input_of_a_comparison_is_checked_for_its_language_baseline_includ
     assert scoring_cli.main(argv) == 2
     err = capsys.readouterr().err
     label = wrong.split("_")[0]
-    assert f"{label}: {files[wrong]} reads as 'fr', not the target language --trg-lang de" in err, err
+    want = {"language": f"{label}: {files[wrong]} reads as 'fr', not the target language --trg-lang de",
+            "line_count": f"line counts differ: {files[wrong]} has {len(DE) - 1} lines, reference "
+                          f"{tmp_path / 'ref.txt'} has {len(DE)} lines"}[problem]
+    assert want in err, err
     assert not (tmp_path / "out").exists()
 
 
