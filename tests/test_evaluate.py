@@ -340,6 +340,9 @@ BAD_INPUTS = {
     "duplicate name": lambda d: (["--baseline", "base=base1.de", "--system", "base=good1.de"], ["'base'"]),
     "run counts differ": lambda d: (["--baseline", "base=base1.de,base2.de", "--system", "good=good1.de"],
                                     ["good has 1 runs", "base has 2"]),
+    "run counts differ, first of two systems": lambda d: (  # every system checked, not only those after the first
+        ["--baseline", "base=base1.de,base2.de", "--system", "odd=good1.de", "--system", "good=good1.de,good2.de"],
+        ["odd has 1 runs", "base has 2"]),
     "seed 0": lambda d: (["--baseline", "base=base1.de", "--system", "good=good1.de", "--seed", "0"],
                          ["--seed 0", "unseeded"]),
     "bad meta": lambda d: ((d / "bad.json").write_text("{oops") and [
