@@ -38,7 +38,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from ..checkpoint_files import PATTERNS
 from ..locks import Busy
 from ..machine import cpu_name
 from ..naming import BASELINE

@@ -24,7 +24,7 @@ from typing import Dict, Iterator, List, Optional, Union
 from ..checkpoint_files import updates_of
 from ..command_line import fail
 from ..file_io import write_all_atomic
-from ..locks import Busy, hold, holder_of
+from ..locks import Busy, hold
 
 COMMAND = "command.json"
 COMMAND_TEXT = "command.txt"
@@ -164,10 +164,6 @@ class RunDir:
                 raise Busy(e.path, e.holder, "it writes the run (train, decode or record), and one step at a time "
                                              "may: wait for it to end (or end it), then run this again") from None
             yield fd
-
-    def current_writer(self) -> Optional[dict]:
-        """The live holder of RUN/run.lock (its record), or None."""
-        return holder_of(self.path / RUN_LOCK)
 
 
 def writes_run(what: str):

@@ -5,8 +5,8 @@ import zipfile
 from pathlib import Path
 from typing import Callable, List, Optional
 
-from ...checkpoint_files import PATTERNS, numbered_checkpoints, updates_of
-from ...runs.run_dir import command_of, recorded
+from ...checkpoint_files import PATTERNS, numbered_checkpoints
+from ...runs.run_dir import RunDir, command_of, recorded
 from .. import results
 from ..train import finished, size_entry
 from .file import Run
@@ -28,7 +28,7 @@ def readable(path: Path) -> bool:
 
 def repair(run_dir: Path, log=print) -> None:
     """Make checkpoint_last.pt the newest checkpoint that reads whole (fairseq resumes from it)."""
-    last = run_dir / "checkpoint_last.pt"
+    last = RunDir(run_dir).last
     for tmp in run_dir.glob("*.pt.tmp"):  # fairseq's own half-written numbered checkpoints
         tmp.unlink()
     good = [p for p in reversed(numbered_checkpoints(run_dir, "update")) if readable(p)]
@@ -52,7 +52,7 @@ def saved_update(run_dir: Path) -> Optional[int]:
     (by its name), as ``repair`` would make it; not the log's last update, which may lie past the checkpoint."""
     run_dir = Path(run_dir)
     numbered = numbered_checkpoints(run_dir, "update") if run_dir.is_dir() else []
-    counts = [updates_of(run_dir / "checkpoint_last.pt"),
+    counts = [RunDir(run_dir).reached(),
               int(PATTERNS["update"].fullmatch(numbered[-1].name)[1]) if numbered else None]
     return max((c for c in counts if c is not None), default=None)
 
@@ -75,7 +75,7 @@ def recorded_commit(run: Run) -> Optional[str]:
 # ---------------------------------------------------------------------------------------------- running
 def decoded(run_dir: Path, tgt: str, name: Optional[str]) -> bool:
     """Whether the decode ``name`` (pe-generate --name; None: RUN/gen/) is newer than the run's last checkpoint."""
-    hyp, last = results.decode_dir(run_dir, name) / f"hyp.detok.{tgt}", run_dir / "checkpoint_last.pt"
+    hyp, last = RunDir(run_dir).decode_dir(name) / f"hyp.detok.{tgt}", RunDir(run_dir).last
     return hyp.is_file() and last.is_file() and hyp.stat().st_mtime > last.stat().st_mtime
 
 
@@ -97,7 +97,7 @@ def run_chain(run_dir: Path, tgt: str, train: List[str], step: Callable[[str, Li
         command = command_of(run_dir)
         argv = command.argv if command else []
         if not finished(run_dir, argv):  # the one decider (pe_tools/recipes/train.py)
-            top, reached = results.max_update_of(argv), updates_of(run_dir / "checkpoint_last.pt")
+            top, reached = results.max_update_of(argv), RunDir(run_dir).reached()
             return f"failed: training stopped at update {reached or 0} of {top} (see {run_dir / 'train.log'})"
         for name, n in decodes:
             if decoded(run_dir, tgt, name):

@@ -121,7 +121,7 @@ class Queue:
     def _process(self, run: Run) -> str:
         run_dir, queue_log = run.run_dir, run.run_dir / "queue.log"
         command = command_of(run_dir)
-        if command is not None and (run_dir / "checkpoint_last.pt").exists():
+        if command is not None and RunDir(run_dir).last.exists():
             begun = command.commit
             if begun != self.commit:
                 raise QueueError(f"{run.name} (line {run.line}): {run_dir} was begun by code {begun or 'unknown'}, "

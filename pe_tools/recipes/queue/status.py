@@ -2,7 +2,6 @@
 import time
 from typing import Dict, List, Optional
 
-from ...checkpoint_files import updates_of
 from ...runs.run_dir import RunDir
 from .. import results, training_log
 from .chain import finished_run, max_update, saved_update
@@ -16,7 +15,7 @@ def progress(run: Run) -> dict:
     s = results.training_summary(log, command.record if command else {}) if log else {}
     total = s.get("max_update") or max_update(run)
     # the checkpoint's count where the log lags behind it (a kill before the tee wrote fairseq's last lines)
-    updates = max(s.get("updates", 0), updates_of(run_dir / "checkpoint_last.pt") or 0)
+    updates = max(s.get("updates", 0), RunDir(run_dir).reached() or 0)
     out = {"run": run.name, "updates": updates, "total": total, "valid_loss": s.get("valid_loss"),
            "commit": command.commit if command else None, "recorded": run.is_recorded()}
     out["saved"] = saved_update(run_dir) or 0
