@@ -156,25 +156,44 @@ def test_a_job_refused_by_the_runs_lock_fails_naming_the_holder_and_leaves_its_l
     assert "train.log" not in note
 
 
-# ---- what pe-queue status tells a user to paste (``forgotten``) ---------------------------------------------
+# ---- pe-queue status of a job SLURM no longer lists ------------------------------------------------------------
+def status_of(queue_path: Path, state: str, log: str, tmp_path: Path, monkeypatch):
+    """pe-queue status's SLURM columns and notes for a queue whose one run's job 5_1 (submitted as pe-q-0a-0)
+    SLURM answers for and does not list (squeue and sacct: stand-ins on PATH that list nothing); ``state``: the
+    text of the run's RUN/slurm.json (None: none), ``log``: its SLURM log's (None: none)."""
+    import json
+
+    from pe_tools.recipes import slurm
+
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    fake_program(tmp_path / "bin", "squeue", "", "", status=0)
+    fake_program(tmp_path / "bin", "sacct", "", "", status=0)
+    run = SimpleNamespace(name="sape.en-de.mini.seed1", run_dir=tmp_path / "runs" / "sape.en-de.mini.seed1")
+    run.run_dir.mkdir(parents=True)
+    sub = slurm.submit_dir(queue_path)
+    (sub / "logs").mkdir(parents=True)
+    (sub / "jobs.json").write_text(json.dumps([{"job": "5", "name": "pe-q-0a-0",
+                                                "snapshot_lines": {"1": str(run.run_dir.resolve())}}]))
+    if state is not None:
+        (run.run_dir / slurm.STATE_FILE).write_text(state)
+    if log is not None:
+        (sub / "logs" / "pe-q-0a-0_5_1.out").write_text(log)
+    notes = []
+    return slurm.status_columns(queue_path, [run], notes), notes, run
+
+
 @pytest.mark.parametrize("with_log", [False, True])
-def test_the_resubmit_command_of_a_forgotten_job_pastes_back_as_its_queue_file(with_log, tmp_path):
+def test_the_resubmit_command_of_a_forgotten_job_pastes_back_as_its_queue_file(with_log, tmp_path, monkeypatch):
     """A job SLURM has forgotten (NEVER-RAN without a SLURM log, DIED with one): pe-queue status's note ends with
     ``pe-queue run QUEUE --slurm submits it again``. For a queue file whose folder and name hold a space, both
     quotes, `;`, `$(...)` and backquotes, that command reads back (shlex, and bash itself) as exactly pe-queue,
     run, the queue file's path and --slurm, and pasting it runs none of the payloads."""
-    from pe_tools.recipes import slurm
-
     folder = tmp_path / NASTY
     folder.mkdir()
     queue_path = folder / f"queue {NASTY}.txt"
-    run = SimpleNamespace(name="sape.en-de.mini.seed1", run_dir=tmp_path / "runs" / "sape.en-de.mini.seed1")
-    if with_log:
-        logs = slurm.submit_dir(queue_path) / "logs"
-        logs.mkdir(parents=True)
-        (logs / "pe-q-0_7_1.out").write_text("[queue] sape.en-de.mini.seed1\nKilled\n")
-    notes = []
-    assert slurm.forgotten(queue_path, run, "7_1", notes) == ("DIED" if with_log else "NEVER-RAN")
+    cols, notes, _ = status_of(queue_path, None, "[queue] sape.en-de.mini.seed1\nKilled\n" if with_log else None,
+                               tmp_path, monkeypatch)
+    assert cols["state"] == ["DIED" if with_log else "NEVER-RAN"], (cols, notes)
     (note,) = notes
     assert note.endswith(" submits it again") and note.count("pe-queue run ") == 1, note
     command = note[note.index("pe-queue run "):-len(" submits it again")]
@@ -280,25 +299,11 @@ def test_status_names_a_truncated_state_file_as_unreadable(with_log, tmp_path, m
     """RUN/slurm.json cut short (a full disk): SLURM answers and lists no such job; status names the file as
     unreadable, never as one the job did not write, and never shows the job RUNNING. squeue and sacct are
     stand-ins on PATH that list nothing."""
-    import json
-
     from pe_tools.recipes import slurm
 
-    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
-    fake_program(tmp_path / "bin", "squeue", "", "", status=0)
-    fake_program(tmp_path / "bin", "sacct", "", "", status=0)
-    queue_path = tmp_path / "q.txt"
-    run = SimpleNamespace(name="sape.en-de.mini.seed1", run_dir=tmp_path / "runs" / "sape.en-de.mini.seed1")
-    run.run_dir.mkdir(parents=True)
-    sub = slurm.submit_dir(queue_path)
-    (sub / "logs").mkdir(parents=True)
-    (sub / "jobs.json").write_text(json.dumps([{"job": "5", "name": "pe-q-0a-0",
-                                                "snapshot_lines": {"1": str(run.run_dir.resolve())}}]))
-    (run.run_dir / slurm.STATE_FILE).write_text('{"job": "5_1", "state": "RUNNING", "heartb')
-    if with_log:
-        (sub / "logs" / "pe-q-0a-0_5_1.out").write_text("[queue] sape.en-de.mini.seed1: job 6, start 1\n")
-    notes = []
-    cols = slurm.status_columns(queue_path, [run], notes)
+    cols, notes, run = status_of(tmp_path / "q.txt", '{"job": "5_1", "state": "RUNNING", "heartb',
+                                 "[queue] sape.en-de.mini.seed1: job 6, start 1\n" if with_log else None, tmp_path,
+                                 monkeypatch)
     assert cols["job"] == ["5_1"] and cols["state"] == ["DIED" if with_log else "NEVER-RAN"], (cols, notes)
     (note,) = notes
     assert f"{run.run_dir / slurm.STATE_FILE} is unreadable (" in note and "wrote no" not in note, note

@@ -704,19 +704,6 @@ def sacct_states(job_ids: Sequence[str], names: Optional[Dict[str, str]] = None)
     return states
 
 
-def forgotten(queue_path: Path, run, job: str, notes: Optional[List[str]]) -> str:
-    """The state of a job that SLURM no longer lists (ended more than MinJobAge ago, no sacct) and that never
-    wrote RUN/slurm.json: NEVER-RAN without a SLURM log (cancelled while queued, or held and purged), DIED with
-    one (it started, and ended before the queue's code ran: the log says why); its note goes to ``notes``."""
-    log, tail = log_tail(queue_path, job)
-    word, note = status_word(Evidence(job=job, slurm=None, answered=True, own=None, log=str(log) if log else None,
-                                      tail=tuple(tail), state_file=str(run.run_dir / STATE_FILE),
-                                      logs_dir=str(submit_dir(queue_path) / "logs"), again=resubmit(queue_path)))
-    if notes is not None and note:
-        notes.append(f"{run.name}: {note}")
-    return word
-
-
 def _write_state_file(run_dir: Path, data: dict) -> bool:
     """Write RUN/slurm.json; on a failure (a full or read-only disk) say so on stderr and return False: a state
     write never ends a job."""
