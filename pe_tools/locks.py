@@ -31,6 +31,7 @@ except ImportError:  # not on Linux or macOS: the holder record decides, as on a
     fcntl = None
 
 PAUSE = 0.05  # seconds between two tries of a lock held by another process
+EXIT_WAIT = 10.0  # seconds a run's next writer waits for a killed one (a requeued job's) to finish exiting
 HANDED_ON = "PE_HELD_LOCKS"  # environment: descriptors of locks a parent handed on to this process (``handed_on``)
 NO_LOCKS = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS)
 

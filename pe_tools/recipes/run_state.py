@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Optional
 
 from ..checkpoint_files import updates_of
-from ..locks import PAUSE, Busy, describe, hold, holder_of
+from ..locks import EXIT_WAIT, PAUSE, Busy, describe, hold, holder_of
 from ..runs.identity import max_update_of  # noqa: F401  (re-exported: the command's --max-update)
 from ..runs.run_dir import RunDir
 
 TRAINER_LOCK = "train.lock"  # RUN/train.lock: held while a trainer runs; it names the holder (pid, host, start)
-LOCK_TRIES = 200  # pe-train's attempts at the lock, PAUSE apart: 10 s for a killed predecessor to finish exiting
+LOCK_TRIES = round(EXIT_WAIT / PAUSE)  # pe-train's attempts at its locks, PAUSE apart
 
 
 class TrainerBusy(Busy):

@@ -13,14 +13,14 @@ from pathlib import Path
 from typing import Dict, List
 
 from ...file_io import write_atomic
-from ...locks import Busy, PAUSE, handed_on
+from ...locks import EXIT_WAIT, Busy, handed_on
 from ...runs.run_dir import RunDir, command_of
 from .chain import DECODES, recorded_commit, repair, run_chain
 from .file import QueueError, Run
 from .pin import code_commit
 
 COMMIT_ENV = "PE_QUEUE_COMMIT"  # pe-train copies it into command.json (results.machine)
-CHAIN_WAIT = 200 * PAUSE  # seconds a run's chain waits for its writer lock: a killed predecessor's steps to exit
+CHAIN_WAIT = EXIT_WAIT  # seconds a run's chain waits for its writer lock: a killed predecessor's steps to exit
 
 
 class Queue:
