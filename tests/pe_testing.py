@@ -185,7 +185,7 @@ def recorded_phases(log: str) -> dict:
     """{(phase, node id): seconds} of the phase lines of ``pytest --durations=0`` (``12.34s call     NODE``), the
     one reader of tests/durations.log."""
     return {(m.group(2), m.group(3)): float(m.group(1))
-            for m in re.finditer(r"^\s*([\d.]+)s (setup|call|teardown)\s+(\S+)$", log, flags=re.M)}
+            for m in re.finditer(r"^\s*([\d.]+)s (setup|call|teardown)\s+(\S.*?)\s*$", log, flags=re.M)}
 
 
 def recorded_file_seconds(log: str) -> dict:

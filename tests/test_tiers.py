@@ -78,3 +78,21 @@ def test_files_go_to_the_workers_longest_first_by_the_log(pytestconfig):
     recorded = recorded_file_seconds(DURATIONS_LOG.read_text(encoding="utf-8"))
     assert len(recorded) > 40 and max(recorded, key=recorded.get) == "tests/test_slurm.py"  # the real log is read
     assert getattr(pytestconfig.option, "loadscopereorder", False) is False
+
+
+def test_the_durations_writer_keeps_every_phase_the_reader_needs():
+    """devtools/durations.py writes the log that the tier split and the file order read: every phase of 0.005 s or
+    more, as pytest printed it, and the run's result line; smaller phases and other lines dropped."""
+    from devtools.durations import render
+
+    output = ("============ slowest durations ============\n"
+              "12.50s call     tests/test_a.py::test_one[x y]\n  0.01s setup    tests/test_a.py::test_one[x y]\n"
+              "0.00s teardown tests/test_b.py::test_two\n0.004s call     tests/test_b.py::test_three\n"
+              "= 1 failed, 3 passed, 2 warnings in 13.07s =\n")
+    text = render(output, "", "abc1234", "2 idle cores")
+    from pe_testing import recorded_file_seconds, recorded_phases
+
+    assert recorded_phases(text) == {("call", "tests/test_a.py::test_one[x y]"): 12.5,
+                                     ("setup", "tests/test_a.py::test_one[x y]"): 0.01}
+    assert recorded_file_seconds(text) == {"tests/test_a.py": 12.51}
+    assert "# Result: 1 failed, 3 passed, 2 warnings in 13.07s." in text
