@@ -829,3 +829,27 @@ def test_pe_record_of_a_folder_that_does_not_exist_makes_none(tmp_path):
     with pytest.raises(results.RecordError, match="has no command.json"):
         results.record(missing, tmp_path / "into")
     assert not missing.exists() and not (tmp_path / "into").exists()
+
+
+def test_pe_report_and_pe_queue_agree_on_what_is_recorded(tmp_path):
+    """Beside two whole records (sape, rope), what killed pe-records leave (an older version's hidden
+    .NAME.tmpPID/, a folder in .pe-record/) of rope and of alibi, each holding a command.json: pe-report selects
+    sape and rope from their whole records alone, and pe-queue status says recorded for exactly those two."""
+    from pe_tools.recipes import queue
+    from pe_tools.runs.run_dir import STAGING
+
+    into = tmp_path / "results"
+    runs = {m: write_run(tmp_path, m, 1, GOOD, 60) for m in ("sape", "rope", "alibi")}
+    for m in ("sape", "rope"):
+        results.record(runs[m], into)
+    for m in ("rope", "alibi"):
+        for left in (into / f".{runs[m].name}.tmp123", into / STAGING / f"{runs[m].name}.123"):
+            left.mkdir(parents=True)
+            (left / "command.json").write_bytes((runs[m] / "command.json").read_bytes())
+            (left / "hyp.detok.de").write_text("partial\n")
+    reported = results.recorded_runs(into, ["sape", "rope", "alibi"], "en-de", "small")
+    assert reported == {m: {1: into / runs[m].name / "hyp.detok.de"} for m in ("sape", "rope")}
+    status = {m: queue.progress(queue.Run(1, "multi30k", m, "en-de", "small", 1,
+                                          {"runs-dir": str(tmp_path / "runs"), "into": str(into)}))["recorded"]
+              for m in runs}
+    assert status == {"sape": True, "rope": True, "alibi": False}
