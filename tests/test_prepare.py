@@ -606,3 +606,40 @@ def test_each_language_is_tokenised_by_its_own_rules(lang, kind):
     tokenised as English, French and German gives three different token sequences, each the one Moses' rules of
     the language give."""
     assert data_text.make_line_fn(kind, lang)("L'homme est là, it's John's car.") == TOKENISED[lang]
+
+
+def _damaged(name: str, how: str) -> bytes:
+    """A gzipped file (``name`` .gz: one text; .tar.gz: a tar of one member) of incompressible bytes, damaged ``how``:
+    cut in half (gzip's EOFError), an unknown compression method in its header (BadGzipFile), a garbled deflate
+    stream after the header (zlib.error), or a gzip of bytes that are not a tar (tarfile's ReadError)."""
+    payload = random.Random(0).randbytes(100_000)
+    if name.endswith(".tar.gz") and how != "not a tar":
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+            info = tarfile.TarInfo("a.txt")
+            info.size = len(payload)
+            tar.addfile(info, io.BytesIO(payload))
+        data = buf.getvalue()
+    else:
+        data = gzip.compress(payload)
+    return {"cut": data[: len(data) // 2], "method": data[:2] + b"\x09" + data[3:],
+            "deflate": data[:10] + b"\xff" * 16 + data[26:], "not a tar": data}[how]
+
+
+@pytest.mark.parametrize("name, how, text_digest", [
+    ("text.gz", "cut", True), ("text.gz", "method", True), ("text.gz", "deflate", True),
+    ("text.gz", "cut", False), ("text.gz", "method", False), ("text.gz", "deflate", False),
+    ("data.tar.gz", "not a tar", False),
+])
+def test_each_kind_of_damaged_archive_is_reported_corrupt(tmp_path, name, how, text_digest):
+    """A download damaged in each way gzip, zlib and tarfile report it (cut short, a bad header, a garbled stream,
+    not a tar) is CorruptFile, which quarantines it and names the fix, whether it is checked by the sha256 of its text
+    or read through to its end; never the library's own exception, a traceback of pe-prepare."""
+    from pe_tools.data.download import Archive, CorruptFile, verify
+
+    path = tmp_path / name
+    path.write_bytes(_damaged(name, how))
+    archive = Archive(name="x", url="https://example.org/" + name, file=name,
+                      text_sha256="0" * 64 if text_digest else None)
+    with pytest.raises(CorruptFile, match="it is truncated or not a valid"):
+        verify(path, archive)
