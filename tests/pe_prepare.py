@@ -14,16 +14,22 @@ PREPARE = REPO / "examples" / "wmt14" / "prepare.sh"
 
 # ----------------------------------------------------------------------------------- the server
 class Server:
-    """Serves a folder on 127.0.0.1 with Range support; can cut a response off halfway, and can ignore Range for
-    some paths (``ignore_range``: the whole file with 200, as a server without Range support answers)."""
+    """Serves a folder on 127.0.0.1 with Range support; can cut a response off halfway, can ignore Range for
+    some paths (``ignore_range``: the whole file with 200, as a server without Range support answers), and can answer
+    a path's next request with an HTTP error (``fail_once``: {path: status})."""
 
     def __init__(self, root):
-        self.root, self.log, self.cut_once, self.ignore_range = root, [], set(), set()
+        self.root, self.log, self.cut_once, self.ignore_range, self.fail_once = root, [], set(), set(), {}
         server = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self):
                 path = server.root / self.path.lstrip("/")
+                if self.path in server.fail_once:
+                    status = server.fail_once.pop(self.path)
+                    self.send_error(status)
+                    server.log.append((self.path, None, status, 0))
+                    return
                 if not path.is_file():
                     self.send_error(404)
                     server.log.append((self.path, None, 404, 0))

@@ -643,3 +643,30 @@ def test_each_kind_of_damaged_archive_is_reported_corrupt(tmp_path, name, how, t
                       text_sha256="0" * 64 if text_digest else None)
     with pytest.raises(CorruptFile, match="it is truncated or not a valid"):
         verify(path, archive)
+
+
+@pytest.mark.parametrize("status, retried", [(500, True), (503, True), (408, True), (429, True), (404, False),
+                                             (499, False)])
+def test_a_server_error_is_retried_and_a_client_error_is_refused_at_once(tmp_path, status, retried):
+    """HTTP 5xx, 408 and 429 are passing troubles: the download tries again and gets the file; any other 4xx (499,
+    the last below 500, and 404) is refused at once naming the fix, with no second request."""
+    from pe_tools.data.download import Archive, PrepareError, download
+
+    blob = bytes(range(256)) * 8
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "corpus.tgz").write_bytes(blob)
+    server = Server(tmp_path / "site")
+    server.fail_once["/corpus.tgz"] = status
+    part = tmp_path / "corpus.tgz.part"
+    try:
+        if retried:
+            download(f"{server.url}/corpus.tgz", part, Archive("corpus", "unused", "corpus.tgz", len(blob)),
+                     retries=1, retry_wait=0)
+        else:
+            with pytest.raises(PrepareError, match=f"answered HTTP {status} .*Fix: check"):
+                download(f"{server.url}/corpus.tgz", part, Archive("corpus", "unused", "corpus.tgz", len(blob)),
+                         retries=1, retry_wait=0)
+    finally:
+        server.close()
+    assert [entry[2] for entry in server.log] == ([status, 200] if retried else [status])
+    assert (part.read_bytes() == blob) if retried else not part.exists()
