@@ -260,15 +260,15 @@ def generate_args(run, checkpoints, partial=False):
 @pytest.mark.parametrize("case, refusal", [
     ("finished", None),
     ("short", "has not finished training: checkpoint_last.pt holds update 2 of 4"),
-    ("training", "run.lock is held by pid"),
+    ("training", "is still training (checkpoint_last.pt holds update 4 of 4; trainer pid"),
 ])
 @pytest.mark.parametrize("partial", [False, True])
 def test_generate_refuses_an_unfinished_run_unless_partial(case, refusal, partial, tmp_path, capsys, monkeypatch):
     """pe-generate decodes a run ``train.finished`` calls finished, at its last update; any other only with
     --partial, which the meta file records (issue 56: it averaged checkpoints 20-80 of a 100-update run with a
     one-line warning). Seen failing with the guard (generate.py: ``if partial and not a.partial``) removed. A run
-    whose trainer is alive (saving its last update) is refused at once, --partial or not: the trainer holds the
-    run's writer lock (RUN/run.lock), and the message names it."""
+    whose trainer is alive (saving its last update) is decoded with --partial beside it, though the trainer holds the
+    run's writer lock (RUN/run.lock): a --partial decode takes the run's decode lock alone."""
     from pe_tools.recipes import generate, train
 
     run = generate_run(tmp_path, 2, reached={"short": 2}.get(case))
@@ -279,10 +279,6 @@ def test_generate_refuses_an_unfinished_run_unless_partial(case, refusal, partia
         rc = generate.generate(generate_args(run, 2, partial))
     err = capsys.readouterr().err
     meta_file = run / "gen" / "hyp.detok.de.meta.json"
-    if case == "training":
-        assert rc == 2 and refusal in err and "(pe-train)" in err, err
-        assert not (run / "gen").exists()
-        return
     if refusal and not partial:
         assert rc == 2 and refusal in err and "pass --partial" in err, err
         assert not (run / "gen").exists()  # nothing averaged or decoded
@@ -344,6 +340,23 @@ def test_generate_before_the_first_checkpoint_names_where_training_is(case, says
     assert not (run / "gen").exists()
     assert f"{run} {says}" in err, err
     assert ("--save-interval-updates)" in err) == (case == "no interval")
+
+
+@pytest.mark.parametrize("case", ["finished", "training"])
+def test_a_decode_is_refused_while_another_decodes_the_run(case, tmp_path, capsys, monkeypatch):
+    """Every decode holds the run's decode lock (RUN/decode.lock): a --partial decode beside a live trainer, which
+    does not take the run's writer lock, and the run's own decode never write RUN/gen/ at once. A second one is
+    refused at once, the holder named, nothing written. Seen failing with the partial path's decode lock dropped."""
+    from pe_tools.recipes import generate, train
+    from pe_tools.runs.run_dir import RunDir
+
+    run = generate_run(tmp_path, 2)
+    monkeypatch.setattr(generate, "fairseq_generate", lambda args, total=None: pytest.fail("decoded"))
+    with train.trainer_lock(run) if case == "training" else open(os.devnull), RunDir(run).decoder("a first decode"):
+        rc = generate.generate(generate_args(run, 2, partial=case == "training"))
+    err = capsys.readouterr().err
+    assert rc == 2 and f"{run / 'decode.lock'} is held by pid {os.getpid()}" in err and "(a first decode)" in err, err
+    assert not (run / "gen").exists()
 
 
 def test_generate_warns_when_the_newest_checkpoint_is_not_the_last_update(tmp_path, capsys, monkeypatch):

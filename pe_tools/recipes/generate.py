@@ -37,28 +37,49 @@ PROGRESS_SECONDS = 30
 
 
 def generate(a) -> int:
-    """``pe-generate`` with the parsed arguments ``a``; returns the exit status. A run with no update checkpoint yet
-    is told where its training stands before the run's writer lock is asked for (its live trainer holds it)."""
+    """``pe-generate`` with the parsed arguments ``a``; returns the exit status. A run with no update checkpoint yet,
+    or an unfinished one without --partial, is told where its training stands before any lock is asked for (its
+    live trainer holds the run's writer lock); a --partial decode of an unfinished run runs beside that trainer."""
     run_dir = Path(a.run_dir)
     try:
         meta = read_command(run_dir).record
     except RunRecordError as e:
         return fail(str(e))
+    try:  # the parser refuses --checkpoints < 1 already
+        last_checkpoints(run_dir, a.checkpoints, "update")
+    except ValueError as e:
+        return fail(f"--checkpoints: {e}")
     if not last_checkpoints(run_dir, 1, "update"):
         return fail(no_checkpoint_yet(run_dir, meta))
-    return decode(a)
+    partial = unfinished(run_dir, meta)
+    if partial and not getattr(a, "partial", False):
+        return fail(f"{partial['why']}. A decode now would not be the run's result; finish it (re-run its pe-train "
+                    f"command, it resumes; or wait for its trainer), or pass --partial to decode it all the same "
+                    f"(pe-record refuses such a decode)")
+    # a finished run stays finished under its writer lock (pe-train takes it too); an unfinished one's live
+    # trainer holds that lock
+    return decode_beside_the_trainer(a) if partial else decode(a)
 
 
-@writes_run("pe-generate")
+@writes_run("pe-generate --partial", beside_the_trainer=True)
+def decode_beside_the_trainer(a) -> int:
+    """A --partial decode of an unfinished run: without the run's writer lock, which a live trainer holds (the decode
+    writes no result that pe-record takes), under the run's decode lock alone."""
+    return _decode(a)
+
+
+@writes_run("pe-generate", decodes=True)
 def decode(a) -> int:
-    """pe-generate's decode of the run ``a.run_dir``, holding the run's writer lock."""
+    """pe-generate's decode of the run ``a.run_dir``, holding the run's writer lock and its decode lock."""
+    return _decode(a)
+
+
+def _decode(a) -> int:
+    """The decode of the run ``a.run_dir``, its locks held."""
     run_dir = Path(a.run_dir)
     meta = read_command(run_dir).record  # read again under the lock
     data, (src, tgt) = Path(a.data or meta["data"]), meta["pair"].split("-")
-    try:  # the parser refuses --checkpoints < 1 already
-        paths = [str(p) for p in last_checkpoints(run_dir, a.checkpoints, "update")]
-    except ValueError as e:
-        return fail(f"--checkpoints: {e}")
+    paths = [str(p) for p in last_checkpoints(run_dir, a.checkpoints, "update")]  # a count >= 1 (generate)
     if not paths:
         return fail(no_checkpoint_yet(run_dir, meta))
     if len(paths) < a.checkpoints:
@@ -66,10 +87,6 @@ def decode(a) -> int:
     partial = unfinished(run_dir, meta)
     if not partial and (short := short_of_the_end(run_dir, meta, paths)):
         print(f"warning: {short}; pe-record will refuse this decode", file=sys.stderr)
-    if partial and not getattr(a, "partial", False):
-        return fail(f"{partial['why']}. A decode now would not be the run's result; finish it (re-run its pe-train "
-                    f"command, it resumes; or wait for its trainer), or pass --partial to decode it all the same "
-                    f"(pe-record refuses such a decode)")
     if partial:
         print(f"warning: --partial: {partial['why']}; decoding checkpoints up to {Path(paths[-1]).name}",
               file=sys.stderr)

@@ -7,6 +7,8 @@ A run directory (RUNS/METHOD.PAIR.SIZE.seedN, pe-train's ``--save-dir``) holds:
   gen/hyp.detok.TGT           a decode (pe-generate), with its meta file hyp.detok.TGT.meta.json;
   gen/NAME/...                a named decode (pe-generate --name NAME)
   run.lock                    held by whoever writes the run (train, decode or record; ``RunDir.writer``)
+  decode.lock                 held by whoever decodes the run (``RunDir.decoder``): a --partial decode beside a
+                              live trainer holds it alone
 A recorded run (pe-record) is a folder RESULTS/RUN_NAME holding command.json and the decodes' files. pe-record
 writes it in RESULTS/.pe-record/ (a folder no reader looks into) and renames it into place when whole, so a reader
 (``records``) sees a whole record or none."""
@@ -31,6 +33,7 @@ COMMAND_TEXT = "command.txt"
 LAST = "checkpoint_last.pt"
 GEN = "gen"
 RUN_LOCK = "run.lock"
+DECODE_LOCK = "decode.lock"
 STAGING = ".pe-record"  # RESULTS/.pe-record/: records being written; no reader looks into it
 
 
@@ -150,34 +153,51 @@ class RunDir:
         """Where pe-generate writes decode ``name`` (the default decode when None)."""
         return self.path / GEN / name if name else self.path / GEN
 
-    # ---------------------------------------------------------------------------------------- its writer
-    @contextlib.contextmanager
-    def writer(self, what: str, wait: Union[bool, float] = False, say=None) -> Iterator[int]:
+    # ---------------------------------------------------------------------------------------- its writers
+    def writer(self, what: str, wait: Union[bool, float] = False, say=None):
         """Hold RUN/run.lock while one step of the run's chain (train, decode, record) or the whole chain (a queue)
         writes it: a second writer of any step is refused at once (Busy naming the holder), unless this process
         works under a parent that holds it (``locks.handed_on``). Yields the lock's descriptor to hand on."""
         self.path.mkdir(parents=True, exist_ok=True)
-        with contextlib.ExitStack() as held:
-            try:
-                fd = held.enter_context(hold(self.path / RUN_LOCK, wait=wait, holder={"what": what}, say=say))
-            except Busy as e:
-                raise Busy(e.path, e.holder, "it writes the run (train, decode or record), and one step at a time "
-                                             "may: wait for it to end (or end it), then run this again") from None
-            yield fd
+        return _held(self.path / RUN_LOCK, what, "it writes the run (train, decode or record), and one step at a "
+                                                  "time may", wait=wait, say=say)
+
+    def decoder(self, what: str):
+        """Hold RUN/decode.lock while a decode writes RUN/gen/: every decode takes it, so that a --partial decode,
+        which runs beside the run's live trainer without its writer lock (it writes no result pe-record takes), and
+        the run's own decode never write gen/ at once. A second decoder is refused at once (Busy naming it)."""
+        return _held(self.path / DECODE_LOCK, what, "it decodes the run, and one decode at a time may")
 
 
-def writes_run(what: str):
+@contextlib.contextmanager
+def _held(path: Path, what: str, why: str, wait: Union[bool, float] = False, say=None) -> Iterator[int]:
+    """``locks.hold`` of a run's lock ``path`` for ``what``; its Busy says ``why`` one holder at a time."""
+    with contextlib.ExitStack() as held:
+        try:
+            fd = held.enter_context(hold(path, wait=wait, holder={"what": what}, say=say))
+        except Busy as e:
+            raise Busy(e.path, e.holder, f"{why}: wait for it to end (or end it), then run this again") from None
+        yield fd
+
+
+def writes_run(what: str, decodes: bool = False, beside_the_trainer: bool = False):
     """Decorate a command ``f(a) -> exit status`` whose ``a.run_dir`` is a run directory: it runs holding the run's
-    writer lock (``RunDir.writer``), and is refused at once (status 2, the holder named) while another process
-    writes the run. A folder that does not exist is not made: ``f`` says what is missing."""
+    writer lock (``RunDir.writer``), and with ``decodes`` its decode lock too (``RunDir.decoder``), and is refused at
+    once (status 2, the holder named) while another process holds either. ``beside_the_trainer``: the decode lock
+    alone (a --partial decode, which a live trainer's writer lock must not stop). A folder that does not exist is not
+    made: ``f`` says what is missing."""
     def wrap(f):
         @functools.wraps(f)
         def run(a) -> int:
             if not Path(a.run_dir).is_dir():
                 return f(a)
+            run_dir = RunDir(a.run_dir)
             with contextlib.ExitStack() as held:
                 try:
-                    held.enter_context(RunDir(a.run_dir).writer(what))
+                    if not beside_the_trainer:
+                        held.enter_context(run_dir.writer(what))
+                    if decodes or beside_the_trainer:
+                        held.enter_context(run_dir.decoder(what))
                 except Busy as e:
                     return fail(str(e))
                 return f(a)
