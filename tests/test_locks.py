@@ -206,3 +206,22 @@ def test_describe_says_what_the_record_holds():
     assert locks.describe({}) == locks.describe(None) == "a process"
     assert locks.describe({"pid": 3, "what": "pe-generate"}) == "pid 3 (pe-generate)"
 
+
+
+@pytest.mark.parametrize("pid", [None, "abc", [1]])  # no pid (int(None): TypeError), "abc" (ValueError), a list
+def test_without_locks_a_record_without_a_usable_pid_holds_nothing(pid, tmp_path, monkeypatch):
+    """Without locks, a record on this host whose pid is missing or not a number names no live process: the lock is
+    free (not a traceback of int())."""
+    monkeypatch.setattr(locks, "fcntl", None)
+    path = tmp_path / "x.lock"
+    path.write_text(json.dumps({"host": socket.gethostname(), **({} if pid is None else {"pid": pid})}))
+    assert locks.holder_of(path) is None
+
+
+def test_the_holder_record_of_a_missing_or_garbled_file_is_empty(tmp_path):
+    """read_holder: {} for a lock file that is missing, not UTF-8, cut short, or not an object."""
+    assert locks.read_holder(tmp_path / "none.lock") == {}
+    for name, data in (("latin1.lock", '{"what": "r\xe9sum\xe9"}'.encode("latin-1")), ("cut.lock", b'{"pid": 1'),
+                       ("list.lock", b"[1]")):
+        (tmp_path / name).write_bytes(data)
+        assert locks.read_holder(tmp_path / name) == {}, name
