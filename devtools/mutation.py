@@ -53,6 +53,7 @@ file).
 """
 import argparse
 import ast
+import builtins
 import copy
 import fnmatch
 import hashlib
@@ -483,6 +484,17 @@ def _without(node: ast.BoolOp, i: int) -> ast.AST:
     return rest[0] if len(rest) == 1 else ast.BoolOp(op=copy.deepcopy(node.op), values=rest)
 
 
+def _caught_by_another(elts: Sequence[ast.AST], i: int) -> bool:
+    """Whether the builtin exception elts[i] is a subclass of another builtin of the tuple (UnicodeDecodeError beside
+    ValueError, FileNotFoundError beside OSError): leaving it out catches the same exceptions, so it is no mutant."""
+    def builtin(node):
+        cls = getattr(builtins, node.id, None) if isinstance(node, ast.Name) else None
+        return cls if isinstance(cls, type) and issubclass(cls, BaseException) else None
+    mine = builtin(elts[i])
+    return mine is not None and any(j != i and (other := builtin(e)) is not None and issubclass(mine, other)
+                                    for j, e in enumerate(elts))
+
+
 def _one_input_fewer(it: ast.AST) -> List[ast.AST]:
     """The inputs of a loop or a check with one of them left out: each element of a list / tuple literal, each side
     of ``[a] + b``; else None (the caller drops the first input)."""
@@ -567,8 +579,9 @@ def _reviewer_variants(tree: ast.AST) -> Dict[int, List[Tuple[str, ast.AST, bool
                 if other in names:
                     add(node, "language", ast.Name(other, ast.Load()), False)
         elif isinstance(node, ast.ExceptHandler) and isinstance(node.type, ast.Tuple) and len(node.type.elts) > 1:
-            for new in _one_input_fewer(node.type):
-                add(node.type, "except", new)
+            for i, new in enumerate(_one_input_fewer(node.type)):
+                if not _caught_by_another(node.type.elts, i):
+                    add(node.type, "except", new)
         elif isinstance(node, ast.Compare) and len(node.ops) == 1:
             sides = (node.left, node.comparators[0])
             named = any((isinstance(s, ast.Attribute) and s.attr in _STATUS_NAMES) or

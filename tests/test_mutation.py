@@ -297,7 +297,7 @@ def detok(lines, lang):
 def read(path):
     try:
         return json.loads(open(path).read())
-    except (OSError, ValueError):
+    except (OSError, ValueError, UnicodeDecodeError):
         return {}
 
 
@@ -331,17 +331,18 @@ def load(d, source_lang, target_lang):
 if __name__ == "__main__":
     sys.exit(main())
 '''
-# the reviewer's mutants of REVIEW, by (line, class, change), written out by hand: the twelve bugs of a review
+# the reviewer's mutants of REVIEW, by (line, class, change), written out by hand: six kinds of bug a review plants
 # (a head-size refusal's term, a sibling variable, a language dropped, an except narrowed, a 206 check dropped, a
-# check of the baseline dropped), one site each, and nothing for a refusal-free branch or the __main__ guard
+# check of the baseline dropped), and nothing for a refusal-free branch or the __main__ guard
 REVIEW_MUTANTS = {
     (5, "refusal", "d < 16 or d & (d - 1) -> (d < 16)"),
     (5, "refusal", "d < 16 or d & (d - 1) -> (d & d - 1)"),
     (11, "env", "\"SLURM_LOCALID\" -> 'SLURM_PROCID'"),
     (11, "env", "\"SLURM_LOCALID\" -> 'SLURM_NODEID'"),
     (15, "language", "MosesDetokenizer(lang=lang) -> MosesDetokenizer()"),
-    (21, "except", "(OSError, ValueError) -> ((OSError,))"),
-    (21, "except", "(OSError, ValueError) -> ((ValueError,))"),
+    (21, "except", "(OSError, ValueError, UnicodeDecodeError) -> ((OSError, UnicodeDecodeError))"),
+    (21, "except", "(OSError, ValueError, UnicodeDecodeError) -> ((ValueError, UnicodeDecodeError))"),
+    # not UnicodeDecodeError left out: a ValueError, still caught (no mutant)
     (26, "status", "resp.status != 206 -> False"),
     (32, "language", "trg_lang -> src_lang"),
     (32, "per-input", "[baseline] + systems -> (systems)"),
