@@ -307,3 +307,17 @@ def test_status_names_a_truncated_state_file_as_unreadable(with_log, tmp_path, m
     assert cols["job"] == ["5_1"] and cols["state"] == ["DIED" if with_log else "NEVER-RAN"], (cols, notes)
     (note,) = notes
     assert f"{run.run_dir / slurm.STATE_FILE} is unreadable (" in note and "wrote no" not in note, note
+
+
+@pytest.mark.parametrize("env, expected", [
+    ({"SLURM_JOB_ID": "123"}, "123"),  # a job of its own: its id
+    ({"SLURM_JOB_ID": "102", "SLURM_ARRAY_JOB_ID": "100", "SLURM_ARRAY_TASK_ID": "2"}, "100_2"),  # an array's task
+    ({"SLURM_JOB_ID": "100", "SLURM_ARRAY_JOB_ID": "100", "SLURM_ARRAY_TASK_ID": "0"}, "100_0"),  # holding the array's id
+    ({}, "-"),  # outside SLURM
+])
+def test_a_job_names_itself_by_its_job_id_or_as_an_array_task(env, expected):
+    """job_task, the name jobs.json, status and the job's own commands use: an array task is ARRAY_TASK (task 0
+    included, whose SLURM_JOB_ID is the array's), any other job its SLURM_JOB_ID, as SLURM sets them."""
+    from pe_tools.recipes.slurm import job_task
+
+    assert job_task(env) == expected
