@@ -321,3 +321,16 @@ def test_a_job_names_itself_by_its_job_id_or_as_an_array_task(env, expected):
     from pe_tools.recipes.slurm import job_task
 
     assert job_task(env) == expected
+
+
+def test_a_jobs_state_record_names_its_own_job_id_node_and_start(tmp_path, monkeypatch):
+    """RUN/slurm.json's fields for task 2 of array 100 (its own job id 102) on node gpu7 of gpu[1-8], started a
+    second time: each from its own SLURM variable, not a sibling's (the array's id, the job's node list)."""
+    from pe_tools.recipes.slurm import JobState
+
+    env = {"SLURM_JOB_ID": "102", "SLURM_ARRAY_JOB_ID": "100", "SLURM_ARRAY_TASK_ID": "2", "SLURM_JOB_NAME": "pe-x",
+           "SLURM_RESTART_COUNT": "1", "SLURMD_NODENAME": "gpu7", "SLURM_JOB_NODELIST": "gpu[1-8]"}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert JobState(tmp_path).fields == {"job": "100_2", "job_id": "102", "name": "pe-x", "restarts": 1,
+                                         "node": "gpu7"}
