@@ -206,3 +206,45 @@ def test_a_posnet_embed_decoder_step_copies_no_kernel_per_token():
     for s, p in zip(sape, posnet):
         assert 0 < p - s < beams * dp * dp, (s, p)
 
+
+
+# ------------------------------------------------------------------------------------------------
+# the record and the README
+
+RECORD = REPO / "examples" / "benchmarks" / "cpu" / "decode.json"
+README_COLUMN = "decode step / stock, CPU"
+
+
+def readme_cost_table() -> dict:
+    """The README's cost table (the one under its ``computed cost_beside_gpu`` marker): first cell -> {header: cell}."""
+    lines = (REPO / "README.md").read_text().splitlines()
+    at = lines.index("<!-- table: computed cost_beside_gpu -->") + 1
+    cells = lambda line: [c.strip() for c in line.strip().strip("|").split("|")]  # noqa: E731
+    header, rows = cells(lines[at]), {}
+    for line in lines[at + 2:]:
+        if not line.startswith("|"):
+            break
+        rows[cells(line)[0]] = dict(zip(header, cells(line)))
+    return rows
+
+
+def test_the_record_is_a_complete_cpu_run_of_equal_work():
+    from pe_plugin.encodings import PE_REGISTRY
+
+    data = json.loads(RECORD.read_text())
+    s = data["settings"]
+    assert data["complete"] and s["device"] == "cpu" and s["rounds"] == 3 and s["basis"] == "step_cpu_to_stock"
+    assert s["recipe"] == "multi30k" and s["size"] == "small" and s["equal_length"] and s["threads"] == 1
+    assert [r["pe"] for r in data["results"]] == [*PE_REGISTRY, STOCK]
+    steps = {m["steps"] for m in data["measurements"]}
+    assert len(steps) == 1 and {tuple(m["hypothesis_lengths"]) for m in data["measurements"]} == {
+        (s["equal_length"] + 1,)}  # every decode the same decoder steps and tokens
+
+
+def test_the_readme_decode_column_is_the_records():
+    """Each row's CPU time per decoder step over stock's: the median over the record's rounds."""
+    results = {r["pe"]: r for r in json.loads(RECORD.read_text())["results"]}
+    rows = readme_cost_table()
+    assert set(rows) == set(results)
+    for pe, row in rows.items():
+        assert row[README_COLUMN] == f"{results[pe]['step_cpu_to_stock']['median']:.2f}x", pe
