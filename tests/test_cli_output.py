@@ -137,6 +137,7 @@ def test_encoding_and_architecture_must_agree(data_bin, tmp_path):
 @pytest.mark.parametrize("flag,hint", [
     ("--no-token-positional-embeddings", "transformer_nope_<size>"),
     ("--encoder-learned-pos", "transformer_lape_<size>"),
+    ("--decoder-learned-pos", "transformer_lape_<size>"),  # each side's flag, not the encoder's only
 ])
 def test_stock_position_flags_are_rejected(data_bin, tmp_path, flag, hint):
     out = fairseq_train(data_bin, tmp_path, "--max-update", 1, "--arch", "transformer_sape_tiny", flag,
