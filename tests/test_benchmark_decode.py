@@ -248,3 +248,15 @@ def test_the_readme_decode_column_is_the_records():
     assert set(rows) == set(results)
     for pe, row in rows.items():
         assert row[README_COLUMN] == f"{results[pe]['step_cpu_to_stock']['median']:.2f}x", pe
+
+
+def test_the_base_size_record_is_a_complete_cpu_run_of_equal_work():
+    from pe_plugin.encodings import PE_REGISTRY
+
+    data = json.loads(RECORD.with_name("decode_base.json").read_text())
+    s = data["settings"]
+    assert data["complete"] and s["device"] == "cpu" and s["rounds"] == 3 and s["basis"] == "step_cpu_to_stock"
+    assert (s["recipe"], s["size"], s["vocab"]) == ("wmt14", "base", 40000) and s["equal_length"]
+    assert [r["pe"] for r in data["results"]] == [*PE_REGISTRY, STOCK]
+    assert len({m["steps"] for m in data["measurements"]}) == 1
+    assert {tuple(m["hypothesis_lengths"]) for m in data["measurements"]} == {(s["equal_length"] + 1,)}
