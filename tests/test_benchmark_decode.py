@@ -1,7 +1,9 @@
 """pe-bench decode (pe_tools/bench/decode.py): that it runs fairseq-generate's own beam search (the hypotheses of a
 direct ``python -m fairseq_cli.generate`` run, and SAPE's equal to stock fairseq's), that ``--equal-length`` makes
 every encoding take the same decoder steps (counted, not timed), the rotation of the order over rounds, and each
-ratio taken against stock's run of the same round. Tiny models, a generated corpus of a few sentences."""
+ratio taken against stock's run of the same round. Tiny models, a generated corpus of a few sentences. Also the work
+of one PosNet-Embed decoder step (elements allocated, not seconds), and the records of examples/benchmarks/cpu/ with
+the README's decode column."""
 import hashlib
 import json
 import math

@@ -73,8 +73,8 @@ def positional_matmul(u: Tensor, phi: Tensor, pos, rotation: Optional[Tuple[Tens
 def _kernel_sums(u: Tensor, phi: Tensor, p: Tensor) -> Tensor:
     """y[t,b,n] = u[t,b,n] phi[p[b,t]] for u (T,B,N,d), phi (L,d,e), p (B|1,T) < L: row d' of phi[p] weighted by
     u[t,b,n,d'] and summed, phi viewed as (L*d, e) rows (``embedding_bag``, which reads them in place), where
-    gathering the kernels would copy B*T*d*e values (a decoding step's B kernels: 32 MB per step for 512 beams at
-    d = e = 128) and multiply them one token at a time. Computed in phi's dtype, returned in u's."""
+    gathering the kernels would copy B*T*d*e values (a decoding step's B kernels, for 512 beams at
+    d = e = 128: 32 MiB) and multiply them one token at a time. Computed in phi's dtype, returned in u's."""
     t, b, n, d = u.shape
     rows = p.t().unsqueeze(-1) * d + torch.arange(d, device=p.device)  # (T,B|1,d): phi's rows of each token
     rows = rows.unsqueeze(2).expand(t, b, n, d).reshape(-1, d)  # (T*B*N, d)
