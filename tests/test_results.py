@@ -853,3 +853,19 @@ def test_pe_report_and_pe_queue_agree_on_what_is_recorded(tmp_path):
                                           {"runs-dir": str(tmp_path / "runs"), "into": str(into)}))["recorded"]
               for m in runs}
     assert status == {"sape": True, "rope": True, "alibi": False}
+
+
+@pytest.mark.parametrize("name, data", [
+    ("cut", b'{"recipe": "multi30k", "pa'), ("latin1", '{"x": "\xe9"}'.encode("latin-1")), ("list", b"[1]"),
+])
+def test_a_run_record_written_half_or_garbled_is_refused_and_a_meta_file_read_as_empty(tmp_path, name, data):
+    """A command.json cut short, not UTF-8 or not an object: read_command raises RunRecordError naming the file and
+    the fix (command_of: None); a decode's meta file so damaged, or missing, reads as {}."""
+    from pe_tools.runs import run_dir
+
+    (tmp_path / "command.json").write_bytes(data)
+    with pytest.raises(run_dir.RunRecordError, match="command.json .*re-run the run's pe-train command"):
+        run_dir.read_command(tmp_path)
+    assert run_dir.command_of(tmp_path) is None
+    (tmp_path / "hyp.meta.json").write_bytes(data)
+    assert run_dir.read_meta(tmp_path / "hyp.meta.json") == {} and run_dir.read_meta(tmp_path / "none.json") == {}
