@@ -334,3 +334,20 @@ def test_a_jobs_state_record_names_its_own_job_id_node_and_start(tmp_path, monke
         monkeypatch.setenv(name, value)
     assert JobState(tmp_path).fields == {"job": "100_2", "job_id": "102", "name": "pe-x", "restarts": 1,
                                          "node": "gpu7"}
+
+
+def test_the_state_files_problem_is_named_whatever_it_is(tmp_path):
+    """state_problem names what is wrong with RUN/slurm.json: nothing when it is missing or an object; the error of a
+    folder in its place (OSError) or of bytes that are not UTF-8 (ValueError), never raised; empty, not JSON, not
+    an object."""
+    from pe_tools.recipes.slurm import STATE_FILE, state_problem
+
+    path = tmp_path / STATE_FILE
+    assert state_problem(tmp_path) == ""
+    path.mkdir()
+    assert state_problem(tmp_path).startswith("IsADirectoryError: "), state_problem(tmp_path)
+    path.rmdir()
+    for data, says in ((b'{"word": "r\xe9"}', "UnicodeDecodeError: "), (b" ", "empty"),
+                       (b"{oops", "5 bytes, not JSON ("), (b"[1]", "not a JSON object"), (b"{}", "")):
+        path.write_bytes(data)
+        assert state_problem(tmp_path).startswith(says) and (says or state_problem(tmp_path) == ""), (data, says)
