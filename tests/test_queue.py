@@ -643,7 +643,7 @@ def test_a_decode_counts_only_when_newer_than_the_last_checkpoint(tmp_path, hyp_
 def test_a_second_writer_of_any_step_is_refused_while_a_queue_works_on_the_run(data_bin, tmp_path, monkeypatch,
                                                                                 capsys):
     """While a local queue works on a run (its chain holds RUN/run.lock), a second writer of each step is refused
-    at once naming that queue: pe-train and pe-generate here, pe-record in another process, and a second queue
+    at once naming that queue: pe-train here, pe-record in another process, and a second queue
     naming the same run (its state "refused: ...", not a step of its own). RUN/queue.log holds the first queue's
     lines alone, so its status still says its own last step (no "failed" note)."""
     from pe_tools.recipes import generate, launch, run_state
@@ -666,7 +666,7 @@ def test_a_second_writer_of_any_step_is_refused_while_a_queue_works_on_the_run(d
         (run.run_dir / "checkpoint_1_2.pt").write_bytes(b"")  # an update checkpoint: something to decode
         refusals["train"] = launch.main(["train", "sape", "--recipe", "multi30k", "--data", str(data_bin),
                                          "--runs-dir", str(runs_dir), "--size", "annealed"])
-        refusals["generate"] = generate.generate(SimpleNamespace(run_dir=str(run.run_dir)))
+        refusals["generate"] = generate.generate(SimpleNamespace(run_dir=str(run.run_dir), checkpoints=1))
         refusals["record"] = subprocess.run([sys.executable, "-m", "pe_tools.recipes.launch", "record",
                                              str(run.run_dir), "--into", str(tmp_path / "into")], cwd=REPO,
                                             capture_output=True, text=True)
@@ -680,7 +680,8 @@ def test_a_second_writer_of_any_step_is_refused_while_a_queue_works_on_the_run(d
     err = capsys.readouterr().err
     assert refusals["train"] == 2 and f"{run.run_dir} is being written by pid {os.getpid()}" in err, err
     assert f"(pe-queue run {qfile})" in err and err.count("error: ") == 2, err
-    assert refusals["generate"] == 2 and f"{run.run_dir / 'run.lock'} is held by pid {os.getpid()}" in err
+    # pe-generate without --partial: the run is still training (--partial would decode it beside the queue)
+    assert refusals["generate"] == 2 and "has not finished training" in err and "pass --partial" in err, err
     assert refusals["record"].returncode == 2 and f"(pe-queue run {qfile})" in refusals["record"].stderr
     assert refusals["queue"].startswith(f"refused: {run.run_dir / 'run.lock'} is held by pid {os.getpid()} ")
     assert f"(pe-queue run {qfile})" in refusals["queue"]

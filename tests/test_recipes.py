@@ -361,6 +361,22 @@ def test_a_decode_is_refused_while_another_decodes_the_run(case, tmp_path, capsy
     assert not (run / "gen").exists()
 
 
+def test_a_decode_of_a_finished_run_is_refused_while_another_process_writes_the_run(tmp_path, capsys, monkeypatch):
+    """pe-generate of a finished run writes its result: it takes the run's writer lock (RUN/run.lock), refused at
+    once while a queue or another step holds it, the holder named, nothing written. Seen failing with decode's
+    writer lock dropped."""
+    from pe_tools.recipes import generate
+    from pe_tools.runs.run_dir import RunDir
+
+    run = generate_run(tmp_path, 2)
+    monkeypatch.setattr(generate, "fairseq_generate", lambda args, total=None: pytest.fail("decoded"))
+    with RunDir(run).writer("pe-queue run q.txt"):
+        rc = generate.generate(generate_args(run, 2))
+    err = capsys.readouterr().err
+    assert rc == 2 and f"{run / 'run.lock'} is held by pid {os.getpid()}" in err and "(pe-queue run q.txt)" in err
+    assert not (run / "gen").exists()
+
+
 def test_generate_warns_when_the_newest_checkpoint_is_not_the_last_update(tmp_path, capsys, monkeypatch):
     """A finished run whose --max-update (5) is not a multiple of --save-interval-updates (2): its newest update
     checkpoint is update 4. pe-generate decodes it with a warning (pe-demo's odd --updates), pe-record refuses it."""
