@@ -29,7 +29,6 @@ Every step is skipped when its output is complete (``pe_tools.demo``'s ``Pipelin
 resumes where it stopped. Everything is under ``--out`` (raw/, data/, runs/, logs/, results/).
 """
 import argparse
-import json
 import math
 import sys
 from pathlib import Path
@@ -38,6 +37,7 @@ from .fairseq_plugin import plugin_dir
 from .file_io import dump_json, write_atomic
 from .demo import SRC, TGT, Pipeline, add_pipeline_args, check_pipeline_args
 from .naming import BASELINE
+from .runs.run_dir import load_meta
 from .synthetic import grammar as grammar_corpus
 from .tables import markdown_table
 
@@ -138,7 +138,7 @@ class LengthExperiment(Pipeline):
                  f"{len(systems)} models")
         found = {m: untrained_positions(self.run_dir(m) / "checkpoint_last.pt", data, lengths) for m in systems}
         for m, hyp in systems.items():  # what generate.sh recorded about the decode (e.g. positions past a limit)
-            found[m]["decode_meta"] = json.loads(hyp.with_name(hyp.name + ".meta.json").read_text(encoding="utf-8"))
+            found[m]["decode_meta"] = load_meta(hyp.with_name(hyp.name + ".meta.json"))
         report = {"unit": "tokens after Moses tokenisation and BPE, end of sentence included", "lengths": lengths,
                   "max_positions": self.a.max_positions, "encodings": found}
         dump_json(self.results / "positions.json", report)

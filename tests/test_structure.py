@@ -208,3 +208,43 @@ def test_every_relative_import_of_the_tools_names_a_module_of_theirs():
                 if target not in modules:
                     missing.append((module, node.lineno, target))
     assert missing == []
+
+
+# ---- each JSON file the tools read back has one parser --------------------------------------------------------
+# the modules of pe_tools that parse JSON, and what each parses: a state file read back to decide what to do has
+# one of them as its only reader (a decode's meta file: run_dir.load_meta; RUN/slurm.json and jobs.json: slurm.py)
+JSON_PARSERS = {
+    "pe_tools/runs/run_dir.py": "command.json, a decode's meta file",
+    "pe_tools/recipes/slurm.py": "RUN/slurm.json (through file_io.read_json_object), QUEUE.slurm/jobs.json",
+    "pe_tools/recipes/queue/local.py": "the local queue's process groups",
+    "pe_tools/locks.py": "a lock file's holder record",
+    "pe_tools/data/pipeline.py": "pe-prepare's step stamps",
+    "pe_tools/file_io.py": "read_json_object: any state file that may be half-written",
+    "pe_tools/recipes/training_log.py": "fairseq's JSON log lines",
+    "pe_tools/recipes/batching.py": "the batch probe's answer on stdout",
+    "pe_tools/process.py": "a child's argv list",
+    "pe_tools/demo.py": "the demo's own reports",
+    "pe_tools/scoring/agreement.py": "pe-evaluate's JSON reports",
+}
+
+
+def json_parsers() -> dict:
+    """{module path: lines} of the modules of pe_tools (benchmarks aside: their records are their own) that call
+    json.load, json.loads or read_json_object."""
+    calls = ("json.load", "json.loads", "read_json_object")
+    found = {}
+    for f in sorted((ROOT / "pe_tools").rglob("*.py")):
+        rel = str(f.relative_to(ROOT))
+        if rel.startswith("pe_tools/bench/"):
+            continue
+        lines = [n.lineno for n in ast.walk(ast.parse(f.read_text(encoding="utf-8")))
+                 if isinstance(n, ast.Call) and ast.unparse(n.func) in calls]
+        if lines:
+            found[rel] = lines
+    return found
+
+
+def test_each_json_file_the_tools_read_back_has_one_parser():
+    """A module that starts parsing JSON must say what it parses here, and a state file is parsed by its owner
+    alone: a second reader of command.json or of a meta file is a module this list does not hold."""
+    assert sorted(json_parsers()) == sorted(JSON_PARSERS)

@@ -113,13 +113,26 @@ def command_of(folder: Union[str, Path]) -> Optional[Command]:
         return None
 
 
-def read_meta(path: Union[str, Path]) -> Dict:
-    """A decode's meta file (hyp.detok.TGT.meta.json), or {} when it is missing or not a JSON object."""
+def load_meta(path: Union[str, Path]) -> Dict:
+    """A decode's meta file (hyp.detok.TGT.meta.json, or pe-evaluate's --meta file); RunRecordError naming the file
+    when it is missing, not UTF-8 JSON or not a JSON object."""
     try:
         meta = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
+    except FileNotFoundError:
+        raise RunRecordError(f"{path}: metadata file not found") from None
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise RunRecordError(f"{path}: not a valid UTF-8 JSON file ({e})") from None
+    if not isinstance(meta, dict):
+        raise RunRecordError(f"{path}: metadata must be a JSON object, got {type(meta).__name__}")
+    return meta
+
+
+def read_meta(path: Union[str, Path]) -> Dict:
+    """A decode's meta file (``load_meta``), or {} when it is missing or unreadable."""
+    try:
+        return load_meta(path)
+    except RunRecordError:
         return {}
-    return meta if isinstance(meta, dict) else {}
 
 
 class RunDir:

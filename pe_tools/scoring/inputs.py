@@ -12,14 +12,13 @@ refused, or with --allow-mismatch marked in the table. A file without a meta fil
 fairseq-generate's raw output) has no identity to check: it is refused, or with --allow-unchecked scored and marked
 unchecked in the table."""
 import argparse
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from ..recipes import load_table, recipe_names
 from ..runs.identity import decode_of, identity_differences, run_identity
-from ..runs.run_dir import command_of
+from ..runs.run_dir import RunRecordError, command_of, load_meta
 from . import generate_output
 from .errors import InputError
 
@@ -91,15 +90,11 @@ def parse_named(value: str, option: str) -> Tuple[str, List[str]]:
 
 
 def read_meta(path: str) -> Dict[str, Any]:
+    """A meta file (pe_tools/runs/run_dir.load_meta, its one reader); InputError naming the file."""
     try:
-        meta = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(f"{path}: metadata file not found") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise InputError(f"{path}: not a valid UTF-8 JSON file ({e})") from None
-    if not isinstance(meta, dict):
-        raise InputError(f"{path}: metadata must be a JSON object, got {type(meta).__name__}")
-    return meta
+        return load_meta(path)
+    except RunRecordError as e:
+        raise InputError(str(e)) from None
 
 
 def load_system(value: str, option: str, n_ref: int, ref_file: str) -> System:
