@@ -106,6 +106,57 @@ def test_pe_generate_prints_the_sentences_decoded_every_interval_of_decoding(cap
     assert sink.getvalue() == "".join(text)
 
 
+def test_pe_generate_prints_a_line_every_interval_while_one_batch_takes_longer(capfd):
+    """Inside ``ticking`` a thread prints the line when it is due though no batch comes (a batch of a large model
+    can take minutes): on a fake clock, nothing at 29.9 s, a line at 30 s; then, on the real clock with lines due
+    every 0.05 s, lines come with no write at all, and none once the block has ended."""
+    import time
+
+    from pe_tools.recipes.generate import DecodeProgress
+
+    now = [0.0]
+    sink = DecodeProgress(10, every=30, clock=lambda: now[0])
+    for now[0] in (29.9, 30.0):
+        sink.tick()
+    assert capfd.readouterr().err.splitlines() == ["[pe-generate] decoded 0 of 10 sentences (0%) in 30 s"]
+    sink = DecodeProgress(10, every=0.05)
+    with sink.ticking():
+        deadline = time.monotonic() + 30
+        while capfd.readouterr().err.count("[pe-generate] decoded 0 of 10") < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert time.monotonic() < deadline  # a line came while nothing was written
+    capfd.readouterr()
+    time.sleep(0.2)
+    assert "[pe-generate]" not in capfd.readouterr().err  # the thread ended with the block
+
+
+def test_pe_generate_ticks_while_fairseq_generate_has_written_nothing(monkeypatch, capsys):
+    """fairseq_generate decodes inside the sink's ``ticking``: a line comes while fairseq-generate is still at its
+    first batch (here it waits for that line before it prints anything)."""
+    import threading
+
+    from fairseq_cli import generate as fairseq_cli_generate
+
+    from pe_tools.recipes import generate
+
+    ticked, tick = threading.Event(), generate.DecodeProgress.tick
+
+    def noted_tick(self):
+        tick(self)
+        if self.last > self.start:
+            ticked.set()
+
+    def cli_main():
+        assert ticked.wait(30), "no progress line while the first batch was decoding"
+        print("H-0\t-0.1\tein mann")
+
+    monkeypatch.setattr(generate.DecodeProgress, "tick", noted_tick)
+    monkeypatch.setattr(fairseq_cli_generate, "cli_main", cli_main)
+    monkeypatch.setattr(generate, "PROGRESS_SECONDS", 0.05)
+    assert generate.fairseq_generate(["data"], total=1) == (0, "H-0\t-0.1\tein mann\n")
+    assert "[pe-generate] decoded 0 of 1 sentences (0%)" in capsys.readouterr().err
+
+
 def test_pe_generate_decodes_with_progress_lines_and_returns_the_whole_output(monkeypatch, capsys):
     """fairseq_generate with the split's size: fairseq-generate's stdout goes through the progress sink (here every
     0 s, so a line after each print) and comes back whole; without a size (pe-bench) no line is printed."""

@@ -13,6 +13,7 @@ import logging
 import re
 import shlex
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -160,23 +161,51 @@ def short_of_the_end(run_dir: Path, command: dict, paths) -> str:
 
 class DecodeProgress(io.StringIO):
     """fairseq-generate's stdout, kept whole, that counts the sentences decoded (its ``H-`` lines, written a batch at a
-    time) and prints ``[pe-generate] decoded 640 of 1014 sentences (63%) in 32 s`` on stderr when a batch comes
-    ``every`` seconds (default PROGRESS_SECONDS) or more after the last line (or the start). ``clock``: seconds
-    (time.monotonic; a fake one in tests)."""
+    time) and prints ``[pe-generate] decoded 640 of 1014 sentences (63%) in 32 s`` on stderr ``every`` seconds
+    (default PROGRESS_SECONDS) of decoding: when a batch comes that long or more after the last line (or the start),
+    and, inside ``ticking``, from a thread while one batch takes longer. ``clock``: seconds (time.monotonic; a fake
+    one in tests)."""
 
     def __init__(self, total: int, every: Optional[float] = None, clock: Callable[[], float] = time.monotonic):
         super().__init__()
         self.total, self.clock, self.done = total, clock, 0
         self.every = PROGRESS_SECONDS if every is None else every
         self.start = self.last = clock()
+        self._lock = threading.Lock()
 
     def write(self, text: str) -> int:
-        self.done += sum(1 for line in text.split("\n") if line.startswith("H-"))
-        if (now := self.clock()) - self.last >= self.every:
-            self.last = now
-            print(f"[pe-generate] decoded {self.done} of {self.total} sentences ({100 * self.done / self.total:.0f}%) "
-                  f"in {now - self.start:.0f} s", file=sys.stderr, flush=True)
+        with self._lock:
+            self.done += sum(1 for line in text.split("\n") if line.startswith("H-"))
+        self.tick()
         return super().write(text)
+
+    def tick(self) -> None:
+        """The progress line, when ``every`` seconds or more have passed since the last one (or the start)."""
+        with self._lock:
+            if (now := self.clock()) - self.last >= self.every:
+                self.last = now
+                print(f"[pe-generate] decoded {self.done} of {self.total} sentences "
+                      f"({100 * self.done / self.total:.0f}%) in {now - self.start:.0f} s", file=sys.stderr, flush=True)
+
+    @contextlib.contextmanager
+    def ticking(self):
+        """While the block runs, a thread ticks whenever the next line is due, so that a batch that takes longer than
+        ``every`` seconds (a large model, long sentences) does not leave the user without a line."""
+        stop = threading.Event()
+
+        def run():
+            while not stop.wait(max(0.0, self.every - (self.clock() - self.last))):
+                self.tick()
+
+        thread = threading.Thread(target=run, name="pe-generate progress", daemon=True)
+        if self.every > 0:
+            thread.start()
+        try:
+            yield self
+        finally:
+            stop.set()
+            if thread.is_alive():
+                thread.join()
 
 
 def fairseq_generate(args, total: Optional[int] = None) -> Tuple[int, str]:
@@ -193,7 +222,7 @@ def fairseq_generate(args, total: Optional[int] = None) -> Tuple[int, str]:
     handlers, level = root.handlers[:], root.level
     sys.argv = ["fairseq-generate", *map(str, args)]
     try:
-        with contextlib.redirect_stdout(out):
+        with contextlib.redirect_stdout(out), out.ticking() if total is not None else contextlib.nullcontext():
             fairseq_cli_generate.cli_main()
         rc = 0
     except SystemExit as e:  # argparse's errors (already printed on stderr), or an exit inside fairseq
