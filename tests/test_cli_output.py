@@ -155,6 +155,28 @@ def test_flag_of_another_encoding_is_rejected(data_bin, tmp_path):
     assert f"--{flag.replace('_', '-')} is a flag of pe '{owner}'" in out
 
 
+# (encoding, a flag of other encodings that it does not take, those encodings)
+OTHERS_FLAGS = [(pe, flag, [o for o, other in PE_REGISTRY.items() if flag in config_fields(other)])
+                for pe, cls in PE_REGISTRY.items()
+                for flag in dict.fromkeys(f for other in PE_REGISTRY.values() for f in config_fields(other))
+                if flag not in config_fields(cls)]
+
+
+@pytest.mark.parametrize("pe, flag, owners", OTHERS_FLAGS)
+def test_every_flag_of_every_other_encoding_is_rejected(pe, flag, owners):
+    """Each encoding refuses each flag of the other encodings that it does not take, whichever comes first in the
+    registry (the check's loops over the encodings and over their fields reach every one), naming an encoding
+    that takes it."""
+    from argparse import Namespace
+
+    from pe_plugin.models.validation import PEConfigError, check_args
+
+    owner = "|".join(owners)
+    with pytest.raises(PEConfigError, match=f"--{flag.replace('_', '-')} is a flag of pe '({owner})'"):
+        check_args(Namespace(pe=pe, **{flag: None}), task=None)
+    check_args(Namespace(pe=pe), task=None)  # without it: accepted
+
+
 def test_share_all_embeddings_needs_a_joined_dictionary(data_bin, tmp_path):
     """The tiny corpus with a target dictionary of its own (one word more than the source's, as a preprocess
     without --joined-dictionary gives)."""

@@ -609,6 +609,21 @@ def test_each_language_is_tokenised_by_its_own_rules(lang, kind):
     assert data_text.make_line_fn(kind, lang)("L'homme est là, it's John's car.") == TOKENISED[lang]
 
 
+# Moses' punctuation normaliser (training sets only) moves a comma after a closing quote inside it in English
+# and leaves it outside in German and French
+NORMALISED = {
+    "en": "Er sagte &quot; hallo , &quot; dann ging er .",
+    "fr": "Er sagte &quot; hallo &quot; , dann ging er .",
+    "de": "Er sagte &quot; hallo &quot; , dann ging er .",
+}
+
+
+@pytest.mark.parametrize("lang", sorted(NORMALISED))
+def test_each_language_is_normalised_by_its_own_rules(lang):
+    """pe-prepare's training-set normaliser takes the side's language, as its tokeniser does."""
+    assert data_text.make_line_fn("tok-train", lang)('Er sagte "hallo", dann ging er.') == NORMALISED[lang]
+
+
 def _damaged(name: str, how: str) -> bytes:
     """A gzipped file (``name`` .gz: one text; .tar.gz: a tar of one member) of incompressible bytes, damaged ``how``:
     cut in half (gzip's EOFError), an unknown compression method in its header (BadGzipFile), a garbled deflate

@@ -869,3 +869,29 @@ def test_a_run_record_written_half_or_garbled_is_refused_and_a_meta_file_read_as
     assert run_dir.command_of(tmp_path) is None
     (tmp_path / "hyp.meta.json").write_bytes(data)
     assert run_dir.read_meta(tmp_path / "hyp.meta.json") == {} and run_dir.read_meta(tmp_path / "none.json") == {}
+
+
+def test_a_run_record_that_cannot_be_read_is_refused_naming_it(tmp_path, monkeypatch):
+    """command.json present but unreadable (an I/O error of a network file system, a file the user may not read):
+    read_command raises RunRecordError naming the file and the fix, command_of gives None; a meta file so
+    unreadable reads as {} (read_meta) or is refused naming it (load_meta)."""
+    from pathlib import Path
+
+    from pe_tools.runs import run_dir
+
+    (tmp_path / "command.json").write_text('{"method": "sape"}')
+    (tmp_path / "hyp.meta.json").write_text("{}")
+    real = Path.read_text
+
+    def failing(self, *args, **kwargs):
+        if self.name in ("command.json", "hyp.meta.json"):
+            raise OSError(5, "Input/output error", str(self))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", failing)
+    with pytest.raises(run_dir.RunRecordError, match="command.json cannot be read .*Input/output error"):
+        run_dir.read_command(tmp_path)
+    assert run_dir.command_of(tmp_path) is None
+    assert run_dir.read_meta(tmp_path / "hyp.meta.json") == {}
+    with pytest.raises(run_dir.RunRecordError, match="hyp.meta.json: metadata file cannot be read .*Input/output"):
+        run_dir.load_meta(tmp_path / "hyp.meta.json")

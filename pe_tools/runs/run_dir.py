@@ -120,8 +120,10 @@ def load_meta(path: Union[str, Path]) -> Dict:
         meta = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise RunRecordError(f"{path}: metadata file not found") from None
-    except (OSError, UnicodeDecodeError, ValueError) as e:
+    except (UnicodeDecodeError, ValueError) as e:
         raise RunRecordError(f"{path}: not a valid UTF-8 JSON file ({e})") from None
+    except OSError as e:
+        raise RunRecordError(f"{path}: metadata file cannot be read ({e})") from None
     if not isinstance(meta, dict):
         raise RunRecordError(f"{path}: metadata must be a JSON object, got {type(meta).__name__}")
     return meta
