@@ -88,14 +88,3 @@ def queue_reference(data_bin, tmp_path_factory):
     root = pe_testing.built_once(tmp_path_factory, "queue-reference",
                                  lambda folder: pe_queue_runs.run_whole_queue(folder, data_bin))
     return SimpleNamespace(queue=root / "whole" / "queue.txt", table=root / "tiny_methods.toml", code=root / "code")
-
-
-@pytest.fixture(scope="module")
-def slurm(tmp_path_factory):
-    """A single-node SLURM cluster of each test file's own (tests/pe_slurm.py), started once for the file: the two
-    SLURM test files run side by side in the two test processes, each on its cluster (free ports, own folders)."""
-    import pe_slurm
-
-    cluster = pe_slurm.cluster_or_skip(tmp_path_factory.mktemp("slurm"))
-    yield cluster
-    cluster.stop()

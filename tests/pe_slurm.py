@@ -194,30 +194,3 @@ def cluster_or_skip(root: Path, **conf) -> Cluster:
         if required:
             pytest.fail(message, pytrace=False)
         pytest.skip(f"{message}\n{HOW_TO}")
-
-
-def wait_gone(cluster, job: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not cluster.run("squeue", "-h", "-j", job, check=False).stdout.strip():
-            return
-        time.sleep(0.3)
-    raise AssertionError(f"job {job} still queued after {timeout} s")
-
-
-def wait_queue(cluster, q: Path, timeout: float = 900) -> None:
-    for j in jobs_of(q):
-        wait_gone(cluster, j["job"], timeout)
-
-
-def trainers(run_dir: Path) -> list:
-    """The pids of the fairseq-train processes training in run_dir."""
-    pids = []
-    for proc in Path("/proc").iterdir():
-        try:
-            argv = (proc / "cmdline").read_bytes().split(b"\0") if proc.name.isdigit() else []
-        except OSError:
-            continue
-        if b"fairseq_cli.train" in argv and str(run_dir).encode() in argv:
-            pids.append(int(proc.name))
-    return pids
