@@ -156,6 +156,7 @@ def test_the_goal_holds_up_to_its_bound_and_not_past_it(ratio, bound, verdict):
     assert result["goal"] == {"figure": "step_cpu_to_stock", "bound": bound, "verdict": verdict}
 
 
+@pytest.mark.slow
 def test_bad_options_name_the_flag_and_the_fix(tmp_path, capsys):
     assert cli.main(["decode", "--data", str(tmp_path)]) == 2
     assert f"--data {tmp_path}: no fairseq dictionary" in capsys.readouterr().err
