@@ -25,6 +25,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Callable, Iterator, Optional, Union
 
+from .file_io import read_json_object
+
 try:
     import fcntl
 except ImportError:  # not on Linux or macOS: the holder record decides, as on a file system without locks
@@ -54,12 +56,9 @@ def describe(holder: Optional[dict]) -> str:
 
 
 def read_holder(path: Path) -> dict:
-    """The holder record in ``path``: {} when the file is missing, empty or not a JSON object."""
-    try:
-        record = json.loads(Path(path).read_text())
-    except (OSError, UnicodeDecodeError, ValueError):
-        return {}
-    return record if isinstance(record, dict) else {}
+    """The holder record in ``path``: {} when the file is missing, empty or not a JSON object (a holder may be
+    rewriting it)."""
+    return read_json_object(path)
 
 
 def _alive_here(record: dict) -> bool:

@@ -217,7 +217,7 @@ JSON_PARSERS = {
     "pe_tools/runs/run_dir.py": "command.json, a decode's meta file",
     "pe_tools/recipes/slurm.py": "RUN/slurm.json (through file_io.read_json_object), QUEUE.slurm/jobs.json",
     "pe_tools/recipes/queue/local.py": "the local queue's process groups",
-    "pe_tools/locks.py": "a lock file's holder record",
+    "pe_tools/locks.py": "a lock file's holder record (through file_io.read_json_object)",
     "pe_tools/data/pipeline.py": "pe-prepare's step stamps",
     "pe_tools/file_io.py": "read_json_object: any state file that may be half-written",
     "pe_tools/recipes/training_log.py": "fairseq's JSON log lines",
