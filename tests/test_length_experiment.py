@@ -9,8 +9,6 @@ import sys
 import pytest
 from pe_testing import REPO, call_main
 
-pytestmark = pytest.mark.slow
-
 RUN = [sys.executable, str(REPO / "scripts" / "length_experiment.py")]
 SMALL = ["--train", "200", "--heldout", "12", "--long", "12", "--max-train-words", "12", "--updates", "6",
          "--methods", "lape", "--jobs", "2"]
@@ -21,6 +19,7 @@ def bpe_positions(path, rows=slice(None)):
     return max(len(line.split()) for line in path.read_text(encoding="utf-8").splitlines()[rows]) + 1
 
 
+@pytest.mark.slow
 def test_length_experiment_runs_and_resumes(tmp_path):
     out = tmp_path / "len"
     first = subprocess.run([*RUN, "--out", out, *SMALL], capture_output=True, text=True, cwd=tmp_path)
@@ -68,6 +67,7 @@ def test_length_experiment_runs_and_resumes(tmp_path):
     assert again.stdout.count("decoded already") == 2 and "train transformer_" not in again.stdout
 
 
+@pytest.mark.slow
 def test_bad_flags_name_the_flag(tmp_path):
     from pe_tools.length_experiment import main
 
@@ -77,3 +77,46 @@ def test_bad_flags_name_the_flag(tmp_path):
                         (["--updates", "2"], ["--updates"])):
         out = call_main(main, ["--out", tmp_path, *argv], prog="length_experiment.py")  # RUN's, in this interpreter
         assert out.returncode == 2 and all(w in out.stderr for w in words), out.stderr
+
+
+def test_every_system_s_hypotheses_and_references_are_cut_into_test_and_long(tmp_path):
+    """split_outputs: each system's decode of raw/eval (the test split, then the long split) is cut at the test
+    split's length into RUN/gen/{hyp,ref}.{test,long}.de, the first system's as every other's, references as
+    hypotheses; each hypothesis file gets the decode's meta file. A hypothesis or a reference file of another
+    length than raw/eval is refused naming it."""
+    import argparse
+
+    from pe_tools.length_experiment import LengthExperiment
+
+    out = tmp_path / "len"
+    (out / "raw").mkdir(parents=True)
+    (out / "raw" / "test.en").write_text("a\nb\n", encoding="utf-8")
+    (out / "raw" / "long.en").write_text("c c c\n", encoding="utf-8")
+    exp = LengthExperiment(argparse.Namespace(out=out, jobs=1, updates=8, max_positions=1024))
+    systems = {}
+    for method in ("sape", "lape", "rope"):
+        gen = out / "runs" / method / "gen"
+        gen.mkdir(parents=True)
+        for name in ("hyp", "ref"):
+            (gen / f"{name}.detok.de").write_text("".join(f"{name} {method} {i}\n" for i in range(3)),
+                                                  encoding="utf-8")
+        (gen / "hyp.detok.de.meta.json").write_text(json.dumps({"method": method}), encoding="utf-8")
+        systems[method] = gen / "hyp.detok.de"
+    split = exp.split_outputs(systems)
+    assert split["all"] == systems
+    for method, hyp in systems.items():
+        gen = hyp.parent
+        for name in ("hyp", "ref"):
+            assert (gen / f"{name}.test.de").read_text(encoding="utf-8") == f"{name} {method} 0\n{name} {method} 1\n"
+            assert (gen / f"{name}.long.de").read_text(encoding="utf-8") == f"{name} {method} 2\n"
+        for part in ("test", "long"):
+            assert split[part][method] == gen / f"hyp.{part}.de"
+            assert json.loads((gen / f"hyp.{part}.de.meta.json").read_text()) == {"method": method}
+    for method in systems:
+        for name in ("hyp", "ref"):
+            cut = systems[method].parent / f"{name}.detok.de"
+            whole = cut.read_text(encoding="utf-8")
+            cut.write_text("x\n", encoding="utf-8")
+            with pytest.raises(SystemExit, match=f"{cut} has 1 lines, not the 3 of raw/eval.de"):
+                exp.split_outputs(systems)
+            cut.write_text(whole, encoding="utf-8")

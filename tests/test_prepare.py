@@ -686,3 +686,58 @@ def test_a_server_error_is_retried_and_a_client_error_is_refused_at_once(tmp_pat
         server.close()
     assert [entry[2] for entry in server.log] == ([status, 200] if retried else [status])
     assert (part.read_bytes() == blob) if retried else not part.exists()
+
+
+@pytest.mark.parametrize("status, retried", [(503, True), (404, False)])
+def test_an_http_error_on_a_resumed_download_keeps_the_partial_file(tmp_path, status, retried):
+    """Only a 416 on a resume says the part file is at or past the server's end. Any other error answered to a
+    Range request is the error it says: a 503 is retried from where the part stopped (bytes=N-, 206), a 404 is
+    refused at once; neither deletes the partial file nor starts the file over."""
+    from pe_tools.data.download import Archive, PrepareError, download
+
+    blob = bytes(range(256)) * 8
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "corpus.tgz").write_bytes(blob)
+    server = Server(tmp_path / "site")
+    server.fail_once["/corpus.tgz"] = status
+    part = tmp_path / "corpus.tgz.part"
+    third = len(blob) // 3
+    part.write_bytes(blob[:third])
+    archive = Archive("corpus", "unused", "corpus.tgz", len(blob))
+    try:
+        if retried:
+            download(f"{server.url}/corpus.tgz", part, archive, retries=1, retry_wait=0)
+        else:
+            with pytest.raises(PrepareError, match=f"answered HTTP {status} "):
+                download(f"{server.url}/corpus.tgz", part, archive, retries=1, retry_wait=0)
+    finally:
+        server.close()
+    if retried:
+        assert server.log[1:] == [("/corpus.tgz", f"bytes={third}-", 206, len(blob) - third)]
+        assert part.read_bytes() == blob
+    else:
+        assert [entry[2] for entry in server.log] == [status] and part.read_bytes() == blob[:third]
+
+
+@pytest.mark.parametrize("missing", ["train.en.gz", "train.fr.gz", "val.en.gz", "test.fr.gz"])
+def test_raw_dir_missing_any_single_file_archive_is_named(tmp_path, capsys, missing):
+    """A corpus of single-file archives (no `archive` key: src and tgt name an archive each, as Multi30k's): every
+    side of every split is an archive --raw-dir must hold, the first side of the first split included; the one
+    missing is named, and nothing is fetched or prepared."""
+    from pe_tools.data.cli import main
+
+    names = {f"{split}-{lang}": f"{split}.{lang}.gz" for split in ("train", "val", "test") for lang in ("en", "fr")}
+    table = tmp_path / "corpora.toml"
+    table.write_text("".join(f'[archive.{n}]\nurl = "https://example.org/raw/{f}"\n\n' for n, f in names.items())
+                     + "[pair.en-fr]\n" + "".join(f'{split} = {{ src = "{s}-en", tgt = "{s}-fr" }}\n' for split, s in
+                                                  (("train", "train"), ("valid", "val"), ("test", "test"))))
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for f in names.values():
+        if f != missing:
+            (raw / f).write_bytes(gzip.compress(b"a caption .\n", mtime=0))
+    assert main(["en-fr", "--corpora", str(table), "--raw-dir", str(raw), "--out", str(tmp_path / "out"),
+                 "--workers", "1", "--no-binarize"]) == 1
+    err = capsys.readouterr().err
+    assert f"--raw-dir {raw} lacks 1 archive(s):\n  {missing}: https://example.org/raw/{missing}" in err
+    assert not (tmp_path / "out" / "text").exists()
