@@ -285,6 +285,16 @@ def test_progress_takes_the_checkpoints_count_where_the_log_lags(tmp_path):
     assert queue.progress(run)["updates"] == 4
 
 
+def test_pin_without_git_on_the_path_is_refused_naming_the_way_around(tmp_path, monkeypatch):
+    """--pin needs git: on a machine without it (git not found on PATH) pe-queue refuses with the --code way
+    around instead of a traceback."""
+    monkeypatch.setenv("PE_QUEUE_CODE_ROOT", str(tmp_path / "codes"))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    with pytest.raises(queue.QueueError, match=r"(?s)--pin HEAD: not a commit of .*--code DIR"):
+        queue.pin_code("HEAD", REPO)
+    assert not (tmp_path / "codes").exists()
+
+
 def test_pin_reads_the_checkout_that_holds_this_pe_tools():
     """pe-queue run's --pin (default HEAD) exports from the git checkout of the running pe_tools: this repository."""
     assert queue.CHECKOUT == REPO
