@@ -92,7 +92,7 @@ NOT_RUN = {"pe_plugin/kernels/shaw_rpe.py": "Triton kernels: their tests need a 
 
 
 def dotted(module: str) -> str:
-    """pe_tools/recipes/slurm.py -> pe_tools.recipes.slurm (a package's __init__.py -> the package)."""
+    """pe_tools/recipes/slurm/job.py -> pe_tools.recipes.slurm.job (a package's __init__.py -> the package)."""
     name = module[:-3].replace("/", ".")
     return name[: -len(".__init__")] if name.endswith(".__init__") else name
 

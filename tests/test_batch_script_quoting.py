@@ -1,5 +1,5 @@
-"""Every value that reaches a SLURM batch script (pe_tools/recipes/slurm.py, ``batch_script``) survives a folder
-holding a space, both quotes, ``;``, ``$(...)`` and backquotes, in each place it appears.
+"""Every value that reaches a SLURM batch script (pe_tools/recipes/slurm/submit.py, ``batch_script``) survives a
+folder holding a space, both quotes, ``;``, ``$(...)`` and backquotes, in each place it appears.
 
 The values: the working folder (``--chdir`` and ``cd``), the submission folder (``--output``'s logs, the queue's
 snapshot in the comment and on the ``exec`` line), the code folder (``PYTHONPATH`` and ``--code``), the code's

@@ -92,7 +92,7 @@ def test_the_design_layout_names_every_module_of_pe_tools():
     for init in sorted((REPO / "pe_tools").rglob("__init__.py")):
         folder = init.parent
         tree[f"{folder.relative_to(REPO)}/"] = sorted(p.stem for p in folder.glob("*.py") if p.stem != "__init__")
-    assert len(tree) >= 7 and len(tree["pe_tools/recipes/"]) >= 12  # the tree is read
+    assert len(tree) >= 7 and len(tree["pe_tools/recipes/"]) >= 10  # the tree is read
     assert {package: sorted(modules) for package, modules in layout_rows().items()} == tree
 
 

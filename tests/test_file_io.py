@@ -39,15 +39,15 @@ def test_a_whole_state_file_reads_as_its_object_and_a_missing_one_as_nothing(tmp
 
 @pytest.mark.parametrize("content", list(HALF_WRITTEN.values()), ids=list(HALF_WRITTEN))
 def test_slurm_status_reads_a_half_written_job_state_as_no_state(content, tmp_path):
-    """slurm.read_state, the one reader of RUN/slurm.json (pe-queue status's job and state columns, the submit
-    check for a live job, the job's own restart count): {} for a file caught half-written; the whole file's
+    """slurm/files.py's read_state, the one reader of RUN/slurm.json (pe-queue status's job and state columns, the
+    submit check for a live job, the job's own restart count): {} for a file caught half-written; the whole file's
     fields otherwise."""
-    from pe_tools.recipes import slurm
+    from pe_tools.recipes.slurm import files
 
-    (tmp_path / slurm.STATE_FILE).write_bytes(content)
-    assert slurm.read_state(tmp_path) == {}
-    (tmp_path / slurm.STATE_FILE).write_text(json.dumps(WHOLE), encoding="utf-8")
-    assert slurm.read_state(tmp_path) == WHOLE
+    (tmp_path / files.STATE_FILE).write_bytes(content)
+    assert files.read_state(tmp_path) == {}
+    (tmp_path / files.STATE_FILE).write_text(json.dumps(WHOLE), encoding="utf-8")
+    assert files.read_state(tmp_path) == WHOLE
 
 
 @pytest.mark.parametrize("content", list(HALF_WRITTEN.values()), ids=list(HALF_WRITTEN))

@@ -606,7 +606,8 @@ def test_status_notes_a_failed_step_from_the_runs_log_only_for_a_local_queue(sub
     """pe-queue status under its table: for a queue run here, a note per run whose last step failed, read from
     RUN/queue.log; for a queue submitted to SLURM, SLURM's notes alone (the job's own reason, which says more),
     never the run's queue.log line beside them. SLURM's columns and notes are a stand-in."""
-    from pe_tools.recipes import queue_cli, slurm
+    from pe_tools.recipes import queue_cli
+    from pe_tools.recipes.slurm import status as slurm_status
 
     data = tmp_path / "data"
     data.mkdir()
@@ -626,7 +627,7 @@ def test_status_notes_a_failed_step_from_the_runs_log_only_for_a_local_queue(sub
         notes.append(slurm_note)
         return {"job": ["5_1"], "state": ["FAILED"], "requeues": ["0"]}
 
-    monkeypatch.setattr(slurm, "status_columns", columns)
+    monkeypatch.setattr(slurm_status, "status_columns", columns)
     assert queue_cli.main(["status", str(qfile)]) == 0
     notes = capsys.readouterr().out.splitlines()[2:]  # after the heading and the row
     assert notes == ([slurm_note] if submitted else [f"{run.name}: {failed}"])

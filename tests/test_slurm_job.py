@@ -1,4 +1,4 @@
-"""A SLURM job's own side and pe-queue's SLURM queries (pe_tools/recipes/slurm.py), without a SLURM install: the
+"""A SLURM job's own side and pe-queue's SLURM queries (pe_tools/recipes/slurm/), without a SLURM install: the
 SLURM programs are stand-ins on PATH that answer what each test gives them, the job's chain a stand-in in this
 process."""
 import os
@@ -14,16 +14,16 @@ import pytest
 NASTY = "a b'c\"d;touch PWNED1;e$(touch PWNED2)f`touch PWNED3`g"
 
 
-# ---- a SLURM job's refused requeue (pe_tools/recipes/slurm.py) ----------------------------------------------
+# ---- a SLURM job's refused requeue (pe_tools/recipes/slurm/job.py) ------------------------------------------
 @pytest.fixture
 def requeue_job(tmp_path, monkeypatch):
     """A SLURM array task 7_1 (job 8) of a one-run queue, in this process, whose chain only receives SLURM's signal
     before the time limit; ``scontrol`` is a stand-in on PATH that refuses with what the test gives it. Returns a
     function (stdout, stderr) -> what the job printed."""
-    from pe_tools.recipes import slurm
+    from pe_tools.recipes.slurm import job as slurm_job
 
     for name in ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_RESTART_COUNT",
-                 "SLURMD_NODENAME", slurm.local.REHEARSE_ENV):
+                 "SLURMD_NODENAME", slurm_job.local.REHEARSE_ENV):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("SLURM_ARRAY_JOB_ID", "7")
     monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "1")
@@ -42,13 +42,13 @@ def requeue_job(tmp_path, monkeypatch):
         signal.getsignal(signal.SIGUSR1)(signal.SIGUSR1, None)
         return "recorded"
 
-    monkeypatch.setattr(slurm.JobQueue, "process", process)
+    monkeypatch.setattr(slurm_job.JobQueue, "process", process)
     handlers = {s: signal.getsignal(s) for s in (signal.SIGUSR1, signal.SIGTERM)}
 
     def job(stdout, stderr, capsys):
         fake_program(bin_dir, "scontrol", stdout, stderr)
         capsys.readouterr()
-        assert slurm.job_main([str(snapshot), "--line", "1", "--code", str(code)]) == 0
+        assert slurm_job.job_main([str(snapshot), "--line", "1", "--code", str(code)]) == 0
         return capsys.readouterr().out
 
     yield job
@@ -100,16 +100,17 @@ def test_a_failed_slurm_query_names_its_reason_from_stderr_else_stdout(stdout, s
                                                                         monkeypatch):
     """A SLURM program that fails (sinfo for the cluster's size, squeue for the jobs' states) is named with its
     reason: its stderr, or its stdout when stderr is empty. The programs are stand-ins on PATH."""
-    from pe_tools.recipes import slurm
+    from pe_tools.recipes.slurm import query
+    from pe_tools.recipes.srun import SlurmError
 
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
     fake_program(tmp_path / "bin", "sinfo", stdout, stderr)
-    with pytest.raises(slurm.SlurmError) as e:
-        slurm._slurm("sinfo", "-h", what="--partition")
+    with pytest.raises(SlurmError) as e:
+        query._slurm("sinfo", "-h", what="--partition")
     assert str(e.value) == f"--partition: `sinfo -h` failed: {reason}"
     fake_program(tmp_path / "bin", "squeue", stdout.replace("sinfo", "squeue"), stderr.replace("sinfo", "squeue"))
-    with pytest.raises(slurm.NoAnswer) as e:
-        slurm.job_states(["5"])
+    with pytest.raises(query.NoAnswer) as e:
+        query.job_states(["5"])
     assert str(e.value) == f"`squeue` failed: {reason.replace('sinfo', 'squeue')}"
 
 
@@ -122,13 +123,13 @@ def test_a_failed_cancel_names_scancels_reason_from_stderr_else_stdout(stdout, s
                                                                        capsys):
     """pe-queue cancel, when scancel fails: the error names scancel's reason, its stderr or, when that is empty,
     its stdout. The queue's job and its live task are stand-ins; scancel a stand-in on PATH."""
-    from pe_tools.recipes import slurm
+    from pe_tools.recipes.slurm import submit
 
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
     fake_program(tmp_path / "bin", "scancel", stdout, stderr)
-    monkeypatch.setattr(slurm, "load_jobs", lambda queue_path: [{"job": "9"}])
-    monkeypatch.setattr(slurm, "live_states", lambda jobs, names=None: {"9_1": "RUNNING"})
-    assert slurm.cancel(tmp_path / "q.txt") == 2
+    monkeypatch.setattr(submit, "load_jobs", lambda queue_path: [{"job": "9"}])
+    monkeypatch.setattr(submit, "live_states", lambda jobs, names=None: {"9_1": "RUNNING"})
+    assert submit.cancel(tmp_path / "q.txt") == 2
     assert capsys.readouterr().err == f"error: scancel 9 failed: {reason}\n"
 
 
@@ -139,14 +140,14 @@ def test_a_job_refused_by_the_runs_lock_fails_naming_the_holder_and_leaves_its_l
     queue.log, and exits 1; status's note is that reason and the job's SLURM log, not train.log."""
     import json
 
-    from pe_tools.recipes import slurm, slurm_state
+    from pe_tools.recipes.slurm import files, job as slurm_job, state as slurm_state
 
     refusal = "refused: runs/x/run.lock is held by pid 5 on n1 since 2026-12-07 10:00:00 (pe-queue run local.txt)"
-    monkeypatch.setattr(slurm.JobQueue, "process", lambda self, run: refusal)
+    monkeypatch.setattr(slurm_job.JobQueue, "process", lambda self, run: refusal)
     snapshot, code = tmp_path / "queue.txt", tmp_path / "code"
-    assert slurm.job_main([str(snapshot), "--line", "1", "--code", str(code)]) == 1
+    assert slurm_job.job_main([str(snapshot), "--line", "1", "--code", str(code)]) == 1
     run_dir = tmp_path / "runs" / "sape.en-de.annealed.seed1"
-    state = json.loads((run_dir / slurm.STATE_FILE).read_text())
+    state = json.loads((run_dir / files.STATE_FILE).read_text())
     assert (state["state"], state["message"]) == ("FAILED", refusal)
     assert not (run_dir / "queue.log").exists()
     assert capsys.readouterr().out.splitlines()[-1] == f"[queue] sape.en-de.annealed.seed1: {refusal}"
@@ -163,23 +164,23 @@ def status_of(queue_path: Path, state: str, log: str, tmp_path: Path, monkeypatc
     text of the run's RUN/slurm.json (None: none), ``log``: its SLURM log's (None: none)."""
     import json
 
-    from pe_tools.recipes import slurm
+    from pe_tools.recipes.slurm import files, status
 
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
     fake_program(tmp_path / "bin", "squeue", "", "", status=0)
     fake_program(tmp_path / "bin", "sacct", "", "", status=0)
     run = SimpleNamespace(name="sape.en-de.mini.seed1", run_dir=tmp_path / "runs" / "sape.en-de.mini.seed1")
     run.run_dir.mkdir(parents=True)
-    sub = slurm.submit_dir(queue_path)
+    sub = files.submit_dir(queue_path)
     (sub / "logs").mkdir(parents=True)
     (sub / "jobs.json").write_text(json.dumps([{"job": "5", "name": "pe-q-0a-0",
                                                 "snapshot_lines": {"1": str(run.run_dir.resolve())}}]))
     if state is not None:
-        (run.run_dir / slurm.STATE_FILE).write_text(state)
+        (run.run_dir / files.STATE_FILE).write_text(state)
     if log is not None:
         (sub / "logs" / "pe-q-0a-0_5_1.out").write_text(log)
     notes = []
-    return slurm.status_columns(queue_path, [run], notes), notes, run
+    return status.status_columns(queue_path, [run], notes), notes, run
 
 
 @pytest.mark.parametrize("with_log", [False, True])
@@ -204,7 +205,7 @@ def test_the_resubmit_command_of_a_forgotten_job_pastes_back_as_its_queue_file(w
     assert not list(tmp_path.rglob("PWNED*"))
 
 
-# ---- a SLURM job's count of starts without a new checkpoint (pe_tools/recipes/slurm.py) ---------------------
+# ---- a SLURM job's count of starts without a new checkpoint (pe_tools/recipes/slurm/job.py) -----------------
 @pytest.mark.parametrize("state,counted", [
     ("RUNNING", True), ("REQUEUEING", True), ("ENDED", True),  # the start before worked, or SLURM ended it
     ("FAILED", False), ("RECORDED", False), ("SUBMITTED", False), (None, False),  # its chain ended, or never ran
@@ -215,7 +216,7 @@ def test_a_start_counts_as_stalled_only_after_a_start_that_worked_on_the_same_ch
     restart count and the same checkpoint resumed from. After the job's own final word (FAILED, e.g. stopped for
     stalling, then requeued by hand; RECORDED), the submitter's SUBMITTED, or no word, the count starts again
     (0); so does it for another job, a restart count not above the file's, or another checkpoint."""
-    from pe_tools.recipes.slurm import stalled_starts
+    from pe_tools.recipes.slurm.job import stalled_starts
 
     previous = {"job": "7_1", "restarts": 1, "resumed_from": 10, "stalled": 2,
                 **({"state": state} if state else {})}
@@ -227,20 +228,22 @@ def test_a_start_counts_as_stalled_only_after_a_start_that_worked_on_the_same_ch
         assert stalled_starts(dict(previous, resumed_from=None), "7_1", 2, None) == 3  # no checkpoint yet, again
 
 
-# ---- the pe-train command of a SLURM job (pe_tools/recipes/slurm.py, ``job_main``) --------------------------
+# ---- the pe-train command of a SLURM job (pe_tools/recipes/slurm/job.py, ``job_main``) ----------------------
 @pytest.mark.parametrize("gpus", [1, 2])
 def test_a_slurm_job_runs_its_lines_pe_train_command_adding_gpus_only_for_several(gpus, requeue_job, tmp_path,
                                                                                    monkeypatch, capsys):
     """A SLURM array task (``slurm job SNAPSHOT --line N --gpus G``) trains its line with the pe-train arguments a
     queue run here gives that line, plus ``--gpus G`` only for G > 1: with one GPU, the same command as the local
     queue's, pe-train's own default of one rank."""
-    from pe_tools.recipes import queue, slurm
+    from pe_tools.recipes import queue
+    from pe_tools.recipes.slurm import job as slurm_job
 
     snapshot = tmp_path / "queue.txt"
     (line,) = queue.parse_queue(snapshot)
     trained = []
-    monkeypatch.setattr(slurm.JobQueue, "process", lambda self, run: trained.append(run.train_args()) or "recorded")
-    assert slurm.job_main([str(snapshot), "--line", "1", "--code", str(tmp_path / "code"), "--gpus", str(gpus)]) == 0
+    monkeypatch.setattr(slurm_job.JobQueue, "process", lambda self, run: trained.append(run.train_args()) or "recorded")
+    code = str(tmp_path / "code")
+    assert slurm_job.job_main([str(snapshot), "--line", "1", "--code", code, "--gpus", str(gpus)]) == 0
     assert trained == [line.train_args() + (["--gpus", str(gpus)] if gpus > 1 else [])]
     assert "--gpus" not in line.train_args()
 
@@ -250,14 +253,14 @@ def test_a_job_listed_under_another_name_than_its_submissions_is_not_this_queues
     """squeue lists each job with its name (``%j``, last: another user's name may hold `|` or spaces); a job whose
     name is not the one pe-queue gave its id at submission (the queue's key in it) is another job that got the id
     since, and is left out; an id without a recorded name is taken as listed. squeue is a stand-in on PATH."""
-    from pe_tools.recipes import slurm
+    from pe_tools.recipes.slurm import query
 
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
     fake_program(tmp_path / "bin", "squeue", "5_1|RUNNING|pe-q-0a1b-0\n6_2|PENDING|their job|x\n7|FAILED|pe-q-9-0\n",
                  "", status=0)
-    assert slurm.job_states(["5", "6", "7"], names={"5": "pe-q-0a1b-0", "6": "pe-q-0a1b-1"}) == {
+    assert query.job_states(["5", "6", "7"], names={"5": "pe-q-0a1b-0", "6": "pe-q-0a1b-1"}) == {
         "5_1": "RUNNING", "7": "FAILED"}
-    assert slurm.job_states(["5", "6"], names={"5": "pe-q-ffff-0", "6": "their job|x"}) == {"6_2": "PENDING",
+    assert query.job_states(["5", "6"], names={"5": "pe-q-ffff-0", "6": "their job|x"}) == {"6_2": "PENDING",
                                                                                       "7": "FAILED"}
     assert (tmp_path / "bin" / "squeue.args").read_text().split()[-2:] == ["-o", "%i|%T|%j"]
 
@@ -271,23 +274,23 @@ def test_a_start_waits_for_its_own_earlier_processes_and_leaves_another_jobs_run
     import threading
 
     from pe_tools import locks
-    from pe_tools.recipes import slurm
+    from pe_tools.recipes.slurm import files, job as slurm_job
 
     run = SimpleNamespace(name="sape.en-de.mini.seed1", run_dir=tmp_path)
     said, holding, release = [], threading.Event(), threading.Event()
 
     def earlier():
-        with locks.hold(tmp_path / slurm.JOB_LOCK, holder={"what": "SLURM job", "job": holder_job}):
+        with locks.hold(tmp_path / files.JOB_LOCK, holder={"what": "SLURM job", "job": holder_job}):
             holding.set()
             release.wait(30)
     threading.Thread(target=earlier, daemon=True).start()
     assert holding.wait(30)
-    monkeypatch.setattr(slurm, "_say", lambda message: said.append(message) or release.set())
-    lock = slurm.claim(run, "7_1")
+    monkeypatch.setattr(slurm_job, "_say", lambda message: said.append(message) or release.set())
+    lock = slurm_job.claim(run, "7_1")
     release.set()
     if holder_job == "7_1":
         assert lock is not None and "earlier processes" in said[0] and "waiting" in said[0], said
-        assert locks.holder_of(tmp_path / slurm.JOB_LOCK)["job"] == "7_1"
+        assert locks.holder_of(tmp_path / files.JOB_LOCK)["job"] == "7_1"
         lock.close()
     else:
         assert lock is None and "in use by 9_1" in said[0] and "leaves it untouched" in said[0], said
@@ -299,14 +302,14 @@ def test_status_names_a_truncated_state_file_as_unreadable(with_log, tmp_path, m
     """RUN/slurm.json cut short (a full disk): SLURM answers and lists no such job; status names the file as
     unreadable, never as one the job did not write, and never shows the job RUNNING. squeue and sacct are
     stand-ins on PATH that list nothing."""
-    from pe_tools.recipes import slurm
+    from pe_tools.recipes.slurm import files
 
     cols, notes, run = status_of(tmp_path / "q.txt", '{"job": "5_1", "state": "RUNNING", "heartb',
                                  "[queue] sape.en-de.mini.seed1: job 6, start 1\n" if with_log else None, tmp_path,
                                  monkeypatch)
     assert cols["job"] == ["5_1"] and cols["state"] == ["DIED" if with_log else "NEVER-RAN"], (cols, notes)
     (note,) = notes
-    assert f"{run.run_dir / slurm.STATE_FILE} is unreadable (" in note and "wrote no" not in note, note
+    assert f"{run.run_dir / files.STATE_FILE} is unreadable (" in note and "wrote no" not in note, note
 
 
 @pytest.mark.parametrize("env, expected", [
@@ -318,7 +321,7 @@ def test_status_names_a_truncated_state_file_as_unreadable(with_log, tmp_path, m
 def test_a_job_names_itself_by_its_job_id_or_as_an_array_task(env, expected):
     """job_task, the name jobs.json, status and the job's own commands use: an array task is ARRAY_TASK (task 0
     included, whose SLURM_JOB_ID is the array's), any other job its SLURM_JOB_ID, as SLURM sets them."""
-    from pe_tools.recipes.slurm import job_task
+    from pe_tools.recipes.slurm.job import job_task
 
     assert job_task(env) == expected
 
@@ -326,7 +329,7 @@ def test_a_job_names_itself_by_its_job_id_or_as_an_array_task(env, expected):
 def test_a_jobs_state_record_names_its_own_job_id_node_and_start(tmp_path, monkeypatch):
     """RUN/slurm.json's fields for task 2 of array 100 (its own job id 102) on node gpu7 of gpu[1-8], started a
     second time: each from its own SLURM variable, not a sibling's (the array's id, the job's node list)."""
-    from pe_tools.recipes.slurm import JobState
+    from pe_tools.recipes.slurm.job import JobState
 
     env = {"SLURM_JOB_ID": "102", "SLURM_ARRAY_JOB_ID": "100", "SLURM_ARRAY_TASK_ID": "2", "SLURM_JOB_NAME": "pe-x",
            "SLURM_RESTART_COUNT": "1", "SLURMD_NODENAME": "gpu7", "SLURM_JOB_NODELIST": "gpu[1-8]"}
@@ -340,7 +343,7 @@ def test_the_state_files_problem_is_named_whatever_it_is(tmp_path):
     """state_problem names what is wrong with RUN/slurm.json: nothing when it is missing or an object; the error of a
     folder in its place (OSError) or of bytes that are not UTF-8 (ValueError), never raised; empty, not JSON, not
     an object."""
-    from pe_tools.recipes.slurm import STATE_FILE, state_problem
+    from pe_tools.recipes.slurm.files import STATE_FILE, state_problem
 
     path = tmp_path / STATE_FILE
     assert state_problem(tmp_path) == ""
@@ -351,3 +354,30 @@ def test_the_state_files_problem_is_named_whatever_it_is(tmp_path):
                        (b"{oops", "5 bytes, not JSON ("), (b"[1]", "not a JSON object"), (b"{}", "")):
         path.write_bytes(data)
         assert state_problem(tmp_path).startswith(says) and (says or state_problem(tmp_path) == ""), (data, says)
+
+
+# ---- the code the jobs run (--code) ----------------------------------------------------------------------------
+@pytest.mark.parametrize("entry", ["pe_tools/recipes/slurm/__main__.py", "pe_tools/recipes/slurm.py", None])
+def test_submitting_takes_a_code_copy_with_the_job_package_or_the_module_of_an_older_copy(entry, tmp_path, capsys):
+    """pe-queue run --slurm --code DIR (a dry run): DIR runs the jobs (``python -m pe_tools.recipes.slurm job``),
+    so it must hold the job's package (its __main__.py), or, in a copy pinned before the package, the module
+    pe_tools/recipes/slurm.py, which takes the same job command line; a folder with neither is refused."""
+    from pe_tools.recipes import queue_cli
+
+    data, code = tmp_path / "data", tmp_path / "code"
+    data.mkdir()
+    for lang in ("en", "de"):
+        (data / f"dict.{lang}.txt").write_text("")
+    code.mkdir()
+    (code / "COMMIT").write_text("pinned\n")
+    if entry:
+        (code / entry).parent.mkdir(parents=True)
+        (code / entry).write_text("")
+    queue_file = tmp_path / "q.txt"
+    queue_file.write_text(f"multi30k sape en-de annealed 1 data={data} runs-dir={tmp_path / 'runs'}\n")
+    rc = queue_cli.main(["run", str(queue_file), "--slurm", "--dry-run", "--code", str(code)])
+    out, err = capsys.readouterr()
+    if entry:
+        assert rc == 0 and f"-m pe_tools.recipes.slurm job {queue_file.parent}" in out, (out, err)
+    else:
+        assert rc == 2 and f"--code {code.resolve()}: no pe_tools/recipes/slurm/__main__.py there" in err, err

@@ -195,6 +195,60 @@ def test_no_module_imports_from_a_layer_above_its_own():
     assert upward_imports() == []
 
 
+# A package split into modules has layers of its own, from the bottom (pe_tools/recipes/slurm/__init__.py lists them):
+# a module imports only from the modules below it in its package, at module level or inside a function.
+PACKAGE_LAYERS = {
+    "pe_tools.recipes.slurm": ("state", "files", "options", "query", "submit", "status", "job", "__main__"),
+}
+
+
+def package_layer(module: str):
+    """(package, the module's place in it) for a module of a package in PACKAGE_LAYERS, else None (KeyError for a
+    module of such a package that its layers do not name)."""
+    for package, order in PACKAGE_LAYERS.items():
+        if module.startswith(package + "."):
+            return package, order.index(module[len(package) + 1:].split(".")[0])
+    return None
+
+
+def upward_package_imports(modules=None) -> list:
+    modules = modules or project_modules()
+    found = []
+    for m, f in modules.items():
+        if (mine := package_layer(m)) is None:
+            continue
+        for t, depth in imports_with_depth(f, m, set(modules)):
+            theirs = package_layer(t)
+            if theirs and theirs[0] == mine[0] and theirs[1] >= mine[1]:
+                found.append((m, t, depth))
+    return sorted(found)
+
+
+def test_every_module_of_a_layered_package_has_a_layer():
+    modules = project_modules()
+    for package, order in PACKAGE_LAYERS.items():
+        assert package in modules
+        inside = {m[len(package) + 1:] for m in modules if m.startswith(package + ".")}
+        assert inside == set(order), f"{package}: place each of its modules in PACKAGE_LAYERS"
+
+
+def test_the_package_layer_check_sees_module_and_function_level_imports(tmp_path):
+    modules = project_modules()
+    job = imports_with_depth(modules["pe_tools.recipes.slurm.job"], "pe_tools.recipes.slurm.job", set(modules))
+    assert ("pe_tools.recipes.slurm.query", "module") in job and ("pe_tools.recipes.slurm.state", "module") in job
+    planted = tmp_path / "submit.py"
+    planted.write_text("from .files import now\n\ndef f():\n    from .job import job_task\n")
+    assert upward_package_imports({**modules, "pe_tools.recipes.slurm.submit": planted}) == [
+        ("pe_tools.recipes.slurm.submit", "pe_tools.recipes.slurm.job", "function")]
+
+
+def test_no_module_of_a_layered_package_imports_from_its_layers_above():
+    """No module of a package in PACKAGE_LAYERS imports, at module level or inside a function, a module of its
+    package at its own layer or above (e.g. the job's state machine importing the job, or a submission importing
+    the status table)."""
+    assert upward_package_imports() == []
+
+
 def test_every_relative_import_of_the_tools_names_a_module_of_theirs():
     """A relative import, at module level or inside a function (run only when called), names an existing module of
     the package: a module moved one folder deeper keeps no import that resolves beside it."""
@@ -212,10 +266,10 @@ def test_every_relative_import_of_the_tools_names_a_module_of_theirs():
 
 # ---- each JSON file the tools read back has one parser --------------------------------------------------------
 # the modules of pe_tools that parse JSON, and what each parses: a state file read back to decide what to do has
-# one of them as its only reader (a decode's meta file: run_dir.load_meta; RUN/slurm.json and jobs.json: slurm.py)
+# one of them as its only reader (a decode's meta file: run_dir.load_meta; RUN/slurm.json and jobs.json: slurm/files.py)
 JSON_PARSERS = {
     "pe_tools/runs/run_dir.py": "command.json, a decode's meta file",
-    "pe_tools/recipes/slurm.py": "RUN/slurm.json (through file_io.read_json_object), QUEUE.slurm/jobs.json",
+    "pe_tools/recipes/slurm/files.py": "RUN/slurm.json (through file_io.read_json_object), QUEUE.slurm/jobs.json",
     "pe_tools/recipes/queue/local.py": "the local queue's process groups",
     "pe_tools/locks.py": "a lock file's holder record (through file_io.read_json_object)",
     "pe_tools/data/pipeline.py": "pe-prepare's step stamps",

@@ -1,4 +1,4 @@
-"""pe-queue, the command: a queue file run here (pe_tools/recipes/queue/) or on SLURM (pe_tools/recipes/slurm.py),
+"""pe-queue, the command: a queue file run here (pe_tools/recipes/queue/) or on SLURM (pe_tools/recipes/slurm/),
 its status, its check and, on SLURM, its cancellation. ``pe-queue --help`` prints the queue's documentation."""
 import argparse
 import contextlib
@@ -10,7 +10,8 @@ from pathlib import Path
 
 from ..command_line import fail, int_at_least
 from ..locks import Busy, describe, hold
-from . import queue as local, slurm
+from . import queue as local
+from .slurm import options as slurm_options, status as slurm_status, submit as slurm_submit
 from .queue import CHECKOUT, Queue, QueueError, failed_step, parse_queue, pin_code, status_table
 
 
@@ -33,8 +34,8 @@ def main(argv=None) -> int:
                         f"synthetic corpus of its pair, made in DIR/data, trained in DIR/runs and recorded in "
                         f"DIR/results, through the queue DIR/QUEUE_NAME; with --slurm each job also requeues itself "
                         f"once after its first checkpoint, as a time limit would (docs/cluster.md)")
-    slurm.add_run_arguments(r)
-    slurm.add_commands(sub)
+    slurm_options.add_run_arguments(r)
+    slurm_options.add_commands(sub)
     for name in ("status", "check"):
         s = sub.add_parser(name, help={"status": "one row per run: updates, validation loss, time per update, "
                                                  "estimated finish, recorded",
@@ -45,8 +46,8 @@ def main(argv=None) -> int:
                                                                   "file written before the data, e.g. on a login node)")
     a = p.parse_args(argv)
     if a.cmd == "cancel":
-        return slurm.cancel(a.queue)
-    if a.cmd == "run" and not a.slurm and (bad := slurm.slurm_only(a)):
+        return slurm_submit.cancel(a.queue)
+    if a.cmd == "run" and not a.slurm and (bad := slurm_options.slurm_only(a)):
         return fail(f"{bad} is an option of pe-queue run --slurm; add --slurm, or leave it out to run here")
     dry = a.cmd == "run" and a.slurm and a.dry_run  # a look at the batch scripts, before the data exists
     try:
@@ -66,7 +67,7 @@ def main(argv=None) -> int:
     if a.cmd == "status":
         notes: list = []
         resuming: set = set()
-        columns = slurm.status_columns(a.queue, runs, notes, resuming)
+        columns = slurm_status.status_columns(a.queue, runs, notes, resuming)
         if columns is None:  # a local queue: a failed run's note is its last step's line (SLURM's notes say more)
             notes += [f"{run.name}: {line}" for run in runs if (line := failed_step(run))]
         print(status_table(runs, columns, resuming))
@@ -74,7 +75,7 @@ def main(argv=None) -> int:
             print(note)
         return 0
     if a.slurm:
-        return slurm.submit(a, runs, a.queue)
+        return slurm_submit.submit(a, runs, a.queue)
     try:
         code = a.code if a.code else pin_code(a.pin, CHECKOUT)
     except QueueError as e:

@@ -1,6 +1,6 @@
 """One training as one srun task per rank inside a SLURM allocation (``pe-train --gpus N`` in a SLURM job): each task
 runs ``python -m pe_tools.recipes.srun -- CMD``, which adds the task's rank, world size and rendezvous from SLURM's
-variables to fairseq-train's command. Standard library only; it knows nothing of queues (pe_tools/recipes/slurm.py
+variables to fairseq-train's command. Standard library only; it knows nothing of queues (pe_tools/recipes/slurm/
 submits those)."""
 import os
 import re

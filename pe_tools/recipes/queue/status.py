@@ -40,9 +40,9 @@ def failed_step(run: Run) -> Optional[str]:
 
 
 def status_table(runs: List[Run], extra: Optional[Dict[str, List[str]]] = None, resuming=()) -> str:
-    """One row per run; ``extra``: more columns, {heading: one value per run} (the SLURM job's, slurm.py). The runs
-    named in ``resuming`` (no job works on them) show the update they resume from (``saved_update``); "done" is
-    train.finished's word alone."""
+    """One row per run; ``extra``: more columns, {heading: one value per run} (the SLURM job's, slurm/status.py).
+    The runs named in ``resuming`` (no job works on them) show the update they resume from (``saved_update``);
+    "done" is train.finished's word alone."""
     extra = extra or {}
     rows = [("run", "updates", "valid loss", "s/update", "finish (est.)", "recorded", "commit", *extra)]
     for run in runs:

@@ -1,7 +1,7 @@
 """The SLURM job of one run as a state machine: SLURM's states of a job, the words a job writes about itself into
 RUN/slurm.json, the one table of how a job's own word may change, and the status word pe-queue status shows, a
-pure function of what is known about the job (``Evidence``). Standard library only; the queries and the files are
-pe_tools/recipes/slurm.py's.
+pure function of what is known about the job (``Evidence``). Standard library only; the queries are query.py's,
+the files files.py's.
 
 The status word is the newest word on the job:
 - SLURM's, while SLURM lists the job as queued or running;
@@ -20,6 +20,7 @@ from typing import Dict, FrozenSet, Optional, Sequence, Tuple
 
 HEARTBEAT_SECONDS = 60  # a running job rewrites RUN/slurm.json this often (its "heartbeat")
 STALE_SECONDS = 300  # a job whose heartbeat is older, and which SLURM does not answer for, is dead
+MAX_STALLED_STARTS = 3  # a job started this many times in a row on the same checkpoint stops requeueing: FAILED
 TAIL_LINES = 3  # lines of a dead or failed job's SLURM log shown under the status table
 
 
