@@ -27,9 +27,10 @@ OUTDIR gets at most 8 files (what a device call brings back): log.txt, window.js
 and fairseq-train seconds) and one RUN.tar.gz per recorded run. Exit status 0 when every run is recorded, 3 when
 the budget cut the window short, 1 when a run failed.
 
-``--rehearse`` is the same on the CPU at tiny size: the queue's lines train a generated recipe table (``rehearse``
-size: the `tiny` architecture, 12 updates, a checkpoint every 2) with ``--cpu``, so that the window's steps (the
-pinning, the queue, the decodes, the records, the packing, the stop at the budget) run as they will on the GPU.
+``--rehearse`` is the same on the CPU at tiny size: each run of QUEUE as pe-queue run --rehearse trains it
+(pe_tools/recipes/queue/rehearse.py: its recipe's size tiny-cpu, a synthetic corpus of its pair made in WORK/data;
+--data is not read), so that the window's steps (the pinning, the queue, the decodes, the records, the packing, the
+stop at the budget) run as they will on the GPU.
 """
 import argparse
 import json
@@ -48,6 +49,7 @@ from typing import Dict, List, Optional
 from pe_tools.command_line import fail, int_at_least
 from pe_tools.recipes import load_table
 from pe_tools.recipes import queue as pe_queue
+from pe_tools.recipes.queue.rehearse import REHEARSAL_SIZE, rehearsal_line
 from pe_tools.recipes.results import max_update_of
 from pe_tools.recipes.train import size_entry
 from pe_tools.runs.run_dir import COMMAND, recorded as is_recorded
@@ -65,7 +67,6 @@ REFERENCE_SIZE = "annealed"
 STARTUP_S, DECODE_S = 15, 60
 # the ranking at twice the budget: the five encodings of the 3,000-update En-Fr table, seed 1, into one folder
 SIZE_6K, SEED, RESULTS_6K = "annealed6k", 1, "examples/multi30k/results_6k"
-REHEARSE_SIZE, REHEARSE_UPDATES = "rehearse", 12
 
 
 # ------------------------------------------------------------------------------------------------ the queues
@@ -149,28 +150,6 @@ class Log:
             print(line, flush=True)
             with open(self.path, "a", encoding="utf-8") as f:
                 f.write(line + "\n")
-
-
-def rehearsal_table(path: Path, methods: List[str], pairs: List[str]) -> Path:
-    """A methods table of the recipe's flags at tiny size on the CPU: the `tiny` architecture, REHEARSE_UPDATES
-    updates of the annealed schedule, a checkpoint every 2 updates (the last 5 kept), --cpu."""
-    table = load_table("multi30k")
-    common = [*table["common"]["flags"], "--cpu"]
-    size = ["--max-tokens", "200", "--max-update", str(REHEARSE_UPDATES), "--total-num-update",
-            str(REHEARSE_UPDATES), "--lr-scheduler", "polynomial_decay", "--warmup-updates", "4",
-            "--end-learning-rate", "0", "--save-interval-updates", "2", "--log-interval", "1", "--max-valid-steps", "2"]
-    q = lambda words: "[" + ", ".join(json.dumps(w) for w in words) + "]"  # noqa: E731  TOML arrays of strings
-    arch = ", ".join(f'{pair} = "tiny"' for pair in pairs)
-    lines = [f"# written by devtools.gpu_queue --rehearse from the multi30k recipe: {REHEARSE_SIZE} is tiny, on the CPU",
-             f"[common]\nflags = {q(common)}", f"[size.{REHEARSE_SIZE}]\narch = {{ {arch} }}\nflags = {q(size)}"]
-    for m in methods:
-        entry = table["method"][m]
-        lines.append(f"[method.{m}]" + (f"\npe = {json.dumps(entry['pe'])}" if "pe" in entry else "")
-                     + (f"\narch = {json.dumps(entry['arch'])}" if "arch" in entry else "")
-                     + f"\nflags = {q(entry.get('flags', []))}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n\n".join(lines) + "\n", encoding="utf-8")
-    return path
 
 
 def pinned_code(commit: Optional[str], work: Path, say) -> Path:
@@ -278,7 +257,7 @@ def run_window(a) -> int:
         say("error: no CUDA device visible to torch; on a CPU, run with --rehearse")
         return 1
 
-    size_of = lambda run: REHEARSE_SIZE if a.rehearse else run.size  # noqa: E731
+    size_of = lambda run: REHEARSAL_SIZE if a.rehearse else run.size  # noqa: E731
     name_of = lambda run: f"{run.method}.{run.pair}.{size_of(run)}.seed{run.seed}"  # noqa: E731  its record's name
     todo = []
     for run in runs:
@@ -295,7 +274,7 @@ def run_window(a) -> int:
         say(f"error: {len(todo)} runs to train; a window brings back one tarball a run, at most {MAX_RUNS}")
         return 2
     data = Path(a.data).resolve() if a.data else None
-    for run in todo:
+    for run in [] if a.rehearse else todo:  # a rehearsal trains on a synthetic corpus
         folder = data or run.data
         if missing := [f"dict.{lang}.txt" for lang in run.pair.split("-") if not (folder / f"dict.{lang}.txt").is_file()]:
             say(f"error: data folder {folder} has no {' and no '.join(missing)} for {run.name}; build it with "
@@ -312,26 +291,31 @@ def run_window(a) -> int:
             f"{left:.0f} s left" + ("" if est["total_s"] - est["install_s"] <= left else
                                     ": the runs may not finish; what is not recorded trains again next window"))
 
-    # the window's copy of the queue: its runs, decodes and records under WORK, the carried data on every line
+    # the window's copy of the queue: its runs, decodes and records under WORK, the carried data on every line (a
+    # rehearsal's: its synthetic corpus)
     work.mkdir(parents=True, exist_ok=True)
     records = work / "records"
-    recipe = None
-    if a.rehearse:
-        recipe = rehearsal_table(work / "rehearse_methods.toml", list(dict.fromkeys(r.method for r in todo)),
-                                 sorted({r.pair for r in todo}))
     copy = work / "queue.txt"
     lines = [f"# the window's copy of {a.queue} (devtools.gpu_queue)"]
     for run in todo:
         into = Path(os.path.relpath(run.into.resolve(), Path.cwd()))
         into = into if not into.is_absolute() and ".." not in into.parts else Path(run.into.name)
-        opts = {"data": str(data or run.data.resolve()), "runs-dir": str(work / "runs"), "into": str(records / into)}
-        words = [str(recipe) if recipe else run.recipe, run.method, run.pair, size_of(run), str(run.seed)]
-        lines.append(shlex.join(words + [f"{k}={v}" for k, v in opts.items()]))
+        opts = {"runs-dir": str(work / "runs"), "into": str(records / into)}
+        if a.rehearse:  # the queue's own rehearsal of the run (pe-queue run --rehearse)
+            try:
+                lines.append(rehearsal_line(a.queue, run, work, opts, log=say))
+            except pe_queue.QueueError as e:
+                say(f"error: {e}")
+                return 2
+        else:
+            opts = {"data": str(data or run.data.resolve()), **opts}
+            lines.append(shlex.join([run.recipe, run.method, run.pair, run.size, str(run.seed)]
+                                    + [f"{k}={v}" for k, v in opts.items()]))
         state["runs"][name_of(run)] = "not recorded"
     copy.write_text("\n".join(lines) + "\n")
     code = pinned_code(a.commit, work, say)
     say(f"code: {pe_queue.code_commit(code)} ({code}); runs: {', '.join(name_of(r) for r in todo)}"
-        + (f" (the queue's {', '.join(sorted(sizes))} rehearsed at size {REHEARSE_SIZE})" if a.rehearse else ""))
+        + (f" (the queue's {', '.join(sorted(sizes))} rehearsed at size {REHEARSAL_SIZE})" if a.rehearse else ""))
 
     jobs = a.jobs or len(todo)
     cmd = [*QUEUE_CMD, "run", str(copy), "-j", str(jobs), "--code", str(code)]

@@ -2,8 +2,8 @@
 the generated ones and parse with pe-queue's own parser; the window's time estimate comes from the recorded
 3,000-update GPU runs; with a fake pe-queue, a window cut short by its budget brings back only whole records and
 the next window trains the rest; the offline install is one script both GPU windows call. The real window on the
-CPU at tiny size (`scripts/gpu_queue.sh QUEUE OUT --data DIR --rehearse`) takes minutes on 2 cores: its recorded
-output is in the commit that added it."""
+CPU at tiny size (`scripts/gpu_queue.sh QUEUE OUT --rehearse`, the queue's own rehearsal of each run) takes minutes
+on 2 cores."""
 import json
 import os
 import shlex
@@ -20,7 +20,7 @@ from pe_testing import REPO
 from pe_plugin.encodings import PE_REGISTRY
 from devtools import gpu_queue
 from pe_tools.recipes import load_table
-from pe_tools.recipes.queue import parse_queue
+from pe_tools.recipes.queue import parse_queue, rehearse
 from pe_tools.recipes.results import max_update_of
 from pe_tools.recipes.train import size_entry
 
@@ -77,17 +77,6 @@ def test_the_estimate_is_read_from_the_recorded_gpu_runs():
     assert est["total_s"] == est["train_s"] + gpu_queue.STARTUP_S + gpu_queue.DECODE_S + 30 < 570
 
 
-def test_the_rehearsal_table_is_tiny_and_on_the_cpu(tmp_path):
-    table_file = gpu_queue.rehearsal_table(tmp_path / "t.toml", ["sape", "posnet_embed", "kerple"], ["en-fr"])
-    table = load_table(str(table_file))
-    size = size_entry(table, gpu_queue.REHEARSE_SIZE)
-    assert "--cpu" in table["common"]["flags"] and size["arch"] == {"en-fr": "tiny"}
-    assert max_update_of(size["flags"]) == gpu_queue.REHEARSE_UPDATES
-    q = tmp_path / "q.txt"
-    q.write_text(f"{table_file} kerple en-fr {gpu_queue.REHEARSE_SIZE} 1\n")
-    assert [r.method for r in parse_queue(q, data=False)] == ["kerple"]
-
-
 # ------------------------------------------------------------------------------------------------ the window
 FAKE_QUEUE = r'''
 import json, os, shlex, sys, time
@@ -129,7 +118,7 @@ sys.exit(rc)
 PROBE = [sys.executable, "-c", "import json; print(json.dumps(dict(cuda=True, device='FAKE GPU')))"]
 
 
-def window(tmp_path, monkeypatch, plan, budget=570, out="out", work="work"):
+def window(tmp_path, monkeypatch, plan, budget=570, out="out", work="work", rehearse=False):
     """run_window on issue 59's En-Fr queue file with a fake pe-queue, from ``tmp_path`` (the checkout's records go
     to tmp_path/examples/multi30k/results_6k); returns (status, OUTDIR, the fake's calls)."""
     fake, calls = tmp_path / "fake_queue.py", tmp_path / "calls.jsonl"
@@ -149,7 +138,7 @@ def window(tmp_path, monkeypatch, plan, budget=570, out="out", work="work"):
         (data / f"dict.{lang}.txt").write_text("")
     args = SimpleNamespace(queue=str(queue_path("en-fr")), out=str(tmp_path / out), data=str(data), budget=budget,
                            started_at=None, reserve=2, jobs=None, commit=None, work=str(tmp_path / work),
-                           rehearse=False)
+                           rehearse=rehearse)
     rc = gpu_queue.run_window(args)
     made = [json.loads(line) for line in calls.read_text().splitlines()] if calls.exists() else []
     return rc, tmp_path / out, made
@@ -196,6 +185,28 @@ def test_a_failed_pass_is_followed_by_another_while_time_is_left(tmp_path, monke
     rc, out, calls = window(tmp_path, monkeypatch, {"fail_first": ["kerple"]})
     assert rc == 0 and len(calls) == 2
     assert len(list(out.glob("*.tar.gz"))) == 5 and "pe-queue exited 1 with runs unrecorded" in (out / "log.txt").read_text()
+
+
+def test_a_rehearsed_window_trains_the_queues_own_rehearsal_of_each_run(tmp_path, monkeypatch):
+    """--rehearse: the window's copy of the queue holds pe-queue run --rehearse's line for each run (its recipe,
+    method, pair and seed at size tiny-cpu, on a synthetic corpus of its pair made in WORK/data, not the carried
+    --data), its runs and records under WORK as a real window's; the multi30k recipe's tiny-cpu is fairseq's tiny
+    model on the CPU, a few dozen updates. The corpus is a stand-in here (the queue's tests make real ones)."""
+    made = []
+    monkeypatch.setattr(rehearse, "synthetic_data", lambda pair, dest, log=print: made.append((pair, dest)) or dest)
+    rc, out, calls = window(tmp_path, monkeypatch, {}, rehearse=True)
+    work = tmp_path / "work"
+    corpus = work / "data" / "synthetic_en_fr"
+    assert rc == 0 and len(calls) == 1 and set(made) == {("en-fr", corpus)}
+    lines = [shlex.split(line) for line in (work / "queue.txt").read_text().splitlines()[1:]]
+    methods = [r.method for r in parse_queue(queue_path("en-fr"), data=False)]
+    assert [words[:5] for words in lines] == [["multi30k", m, "en-fr", "tiny-cpu", "1"] for m in methods]
+    assert all(words[5:] == [f"data={corpus}", f"runs-dir={work / 'runs'}",
+                             f"into={work / 'records/examples/multi30k/results_6k'}"] for words in lines), lines
+    assert sorted(p.name for p in out.glob("*.tar.gz")) == sorted(f"{m}.en-fr.tiny-cpu.seed1.tar.gz" for m in methods)
+    size = size_entry(load_table("multi30k"), "tiny-cpu")
+    assert "--cpu" in size["flags"] and size["arch"] == {"en-de": "tiny", "en-fr": "tiny"}
+    assert max_update_of(size["flags"]) <= 50
 
 
 def test_no_cuda_is_refused_unless_rehearsed(tmp_path, monkeypatch):

@@ -36,24 +36,29 @@ def synthetic_data(pair: str, dest: Path, log=print) -> Path:
     return dest
 
 
+def rehearsal_line(queue_path: Path, run, folder: Path, options: dict, log=print) -> str:
+    """The queue line that rehearses ``run`` (line ``run.line`` of ``queue_path``): its recipe, method, pair and
+    seed, and its cpus=, at REHEARSAL_SIZE on a synthetic corpus of its pair (made once in FOLDER/data), with the
+    queue options ``options`` (runs-dir=, into=). Raises QueueError naming the line and the fix when its recipe has
+    no REHEARSAL_SIZE for its pair."""
+    table = run.table
+    if REHEARSAL_SIZE not in table["size"] or run.pair not in size_entry(table, REHEARSAL_SIZE)["arch"]:
+        raise QueueError(f"{queue_path}:{run.line}: recipe {run.recipe} has no size {REHEARSAL_SIZE} for "
+                         f"{run.pair}, which a rehearsal trains; add one to its methods.toml, like "
+                         f"pe_tools/recipes/wmt14/methods.toml's")
+    data = synthetic_data(run.pair, Path(folder) / "data" / f"synthetic_{run.pair.replace('-', '_')}", log)
+    options = {"data": data, **options, **{k: run.options[k] for k in ("cpus",) if k in run.options}}
+    return shlex.join([run.recipe, run.method, run.pair, REHEARSAL_SIZE, str(run.seed),
+                       *(f"{k}={v}" for k, v in options.items())])
+
+
 def rehearsal(queue_path: Path, folder: Path, log=print) -> Path:
-    """The rehearsal of a queue file in ``folder``: the queue file FOLDER/NAME, each run of ``queue_path`` (its
-    recipe, method, pair and seed; its cpus=) at REHEARSAL_SIZE, on a synthetic corpus of its pair (made once in
-    FOLDER/data), trained in FOLDER/runs and recorded in FOLDER/results. Raises QueueError naming the line and the
-    fix when a recipe has no REHEARSAL_SIZE."""
+    """The rehearsal of a queue file in ``folder``: the queue file FOLDER/NAME, each run of ``queue_path`` rehearsed
+    (``rehearsal_line``), trained in FOLDER/runs and recorded in FOLDER/results. Raises QueueError naming the line
+    and the fix when a recipe has no REHEARSAL_SIZE."""
     folder = Path(folder).resolve()
-    lines = []
-    for run in parse_queue(queue_path, data=False):
-        table = run.table
-        if REHEARSAL_SIZE not in table["size"] or run.pair not in size_entry(table, REHEARSAL_SIZE)["arch"]:
-            raise QueueError(f"{queue_path}:{run.line}: recipe {run.recipe} has no size {REHEARSAL_SIZE} for "
-                             f"{run.pair}, which a rehearsal trains; add one to its methods.toml, like "
-                             f"pe_tools/recipes/wmt14/methods.toml's")
-        data = synthetic_data(run.pair, folder / "data" / f"synthetic_{run.pair.replace('-', '_')}", log)
-        options = {"data": data, "runs-dir": folder / "runs", "into": folder / "results",
-                   **{k: run.options[k] for k in ("cpus",) if k in run.options}}
-        lines.append(shlex.join([run.recipe, run.method, run.pair, REHEARSAL_SIZE, str(run.seed),
-                                 *(f"{k}={v}" for k, v in options.items())]))
+    lines = [rehearsal_line(queue_path, run, folder, {"runs-dir": folder / "runs", "into": folder / "results"}, log)
+             for run in parse_queue(queue_path, data=False)]
     out = folder / Path(queue_path).name
     write_atomic(out, f"# the rehearsal of {Path(queue_path).resolve()}: each run at size {REHEARSAL_SIZE} on a "
                       f"synthetic corpus (pe-queue run --rehearse)\n" + "\n".join(lines) + "\n")
