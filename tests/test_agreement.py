@@ -245,3 +245,26 @@ def test_the_exact_kendall_p_reads_scores_of_any_real_type_as_their_values(score
     assert exact_kendall_p(x, y) == pytest.approx(want)
     tau, p, exact = kendall(x, y)
     assert exact and p == pytest.approx(want)
+
+
+@pytest.mark.parametrize("content, says", [
+    (None, "not a readable pe-evaluate JSON report"),  # missing
+    ('{"metrics": {"bleu": ', "not a readable pe-evaluate JSON report"),  # cut short while written
+    (b"\xff\xfe{}", "not a readable pe-evaluate JSON report"),  # not UTF-8
+    ("[1, 2]", "not a pe-evaluate JSON report (not a JSON object)"),
+    ('{"metrics": {"bleu": {"label": "sacreBLEU"}}, "systems": [{"name": "s1"}]}',
+     "not a pe-evaluate JSON report (a system lacks the field 'summary')"),
+])
+def test_a_report_that_cannot_be_read_is_refused_naming_it(content, says, tmp_path, capsys):
+    """A report that is missing, half-written, not UTF-8, not a JSON object or without the fields of a pe-evaluate
+    report is refused (exit 2) with a message naming it, never a traceback; the good report beside it is not the
+    one named."""
+    good = _report(tmp_path / "good.json", {"s1": [1], "s2": [2], "s3": [3]})
+    bad = tmp_path / "bad.json"
+    if isinstance(content, bytes):
+        bad.write_bytes(content)
+    elif content is not None:
+        bad.write_text(content)
+    assert main([good, str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert says in err and f"{bad}: " in err and "good.json" not in err

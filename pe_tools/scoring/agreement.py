@@ -110,12 +110,21 @@ def mean_scores(report: dict, metric: str) -> Dict[str, float]:
 
 def _load(path: str, metric: str) -> dict:
     try:
-        with open(path) as f:
+        with open(path, encoding="utf-8") as f:
             report = json.load(f)
-    except (OSError, json.JSONDecodeError) as e:
+    except (OSError, ValueError) as e:  # missing, half-written, not UTF-8 (UnicodeDecodeError is a ValueError)
         raise ValueError(f"{path}: not a readable pe-evaluate JSON report ({e})") from None
+    if not isinstance(report, dict):
+        raise ValueError(f"{path}: not a pe-evaluate JSON report (not a JSON object)")
     if metric not in report.get("metrics", {}):
         raise ValueError(f"{path}: no metric {metric!r}; the report has {', '.join(report.get('metrics', {}))}")
+    try:  # the fields run_scores and mean_scores read
+        for system in report["systems"]:
+            system["name"], system["summary"][metric]["mean"]
+            for run in system["runs"]:
+                run["run"], run["scores"][metric]["score"]
+    except (KeyError, TypeError) as e:
+        raise ValueError(f"{path}: not a pe-evaluate JSON report (a system lacks the field {e})") from None
     return report
 
 
