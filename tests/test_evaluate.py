@@ -132,6 +132,47 @@ def test_defaults_match_sacrebleu_cli_paired_bootstrap(corpus, tmp_path, monkeyp
     assert "bs:1000|seed:12345" in sigs["BLEU"]
 
 
+@pytest.mark.parametrize("spec", scoring_metrics.METRICS, ids=lambda spec: spec.key)
+@pytest.mark.parametrize("seed, n_samples", [(12345, 1000), (7, 333)])
+def test_the_paired_bootstrap_is_sacrebleus_to_the_bit(corpus, spec, seed, n_samples):
+    """significance.paired_test's bootstrap (every resample's statistics summed at once) against sacrebleu's own
+    PairedTest on the same systems: every score, mean, CI and p-value equal to the bit, the signature equal, for
+    each metric the reports compute; a system identical to the baseline included."""
+    from sacrebleu.significance import PairedTest
+
+    ref = lines_of(corpus / "ref.de")
+    text = (lambda ls: scoring_metrics.compound_split(ls, "de")) if spec.tokenised else (lambda ls: ls)
+    named = [(name, text(lines_of(corpus / f"{name}.de"))) for name in ("base1", "good1", "bad2", "base2")]
+    named.append(("copy", named[0][1]))
+    sig, mine = significance.paired_test(spec.build("de", [text(ref)]), named, "bs", n_samples, seed)
+    with significance.sacrebleu_seed(seed):
+        sigs, theirs = PairedTest(named, {"m": spec.build("de", [text(ref)])}, references=None, test_type="bs",
+                                  n_samples=n_samples)()
+    ((name, their_sig),) = sigs.items()
+    assert sig.format() == their_sig.format()
+    as_tuples = lambda results: [(r.score, r.p_value, r.mean, r.ci) for r in results]  # noqa: E731
+    assert as_tuples(mine) == as_tuples(theirs[name]) and len(mine) == len(named)
+
+
+def test_the_paired_bootstrap_leaves_to_sacrebleu_what_it_cannot_sum_exactly(corpus, monkeypatch):
+    """Statistics that are not whole numbers, sums that float32 may round (2**24 and beyond: here 32 segments of
+    2**19) and seed 0 (which sacrebleu's per-system test reads as unseeded) go to sacrebleu's PairedTest; sums
+    just below 2**24 do not."""
+    ref, n = lines_of(corpus / "ref.de")[:32], 32
+    systems = [lines_of(corpus / f"{name}.de")[:n] for name in ("base1", "good1")]
+    ran, real = [], significance.PairedTest
+    monkeypatch.setattr(significance, "PairedTest", lambda *a, **k: ran.append(1) or real(*a, **k))
+    bleu = BLEU(trg_lang="de", references=[ref])
+    named = list(zip(("base", "good"), systems))
+    for seed, sacrebleu_runs in ((3, False), (0, True)):
+        ran.clear()
+        significance.paired_test(bleu, named, "bs", 50, seed)
+        assert ran == ([1] if sacrebleu_runs else []), seed
+    for row, exact in (([0.5, 1], False), ([2 ** 19 - 1, 1], True), ([2 ** 19, 1], False), ([-1, 1], False)):
+        monkeypatch.setattr(bleu, "_extract_corpus_statistics", lambda lines, refs, row=row: [row] * len(lines))
+        assert (significance.paired_bootstrap(bleu, systems, 50, 3) is not None) == exact, row
+
+
 def test_output_identical_to_the_baseline_gets_p_one(corpus, tmp_path):
     """A system whose output is the baseline's, line for line (the recipes' stock fairseq model beside
     transformer_sape_*): no difference, so p = 1 and no mark, where sacrebleu's own test (MultEval's strict '>')

@@ -1,4 +1,4 @@
-"""pe-queue on SLURM (pe_tools/recipes/slurm.py), tested against a real single-node SLURM cluster that the tests
+"""pe-queue on SLURM (pe_tools/recipes/slurm/), tested against a real single-node SLURM cluster that the tests
 start in a temporary folder (tests/pe_slurm.py): the queue's runs as SLURM jobs record what the local queue records,
 a requeued run resumes, a two-task srun training equals two hand-launched ranks, and bad input is refused before
 anything is submitted. Without root or SLURM these tests skip with how to run them; PE_REQUIRE_SLURM=1 (.ci/run)
@@ -22,8 +22,9 @@ import pe_queue_runs
 from pe_slurm import env_of, jobs_of, pe_queue, wait_for
 from pe_testing import REPO, code_copy
 from pe_tools.recipes import queue, queue_cli
-from pe_tools.recipes import slurm as slurm_recipes
-from pe_tools.recipes import slurm_state
+from pe_tools.recipes.slurm import files as slurm_files, job as slurm_job, options as slurm_options
+from pe_tools.recipes.slurm import query as slurm_query, state as slurm_state
+from pe_tools.recipes.srun import SlurmError
 from pe_tools.recipes.results import SEGMENT_START
 
 
@@ -58,42 +59,15 @@ def wait_queue(cluster, q: Path, timeout: float = 900) -> None:
         wait_gone(cluster, j["job"], timeout)
 
 
-def weird_queue(tmp: Path, table: Path, methods=pe_queue_runs.RUNS) -> Path:
+def weird_queue(tmp: Path, table: Path) -> Path:
     """A queue whose runs-dir holds a space, quotes, `;` and a command substitution: it must train there and run
     nothing else."""
     q = tmp / "q" / "queue.txt"
     q.parent.mkdir(parents=True)
     runs = q.parent / f"runs a;b'c\"d$(touch {q.parent}/PWNED)"
     q.write_text("".join(f"{table} {m} en-de mini 1 {shlex.quote(f'runs-dir={runs}')} into={q.parent / 'rec'}\n"
-                         for m in methods))
+                         for m in pe_queue_runs.RUNS))
     return q
-
-
-@pytest.mark.slow
-@pytest.mark.mutation
-def test_a_queue_on_slurm_records_what_the_local_queue_records(slurm, queue_reference, tmp_path):
-    methods = pe_queue_runs.RUNS[:2]  # two of the local queue's three runs: the node's two CPUs train them side by side
-    table = queue_reference.table
-    reference = pe_queue_runs.recorded(queue_reference.queue, methods)
-    q = weird_queue(tmp_path, table, methods)
-    started = time.monotonic()
-    out = pe_queue(["run", q, "--slurm", "--code", code_copy(tmp_path)], tmp_path, env_of(slurm))
-    assert out.returncode == 0, out.stdout + out.stderr
-    (job,) = jobs_of(q)
-    assert job["lines"] == [1, 2] and "submitted job" in out.stdout  # one array of two tasks
-    assert "warning: --slurm:" in out.stderr and "run directory" in out.stderr  # /tmp is not shared storage
-    wait_queue(slurm, q)
-    assert pe_queue_runs.recorded(q) == reference != {}, [p.read_text()[-2000:] for p in q.parent.rglob("*.out")]
-    assert not (q.parent / "PWNED").exists() and not list(tmp_path.rglob("PWNED"))
-    runs = q.parent / f"runs a;b'c\"d$(touch {q.parent}/PWNED)"
-    assert sorted(p.name for p in runs.iterdir()) == sorted(f"{m}.en-de.mini.seed1" for m in methods)
-    status = pe_queue(["status", q], tmp_path, env_of(slurm))
-    assert status.returncode == 0, status.stderr
-    rows = status.stdout.splitlines()
-    assert rows[0].split()[-3:] == ["job", "state", "requeues"] and len(rows) == 1 + len(methods), status.stdout
-    assert all(r.split()[-3:] == [f"{job['job']}_{n}", "RECORDED", "0"] for n, r in enumerate(rows[1:], 1)), \
-        status.stdout
-    print(f"two runs through SLURM: {time.monotonic() - started:.0f} s")
 
 
 # ------------------------------------------------------------------------------------------- preemption
@@ -108,65 +82,30 @@ def resumed_from(log: Path) -> list:
     """The update each segment of a train.log resumed from (fairseq's "Loaded checkpoint ... @ U updates"; None
     where it started afresh)."""
     parts = log.read_text().split(SEGMENT_START)[1:] if log.is_file() else []
-    return [int(m[1]) if (m := re.search(r"Loaded checkpoint \S+ \(epoch \d+ @ (\d+) updates\)", part)) else None
+    return [int(m[1]) if (m := re.search(r"Loaded checkpoint .+ \(epoch \d+ @ (\d+) updates\)", part)) else None
             for part in parts]
 
 
 @pytest.mark.slow
 @pytest.mark.mutation
-def test_a_run_requeued_mid_training_resumes_and_records_the_same(slurm, queue_reference, tmp_path):
-    """Interrupted twice, as SLURM does it: USR1 before the time limit (the job requeues itself), then an outside
-    `scontrol requeue`; each restart resumes from the last checkpoint, appends to the one train.log, and records
-    what the uninterrupted local queue recorded. Requeued again once recorded, it trains nothing."""
-    table, reference = queue_reference.table, pe_queue_runs.recorded(queue_reference.queue, ["sape"])
-    q = tmp_path / "q" / "queue.txt"
-    q.parent.mkdir()
-    q.write_text(f"{table} sape en-de mini 1 runs-dir={q.parent / 'runs'} into={q.parent / 'rec'}\n")
-    out = pe_queue(["run", q, "--slurm", "--code", code_copy(tmp_path)], tmp_path, env_of(slurm))
-    assert out.returncode == 0, out.stdout + out.stderr
-    task = f"{jobs_of(q)[0]['job']}_1"
-    run_dir = q.parent / "runs" / "sape.en-de.mini.seed1"
-    log = run_dir / "train.log"
-    wait_for("update 3 in the first segment", lambda: segments(log)[-1:] >= [3])
-    slurm.run("scancel", "--batch", "--signal=USR1", task)  # what SLURM sends --signal-seconds before the limit
-    wait_for("a second segment at update 7", lambda: len(segments(log)) == 2 and segments(log)[-1] >= 7)
-    slurm.run("scontrol", "requeue", task)
-    wait_queue(slurm, q)
-    seg, loaded = segments(log), resumed_from(log)
-    # one log, every segment; each restart resumed from a checkpoint the segment before had saved (not beyond what
-    # it reached; under load a segment may end before saving a new one, so two may resume from the same), and the
-    # last reached the run's --max-update
-    assert len(seg) == 3 and seg[2] == pe_queue_runs.MAX_UPDATE, seg
-    assert loaded[0] is None and 0 < loaded[1] <= seg[0] and loaded[1] <= loaded[2] <= max(seg[:2]), (seg, loaded)
-    assert pe_queue_runs.recorded(q) == reference != {}
-    state = json.loads((run_dir / "slurm.json").read_text())
-    assert (state["state"], state["restarts"], state["job"]) == ("RECORDED", 2, task), state
-    slurm_log = next((q.parent / "queue.txt.slurm" / "logs").glob("*.out")).read_text()
-    assert "time limit near, requeueing" in slurm_log and slurm_log.count(": job ") == 3, slurm_log[-3000:]
-
-    # requeued once more after it was recorded (an outside scontrol requeue of a finished job): nothing trains
-    before = log.read_bytes()
-    slurm.run("scontrol", "requeue", task)
-    wait_for("the fourth start", lambda: json.loads((run_dir / "slurm.json").read_text())["restarts"] == 3)
-    wait_queue(slurm, q)
-    assert log.read_bytes() == before
-    assert json.loads((run_dir / "slurm.json").read_text())["state"] == "RECORDED"
-
-
-@pytest.mark.slow
-def test_the_array_task_holding_the_arrays_id_requeues_itself_alone(slurm, data_bin, tmp_path):
-    """An array of three runs; the task to which SLURM gave the array's own id (the last one it starts) gets SLURM's
-    signal before a time limit and requeues itself: that task alone starts again (restarts 1, two start lines);
-    the other two keep going (restarts 0, one start line each), and every run is recorded. Seen failing with the
-    handler's `scontrol requeue $SLURM_JOB_ID`, which requeues the whole array."""
-    q = tmp_path / "q" / "queue.txt"
-    q.parent.mkdir()
-    table = pe_queue_runs.recipe(tmp_path, data_bin)
-    q.write_text("".join(f"{table} {m} en-de mini 1 runs-dir={q.parent / 'runs'} into={q.parent / 'rec'}\n"
-                         for m in pe_queue_runs.RUNS))
+def test_an_array_records_what_the_local_queue_records_and_its_requeued_task_alone_restarts(slurm, queue_reference,
+                                                                                             tmp_path):
+    """The local queue's three runs as one SLURM array, in a runs-dir whose name holds a space, quotes, `;` and a
+    command substitution. The array task to which SLURM gave the array's own id (the last one it starts) is
+    interrupted twice, as SLURM does it: its signal before a time limit (USR1: the job requeues itself), then an
+    outside `scontrol requeue` of that task. That task alone starts again, each restart resuming from the last
+    checkpoint and appending to its one train.log; the other two keep going (restarts 0, one start line each).
+    Every run records what the uninterrupted local queue recorded, nothing runs but the chains, and status says
+    RECORDED with each task's requeues. Requeued again once recorded, the task trains nothing. Seen failing with
+    the handler's `scontrol requeue $SLURM_JOB_ID`, which requeues the whole array."""
+    reference = pe_queue_runs.recorded(queue_reference.queue)
+    q = weird_queue(tmp_path, queue_reference.table)
+    started = time.monotonic()
     out = pe_queue(["run", q, "--slurm", "--code", code_copy(tmp_path)], tmp_path, env_of(slurm))
     assert out.returncode == 0, out.stdout + out.stderr
     (record,) = jobs_of(q)
+    assert record["lines"] == [1, 2, 3] and "submitted job" in out.stdout  # one array of three tasks
+    assert "warning: --slurm:" in out.stderr and "run directory" in out.stderr  # /tmp is not shared storage
     array, by_line = record["job"], {int(n): Path(d) for n, d in record["snapshot_lines"].items()}
 
     def holder():  # the array task whose own job id is the array's, once it runs its chain (its handler is set)
@@ -175,18 +114,47 @@ def test_the_array_task_holding_the_arrays_id_requeues_itself_alone(slurm, data_
         return next((task for task, row in rows.items() if row == f"{array}|RUNNING"), None)
     task = wait_for("the task holding the array's id to run", holder, 300)
     run_dir = by_line[int(task.split("_")[1])]
-    wait_for(f"{task}'s first checkpoint", lambda: (run_dir / "checkpoint_last.pt").is_file()
-             and slurm_recipes.read_state(run_dir).get("state") == "RUNNING", 300)
-    slurm.run("scancel", "--batch", "--signal=USR1", task)  # SLURM's signal before a time limit
+    log = run_dir / "train.log"
+    wait_for(f"{task} at update 3, past its first checkpoint", lambda: segments(log)[-1:] >= [3]
+             and (run_dir / "checkpoint_last.pt").is_file()
+             and slurm_files.read_state(run_dir).get("state") == "RUNNING", 300)
+    slurm.run("scancel", "--batch", "--signal=USR1", task)  # what SLURM sends --signal-seconds before the limit
+    wait_for("a second segment at update 7", lambda: len(segments(log)) == 2 and segments(log)[-1] >= 7, 300)
+    slurm.run("scontrol", "requeue", task)
     wait_queue(slurm, q)
+
+    # one log, every segment; each restart resumed from a checkpoint the segment before had saved (not beyond what
+    # it reached; under load a segment may end before saving a new one, so two may resume from the same), and the
+    # last reached the run's --max-update
+    seg, loaded = segments(log), resumed_from(log)
+    assert len(seg) == 3 and seg[2] == pe_queue_runs.MAX_UPDATE, seg
+    assert loaded[0] is None and 0 < loaded[1] <= seg[0] and loaded[1] <= loaded[2] <= max(seg[:2]), (seg, loaded)
     logs = q.parent / "queue.txt.slurm" / "logs"
-    for line, run_dir in by_line.items():
-        state = json.loads((run_dir / "slurm.json").read_text())
-        (log,) = logs.glob(f"*_{array}_{line}.out")
-        starts = log.read_text().count(", start ")
-        want = (1, 2) if f"{array}_{line}" == task else (0, 1)
-        assert (state["state"], state["restarts"], starts) == ("RECORDED", *want), (line, state, log.read_text())
-    assert len(pe_queue_runs.recorded(q)) == 2 * len(pe_queue_runs.RUNS)  # the default decode and the last, per run
+    for line, rd in by_line.items():
+        (task_log,) = logs.glob(f"*_{array}_{line}.out")
+        text, want = task_log.read_text(), (2, 3) if rd == run_dir else (0, 1)
+        state = slurm_files.read_state(rd)
+        assert (state["state"], state["restarts"], state["job"], text.count(", start ")) == \
+            ("RECORDED", want[0], f"{array}_{line}", want[1]), (line, state, text[-3000:])
+        assert ("time limit near, requeueing" in text) == (rd == run_dir), text[-3000:]
+    assert pe_queue_runs.recorded(q) == reference and len(reference) == 2 * len(pe_queue_runs.RUNS)  # both decodes
+    runs = q.parent / f"runs a;b'c\"d$(touch {q.parent}/PWNED)"
+    assert sorted(p.name for p in runs.iterdir()) == sorted(f"{m}.en-de.mini.seed1" for m in pe_queue_runs.RUNS)
+    assert not (q.parent / "PWNED").exists() and not list(tmp_path.rglob("PWNED"))
+    status = pe_queue(["status", q], tmp_path, env_of(slurm))
+    assert status.returncode == 0, status.stderr
+    rows = status.stdout.splitlines()
+    assert rows[0].split()[-3:] == ["job", "state", "requeues"] and len(rows) == 1 + len(by_line), status.stdout
+    assert [r.split()[-3:] for r in rows[1:]] == [
+        [f"{array}_{n}", "RECORDED", "2" if f"{array}_{n}" == task else "0"] for n in sorted(by_line)], status.stdout
+    print(f"three runs through SLURM, one requeued twice: {time.monotonic() - started:.0f} s")
+
+    # requeued once more after it was recorded (an outside scontrol requeue of a finished task): nothing trains
+    before = log.read_bytes()
+    slurm.run("scontrol", "requeue", task)
+    wait_for("the fourth start", lambda: slurm_files.read_state(run_dir).get("restarts") == 3)
+    wait_queue(slurm, q)
+    assert log.read_bytes() == before and slurm_files.read_state(run_dir)["state"] == "RECORDED"
 
 
 STATS = ("loss", "nll_loss", "gnorm", "wpb", "bsz", "lr")
@@ -368,7 +336,7 @@ def test_status_says_what_became_of_jobs_slurm_no_longer_knows(slurm, tiny_queue
     (record,) = jobs_of(q)
 
     commands, real_run = [], subprocess.run
-    monkeypatch.setattr(slurm_recipes.subprocess, "run",
+    monkeypatch.setattr(slurm_query.subprocess, "run",
                         lambda argv, *a, **k: commands.append(argv[0]) or real_run(argv, *a, **k))
 
     def status() -> tuple:
@@ -515,14 +483,14 @@ def test_sacct_states_read_accountings_parsable_lines(tmp_path, monkeypatch):
                      "printf '12_0|COMPLETED|pe-q\\n12_1|CANCELLED by 0|pe-q\\n13|TIMEOUT|x|y\\n14||z\\n\\n'\n")
     sacct.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    assert slurm_recipes.sacct_states(["12_0", "12_1", "13", "14"]) == {
+    assert slurm_query.sacct_states(["12_0", "12_1", "13", "14"]) == {
         "12_0": "COMPLETED", "12_1": "CANCELLED", "13": "TIMEOUT"}
     assert (bin_dir / "args").read_text().split() == ["-n", "-P", "-X", "-j", "12_0,12_1,13,14", "-o",
                                                       "JobID,State,JobName"]
     # a job recorded under another name than the one it was submitted with is another job: left out
-    assert slurm_recipes.sacct_states(["12_0", "13"], {"12": "pe-other", "13": "x|y"}) == {"13": "TIMEOUT"}
+    assert slurm_query.sacct_states(["12_0", "13"], {"12": "pe-other", "13": "x|y"}) == {"13": "TIMEOUT"}
     sacct.write_text("#!/bin/sh\necho 'sacct: error: Slurm accounting storage is disabled' >&2\nexit 1\n")
-    assert slurm_recipes.sacct_states(["12_0"]) == {} and slurm_recipes.sacct_states([]) == {}
+    assert slurm_query.sacct_states(["12_0"]) == {} and slurm_query.sacct_states([]) == {}
 
 
 def test_a_job_whose_chain_fails_exits_1_and_a_bad_line_2(job_env, capsys):
@@ -532,7 +500,7 @@ def test_a_job_whose_chain_fails_exits_1_and_a_bad_line_2(job_env, capsys):
     job, run_dir = job_env
     assert job() == 1
     assert job(2) == 2
-    state = json.loads((run_dir / slurm_recipes.STATE_FILE).read_text())
+    state = json.loads((run_dir / slurm_files.STATE_FILE).read_text())
     assert state["state"] == "FAILED" and "was begun by code theirs" in state["message"]
     assert "error: line 2 of" in capsys.readouterr().out
 
@@ -574,7 +542,7 @@ def test_three_submitters_at_once_make_one_job_per_run(slurm, data_bin, tmp_path
     """Three `pe-queue run Q --slurm` started at once (held jobs, so nothing trains; an sbatch slow to answer): one
     job per run, the other
     submitters name the job that has it; a second queue file naming one of the runs submits nothing for it; jobs.json
-    keeps every id submitted, and `pe-queue cancel` ends them all. Seen failing without the submit lock (slurm.py
+    keeps every id submitted, and `pe-queue cancel` ends them all. Seen failing without the submit lock (slurm/submit.py
     ``locked``): two or three jobs per run."""
     q = two_run_queue(tmp_path, data_bin)
     code, before = code_copy(tmp_path), set(listed(slurm))
@@ -673,7 +641,7 @@ def test_a_job_on_a_run_a_local_queue_works_on_is_refused_and_the_local_status_s
     local_out = proc.communicate(timeout=900)[0]
     assert proc.returncode == 0, local_out[-3000:]
     assert " failed (exit" not in (run_dir / "queue.log").read_text()
-    state = slurm_recipes.read_state(run_dir)
+    state = slurm_files.read_state(run_dir)
     assert state["state"] == "FAILED" and state["message"].startswith("refused: "), state
     status = pe_queue(["status", sq], tmp_path, env_of(slurm))
     row, notes = status.stdout.splitlines()[1], status.stdout.splitlines()[2:]
@@ -694,13 +662,13 @@ def test_a_job_whose_state_write_fails_shows_failed_or_died_with_its_reason(slur
     and status shows FAILED with that reason from the job's log, never RUNNING. Once SLURM has forgotten the job,
     a state file left at RUNNING with a heartbeat older than STALE_SECONDS reads DIED with the log's last lines;
     and with the controller down, status says so in one line and answers from the run directories. Seen failing
-    without the guard in _write_state_file (the job dies at its first write: no reason) and without the heartbeat
+    without the guard in files.write_state_file (the job dies at its first write: no reason) and without the heartbeat
     rule (RUNNING)."""
     monkeypatch.setenv("SLURM_CONF", slurm.env["SLURM_CONF"])
     q = two_run_queue(tmp_path, data_bin, methods=("sape",))
     run_dir = tmp_path / "runs" / "sape.en-de.mini.seed1"
-    (run_dir / slurm_recipes.STATE_FILE).mkdir(parents=True)
-    (run_dir / slurm_recipes.STATE_FILE / "x").write_text("")
+    (run_dir / slurm_files.STATE_FILE).mkdir(parents=True)
+    (run_dir / slurm_files.STATE_FILE / "x").write_text("")
     (run_dir / "command.json").write_text(json.dumps({"commit": "theirs"}))
     (run_dir / "checkpoint_last.pt").write_bytes(b"")
     assert queue_cli.main(["run", str(q), "--slurm", "--code", str(code_copy(tmp_path))]) == 0
@@ -728,16 +696,16 @@ def test_a_job_whose_state_write_fails_shows_failed_or_died_with_its_reason(slur
     (q.parent / "q.txt.slurm" / "jobs.json").write_text(json.dumps([dict(record, job=lost)]))
     for f in (q.parent / "q.txt.slurm" / "logs").glob("*.out"):
         f.rename(f.with_name(f.name.replace(f"_{record['job']}_", f"_{lost}_")))
-    shutil.rmtree(run_dir / slurm_recipes.STATE_FILE)
+    shutil.rmtree(run_dir / slurm_files.STATE_FILE)
     stale = time.time() - slurm_state.STALE_SECONDS - 1
-    (run_dir / slurm_recipes.STATE_FILE).write_text(json.dumps(
+    (run_dir / slurm_files.STATE_FILE).write_text(json.dumps(
         {"job": f"{lost}_1", "state": "RUNNING", "restarts": 0, "heartbeat": stale}))
     row, notes, _ = status()
     assert row == [f"{lost}_1", "DIED"], (row, notes)
     assert "heartbeat" in notes[0] and "was begun by code theirs" in notes[0], notes
     # a fresh heartbeat of a job SLURM answers for and does not list: DIED all the same, whatever MinJobAge (a
     # job that ends writes its last word before SLURM stops listing it)
-    (run_dir / slurm_recipes.STATE_FILE).write_text(json.dumps(
+    (run_dir / slurm_files.STATE_FILE).write_text(json.dumps(
         {"job": f"{lost}_1", "state": "RUNNING", "restarts": 0, "heartbeat": time.time() - 7}))
     row, notes, _ = status()
     assert row == [f"{lost}_1", "DIED"] and re.search(r"no heartbeat for \d+ s", notes[0]), (row, notes)
@@ -748,7 +716,7 @@ def test_a_job_whose_state_write_fails_shows_failed_or_died_with_its_reason(slur
     monkeypatch.setenv("SLURM_CONF", str(dead))
     row, notes, seconds = status()
     assert row == [f"{lost}_1", "RUNNING"] and notes[0].startswith("SLURM's controller does not answer"), notes
-    assert seconds < slurm_recipes.QUERY_SECONDS + 5, seconds
+    assert seconds < slurm_query.QUERY_SECONDS + 5, seconds
 
 
 @pytest.fixture
@@ -783,7 +751,7 @@ def test_a_dead_job_is_never_running_where_slurm_forgets_it_early(forgetful_slur
     assert queue_cli.main(["run", str(q), "--slurm", "--code", str(code_copy(tmp_path))]) == 0
     (record,) = jobs_of(q)
     task, run_dir = f"{record['job']}_1", tmp_path / "runs" / "sape.en-de.mini.seed1"
-    wait_for("the job's RUNNING", lambda: slurm_recipes.read_state(run_dir).get("state") == "RUNNING", 300)
+    wait_for("the job's RUNNING", lambda: slurm_files.read_state(run_dir).get("state") == "RUNNING", 300)
     snapshot = str(Path(record["snapshot"])).encode()
     for pid in processes_of(snapshot):
         os.kill(pid, signal.SIGKILL)
@@ -800,7 +768,7 @@ def test_a_dead_job_is_never_running_where_slurm_forgets_it_early(forgetful_slur
         return forgetful_slurm.run("squeue", "-h", "-t", "all", "-j", record["job"], check=False).stdout.strip()
     while listed():
         status()
-        assert seen[-1] != "RUNNING" or (slurm_recipes.read_state(run_dir).get("state") == "RUNNING"
+        assert seen[-1] != "RUNNING" or (slurm_files.read_state(run_dir).get("state") == "RUNNING"
                                          and forgetful_slurm.run("squeue", "-h", "-j", task, "-o", "%T", check=False
                                                                  ).stdout.strip() == "RUNNING"), seen
         time.sleep(1)
@@ -830,27 +798,27 @@ def job_env(data_bin, tmp_path, monkeypatch):
     (run_dir / "command.json").write_text(json.dumps({"commit": "theirs"}))
     (run_dir / "checkpoint_last.pt").write_bytes(b"")
     handlers = {s: signal.getsignal(s) for s in (signal.SIGUSR1, signal.SIGTERM)}
-    yield lambda line=1: slurm_recipes.job_main([str(snapshot), "--line", str(line), "--code", str(code)]), run_dir
+    yield lambda line=1: slurm_job.job_main([str(snapshot), "--line", str(line), "--code", str(code)]), run_dir
     for s, h in handlers.items():
         signal.signal(s, h)
 
 
 def state_of(run_dir: Path) -> dict:
-    return json.loads((run_dir / slurm_recipes.STATE_FILE).read_text())
+    return json.loads((run_dir / slurm_files.STATE_FILE).read_text())
 
 
-@pytest.mark.parametrize("stalled", [slurm_recipes.MAX_STALLED_STARTS - 2, slurm_recipes.MAX_STALLED_STARTS - 1])
+@pytest.mark.parametrize("stalled", [slurm_state.MAX_STALLED_STARTS - 2, slurm_state.MAX_STALLED_STARTS - 1])
 def test_a_job_started_too_often_without_a_new_checkpoint_stops_failed(job_env, stalled, capsys):
     """A job whose last start found the checkpoint it resumes from now (none here) and had already found it
     ``stalled`` times in a row: at MAX_STALLED_STARTS it ends FAILED, saying why and how to fix it, without running
     its chain; one start fewer runs it (here refused). Seen failing without the check in job_main."""
     job, run_dir = job_env
-    (run_dir / slurm_recipes.STATE_FILE).write_text(json.dumps(
+    (run_dir / slurm_files.STATE_FILE).write_text(json.dumps(
         {"job": "7_1", "state": "ENDED", "restarts": 3, "resumed_from": None, "stalled": stalled}))
     assert job() == 1
     state, out = state_of(run_dir), capsys.readouterr().out
     assert state["stalled"] == stalled + 1 and state["state"] == "FAILED", state
-    if stalled + 1 >= slurm_recipes.MAX_STALLED_STARTS:
+    if stalled + 1 >= slurm_state.MAX_STALLED_STARTS:
         assert "without a new checkpoint" in state["message"] and "--time" in state["message"], state
         assert "stops requeueing" in out and not (run_dir / "queue.log").exists()
     else:
@@ -864,31 +832,31 @@ def test_a_job_finding_its_run_owned_by_another_live_job_leaves_it(job_env, hold
     without ``claim``."""
     job, run_dir = job_env
     theirs = json.dumps({"job": "9_1", "state": "RUNNING", "restarts": 0}) + "\n"
-    (run_dir / slurm_recipes.STATE_FILE).write_text(theirs)
-    monkeypatch.setattr(slurm_recipes, "job_states", lambda ids, timeout=None, names=None: {"9_1": "RUNNING"} if
+    (run_dir / slurm_files.STATE_FILE).write_text(theirs)
+    monkeypatch.setattr(slurm_job, "job_states", lambda ids, timeout=None, names=None: {"9_1": "RUNNING"} if
                         holder == "state" else {})
-    with open(run_dir / slurm_recipes.JOB_LOCK, "a") as lock:
+    with open(run_dir / slurm_files.JOB_LOCK, "a") as lock:
         if holder == "lock":
             import fcntl
             fcntl.flock(lock, fcntl.LOCK_EX)
         before = sorted(p.name for p in run_dir.iterdir())
         assert job() == 1
-    assert (run_dir / slurm_recipes.STATE_FILE).read_text() == theirs
+    assert (run_dir / slurm_files.STATE_FILE).read_text() == theirs
     assert sorted(p.name for p in run_dir.iterdir()) == before
     out = capsys.readouterr().out
     assert "in use by 9_1" in out and "leaves it untouched" in out, out
     # SLURM no longer runs job 9_1: this job takes the run
     if holder == "state":
-        monkeypatch.setattr(slurm_recipes, "job_states", lambda ids, timeout=None, names=None: {"9_1": "CANCELLED"})
+        monkeypatch.setattr(slurm_job, "job_states", lambda ids, timeout=None, names=None: {"9_1": "CANCELLED"})
         assert job() == 1 and state_of(run_dir)["job"] == "7_1"
 
 
 def test_a_state_write_that_fails_never_ends_the_job(job_env, capsys):
     """RUN/slurm.json cannot be written (a folder in its place, as a full or read-only disk): the job says so on
     stderr and goes on to the end of its chain (exit 1: refused), no traceback. Seen failing without the guard in
-    _write_state_file."""
+    files.write_state_file."""
     job, run_dir = job_env
-    (run_dir / slurm_recipes.STATE_FILE).mkdir()
+    (run_dir / slurm_files.STATE_FILE).mkdir()
     assert job() == 1
     out, err = capsys.readouterr()
     assert "could not write" in err and "was begun by code theirs" in out, (out, err)
@@ -908,13 +876,13 @@ LIMITS = ("1", "90", "2:30", "0:30", "1:00:00", "1:00:01", "0:0:59", "48:00:00",
 def test_time_limits_read_as_slurm_gives_them():
     """What a job given sbatch --time LIMIT gets, in seconds: SLURM keeps whole minutes and rounds seconds up
     (scontrol show job's TimeLimit for each of these on the test cluster: test_time_limits_are_what_slurm_gives)."""
-    assert [slurm_recipes.limit_seconds(t) for t in LIMITS] == [
+    assert [slurm_options.limit_seconds(t) for t in LIMITS] == [
         60, 5400, 180, 60, 3600, 3660, 60, 172800, 86400, 183600, 93780, 93840, None, None, None]
-    assert slurm_recipes.limit_words("2:30") == "--time 2:30 (SLURM rounds it up to 3 min: 180 s)"
-    assert slurm_recipes.limit_words("3") == "--time 3 (180 s)"
+    assert slurm_options.limit_words("2:30") == "--time 2:30 (SLURM rounds it up to 3 min: 180 s)"
+    assert slurm_options.limit_words("3") == "--time 3 (180 s)"
     for bad in ("1h", "1:2:3:4", "", "-5"):
-        with pytest.raises(slurm_recipes.SlurmError, match="not a time limit sbatch takes"):
-            slurm_recipes.limit_seconds(bad)
+        with pytest.raises(SlurmError, match="not a time limit sbatch takes"):
+            slurm_options.limit_seconds(bad)
 
 
 def test_time_limits_are_what_slurm_gives(slurm, tmp_path):
@@ -930,7 +898,7 @@ def test_time_limits_are_what_slurm_gives(slurm, tmp_path):
             days, _, clock = shown.rpartition("-")
             h, m, sec = map(int, clock.split(":"))
             seconds = int(days or 0) * 86400 + h * 3600 + m * 60 + sec
-        assert slurm_recipes.limit_seconds(limit) == seconds, (limit, shown)
+        assert slurm_options.limit_seconds(limit) == seconds, (limit, shown)
 
 
 def test_a_time_limit_must_leave_training_time_after_the_signal(data_bin, tmp_path, monkeypatch):
@@ -941,17 +909,17 @@ def test_a_time_limit_must_leave_training_time_after_the_signal(data_bin, tmp_pa
     q.write_text(f"{pe_queue_runs.recipe(tmp_path, data_bin)} sape en-de mini 1 runs-dir={tmp_path / 'runs'}\n")
     runs = queue.parse_queue(q)
     edge = time_args("time", "5", "signal_seconds", 270)  # 300 s - 270 s - 30 s = 0 s of training
-    with pytest.raises(slurm_recipes.SlurmError, match="leaves no training time"):
-        slurm_recipes.check_time(edge, runs)
-    notes = slurm_recipes.check_time(time_args("time", "5", "signal_seconds", 269), runs)
+    with pytest.raises(SlurmError, match="leaves no training time"):
+        slurm_options.check_time(edge, runs)
+    notes = slurm_options.check_time(time_args("time", "5", "signal_seconds", 269), runs)
     assert len(notes) == 1 and "no measured speed for 1 run(s) (sape.en-de.mini.seed1)" in notes[0], notes
-    notes = slurm_recipes.check_time(time_args("time", "5", "signal_seconds", 270, "sbatch", ["--no-requeue"]), runs)
+    notes = slurm_options.check_time(time_args("time", "5", "signal_seconds", 270, "sbatch", ["--no-requeue"]), runs)
     assert notes[0].startswith("warning: --time 5 (300 s) is shorter than --signal-seconds 270 + 30 s"), notes
     # the recipe saves every 2 updates: at 0.5 s per update an interval takes 1 s
     monkeypatch.setattr(queue, "progress", lambda run: {"sec_per_update": 0.5})
-    assert slurm_recipes.check_time(time_args("time", "5", "signal_seconds", 269), runs) == []
+    assert slurm_options.check_time(time_args("time", "5", "signal_seconds", 269), runs) == []
     monkeypatch.setattr(queue, "progress", lambda run: {"sec_per_update": 0.75})  # 1.5 s > 1 s left
-    (warning,) = slurm_recipes.check_time(time_args("time", "5", "signal_seconds", 269), runs)
+    (warning,) = slurm_options.check_time(time_args("time", "5", "signal_seconds", 269), runs)
     assert warning.startswith("warning: sape.en-de.mini.seed1 (line 1): one checkpoint interval") and \
         "--save-interval-updates 2" in warning and "longer than the 1 s" in warning, warning
 
