@@ -302,3 +302,178 @@ def test_a_checkpoint_holding_numpy_arrays_and_scalars_of_each_dtype_loads_safel
         array, scalar = loaded[dt]["array"], loaded[dt]["scalar"]
         assert array.dtype == np.dtype(dt) and array.tolist() == np.arange(3).astype(dt).tolist(), dt
         assert type(scalar) is np.dtype(dt).type and scalar == 1, dt
+
+
+# ---- the hub's languages, fast: a tiny model built in-process, French source and German target -----------------
+# Moses tokenises and detokenises these three languages differently (apostrophes, the space before "?"), so the
+# language each side of the hub's tokenizer got shows in its output; the reference is sacremoses itself, called
+# with the language that side should have.
+MOSES_SENTENCE = "L'homme, c'est bien?"
+MOSES_TOKENS = "l&apos; homme , c &apos;est bien ?"  # a hypothesis: detokenised differently by fr, de and en
+
+
+def moses_reference(lang, text, detok=False):
+    from sacremoses import MosesDetokenizer, MosesTokenizer
+
+    if detok:
+        return MosesDetokenizer(lang=lang).detokenize(text.split())
+    return MosesTokenizer(lang=lang).tokenize(text, aggressive_dash_splits=True, return_str=True, escape=True)
+
+
+def test_the_moses_reference_tells_the_three_languages_apart():
+    """What the hub tests below rest on: each of fr, de and en tokenises the sentence and detokenises the
+    hypothesis in its own way, so a side that got another language (a swap, or fairseq's English default) shows."""
+    for texts in ([moses_reference(lang, MOSES_SENTENCE) for lang in ("fr", "de", "en")],
+                  [moses_reference(lang, MOSES_TOKENS, detok=True) for lang in ("fr", "de", "en")]):
+        assert len(set(texts)) == 3, texts
+
+
+@pytest.fixture(scope="module")
+def tiny_fr_de(tmp_path_factory):
+    """A tiny RoPE model built in-process for fr -> de (joined dictionaries holding every token that Moses makes of
+    MOSES_SENTENCE and MOSES_TOKENS in fr, de and en), saved untrained as checkpoint_best.pt with the languages in
+    its configuration; also a copy of that checkpoint whose configuration names no languages. The data folder has
+    dict.{fr,de,en}.txt and no binarised files; ``bare`` is the same with empty binarised files of the pair fr-de,
+    the only place the languages can then be read from."""
+    root = tmp_path_factory.mktemp("hub-fr-de")
+    words = set(MOSES_TOKENS.split())
+    for lang in ("fr", "de", "en"):
+        words.update(moses_reference(lang, MOSES_SENTENCE).split())
+    data, bare = root / "data", root / "bare"
+    for folder, langs in ((data, ("fr", "de", "en")), (bare, ("fr", "de"))):
+        folder.mkdir()
+        for lang in langs:
+            (folder / f"dict.{lang}.txt").write_text("".join(f"{w} 10\n" for w in sorted(words)))
+    for suffix in ("fr.bin", "fr.idx", "de.bin", "de.idx"):
+        (bare / f"train.fr-de.{suffix}").write_bytes(b"")
+    task, model, args = pe_testing.build_model(data, "transformer_rope_wmt_en_de",
+                                               TINY + ["--source-lang", "fr", "--target-lang", "de"])
+    run_dir, unnamed = root / "run", root / "unnamed"
+    run_dir.mkdir()
+    pe_testing.save_checkpoint(model, args, run_dir / "checkpoint_best.pt")
+    state = load_checkpoint(str(run_dir / "checkpoint_best.pt"))
+    assert (state["cfg"]["task"]["source_lang"], state["cfg"]["task"]["target_lang"]) == ("fr", "de")
+    state["cfg"]["task"]["source_lang"] = state["cfg"]["task"]["target_lang"] = None
+    unnamed.mkdir()
+    torch.save(state, unnamed / "checkpoint_best.pt")
+    return {"run": run_dir, "unnamed": unnamed, "data": data, "bare": bare, "dict": task.source_dictionary}
+
+
+def assert_moses_sides(h, source, target, dictionary):
+    """The hub tokenises as sacremoses does in ``source`` and detokenises as it does in ``target``: its
+    ``encode`` gives the dictionary's ids of the reference tokens (no BPE here), its ``decode`` of a hypothesis the
+    reference detokenisation, and ``translate`` of the sentence the reference detokenisation of the model's
+    hypothesis."""
+    assert (h.tokenizer.tok.lang, h.tokenizer.detok.lang) == (source, target)
+    assert (h.cfg.task.source_lang, h.cfg.task.target_lang) == (source, target)
+    want = dictionary.encode_line(moses_reference(source, MOSES_SENTENCE), add_if_not_exist=False)
+    assert dictionary.unk() not in want.tolist()
+    assert h.encode(MOSES_SENTENCE).tolist() == want.tolist()
+    hypothesis = dictionary.encode_line(MOSES_TOKENS, add_if_not_exist=False)
+    assert h.decode(hypothesis) == moses_reference(target, MOSES_TOKENS, detok=True)
+    best = h.generate([h.encode(MOSES_SENTENCE)], beam=2, max_len_a=0, max_len_b=6)[0][0]["tokens"]
+    assert h.translate(MOSES_SENTENCE, beam=2, max_len_a=0, max_len_b=6) == moses_reference(
+        target, dictionary.string(best), detok=True)
+
+
+def test_the_hub_tokenises_in_the_source_language_and_detokenises_in_the_target_language(tiny_fr_de):
+    """Languages read from the checkpoint (--source-lang fr --target-lang de at training): the Moses tokenizer is
+    French, the detokenizer German, neither English (fairseq's default) nor swapped."""
+    h = pe_hub.from_pretrained(tiny_fr_de["run"], data_name_or_path=tiny_fr_de["data"], bpe=None)
+    assert_moses_sides(h, "fr", "de", tiny_fr_de["dict"])
+
+
+def test_languages_given_to_the_hub_win_over_the_checkpoints(tiny_fr_de):
+    h = pe_hub.from_pretrained(tiny_fr_de["run"], data_name_or_path=tiny_fr_de["data"], bpe=None,
+                               source_lang="de", target_lang="en")
+    assert_moses_sides(h, "de", "en", tiny_fr_de["dict"])
+    h = pe_hub.from_pretrained(tiny_fr_de["run"], data_name_or_path=tiny_fr_de["data"], bpe=None,
+                               source_lang="en", target_lang="fr")
+    assert_moses_sides(h, "en", "fr", tiny_fr_de["dict"])
+
+
+def test_languages_come_from_the_data_when_the_checkpoint_names_none(tiny_fr_de):
+    h = pe_hub.from_pretrained(tiny_fr_de["unnamed"], data_name_or_path=tiny_fr_de["bare"], bpe=None)
+    assert_moses_sides(h, "fr", "de", tiny_fr_de["dict"])
+
+
+@pytest.mark.parametrize("given, want", [
+    ({}, ("fr", "de")),  # the checkpoint's
+    ({"source_lang": "en"}, ("en", "de")), ({"target_lang": "en"}, ("fr", "en")),
+    ({"source_lang": "de", "target_lang": "fr"}, ("de", "fr")),
+])
+def test_each_language_is_the_given_one_else_the_checkpoints(tiny_fr_de, given, want, tmp_path):
+    task = {"source_lang": "fr", "target_lang": "de"}
+    assert pe_hub.languages(task, str(tmp_path), given.get("source_lang"), given.get("target_lang")) == want
+
+
+@pytest.mark.parametrize("given, want", [
+    ({}, ("fr", "de")), ({"source_lang": "en"}, ("en", "de")), ({"target_lang": "en"}, ("fr", "en")),
+])
+def test_each_language_missing_from_the_checkpoint_is_the_datas(tiny_fr_de, given, want):
+    for task in ({"source_lang": None, "target_lang": None}, {}):
+        assert pe_hub.languages(task, str(tiny_fr_de["bare"]), given.get("source_lang"),
+                                given.get("target_lang")) == want
+    # one language in the checkpoint, the other from the data
+    assert pe_hub.languages({"source_lang": "en"}, str(tiny_fr_de["bare"]), None, None) == ("en", "de")
+    assert pe_hub.languages({"target_lang": "en"}, str(tiny_fr_de["bare"]), None, None) == ("fr", "en")
+
+
+def test_no_languages_anywhere_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="pass source_lang= and target_lang="):
+        pe_hub.languages({}, str(tmp_path), None, None)
+    with pytest.raises(ValueError, match="pass source_lang= and target_lang="):
+        pe_hub.languages({}, str(tmp_path), "fr", None)
+    with pytest.raises(ValueError, match="pass source_lang= and target_lang="):
+        pe_hub.languages({}, str(tmp_path), None, "de")
+
+
+@pytest.mark.parametrize("side", ["source_lang", "target_lang"])
+def test_a_language_without_its_dictionary_is_named(tiny_fr_de, side):
+    """Each side's dictionary is looked for: a language the data has no dict.LANG.txt for is named, on either side."""
+    langs = {"source_lang": "fr", "target_lang": "de", side: "cs"}
+    with pytest.raises(FileNotFoundError, match=r"dict\.cs\.txt not found .*holds dict\.de\.txt, dict\.en\.txt, "
+                                                r"dict\.fr\.txt"):
+        pe_hub.from_pretrained(tiny_fr_de["run"], data_name_or_path=tiny_fr_de["data"], bpe=None, **langs)
+
+
+@pytest.mark.parametrize("old", ["moses_source_lang", "moses_target_lang"])
+def test_each_moses_kwarg_of_other_fairseq_versions_is_refused(tmp_path, old):
+    with pytest.raises(TypeError, match=rf"{old}= is not read .* pass {old.replace('moses_', '')}="):
+        pe_hub.from_pretrained(tmp_path, **{old: "de"})
+
+
+@pytest.mark.parametrize("content, kind", [
+    (b"", "EOFError"), (b"not a checkpoint\n", "UnpicklingError"), ("truncated", "RuntimeError")])
+def test_each_way_a_checkpoint_file_fails_to_load_is_named(tmp_path, content, kind):
+    """An empty file (EOFError), a file of text (the unpickler's error) and a zip checkpoint cut short (torch's
+    RuntimeError from its zip reader) each give the hub's ValueError naming the file, not torch's own error."""
+    path = tmp_path / "checkpoint_best.pt"
+    if content == "truncated":
+        torch.save({"cfg": {"task": {}, "model": {}}, "model": {"w": torch.zeros(64)}}, path)
+        content = path.read_bytes()[:-40]
+    path.write_bytes(content)
+    with pytest.raises(Exception) as raw:
+        load_checkpoint(str(path), mmap=True)
+    assert type(raw.value).__name__ == kind
+    with pytest.raises(ValueError, match=r"checkpoint_best\.pt cannot be read as a checkpoint"):
+        pe_hub.from_pretrained(tmp_path)
+
+
+def test_a_checkpoint_file_as_run_dir_takes_its_own_name_and_refuses_another(tmp_path):
+    path = tmp_path / "checkpoint7.pt"
+    path.write_bytes(b"")
+    assert pe_hub.split_checkpoint_path(str(path), None) == (str(tmp_path), "checkpoint7.pt")
+    assert pe_hub.split_checkpoint_path(str(path), "checkpoint7.pt") == (str(tmp_path), "checkpoint7.pt")
+    with pytest.raises(ValueError, match=r"checkpoint7\.pt is a checkpoint file, and checkpoint_file="
+                                         r"'checkpoint_best\.pt' names another"):
+        pe_hub.split_checkpoint_path(str(path), "checkpoint_best.pt")
+    assert pe_hub.split_checkpoint_path(str(tmp_path), None) == (str(tmp_path), "checkpoint_best.pt")
+
+
+def test_the_checkpoints_named_are_those_of_the_run_and_of_its_subfolders_in_numeric_order(tmp_path):
+    for name in ("checkpoint10.pt", "checkpoint2.pt", "gen/checkpoint.avg5.pt", "gen/deeper/x.pt", "notes.txt"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"")
+    assert pe_hub.checkpoints_in(str(tmp_path)) == ["checkpoint2.pt", "checkpoint10.pt",
+                                                    os.path.join("gen", "checkpoint.avg5.pt")]
