@@ -741,3 +741,48 @@ def test_raw_dir_missing_any_single_file_archive_is_named(tmp_path, capsys, miss
     err = capsys.readouterr().err
     assert f"--raw-dir {raw} lacks 1 archive(s):\n  {missing}: https://example.org/raw/{missing}" in err
     assert not (tmp_path / "out" / "text").exists()
+
+
+@pytest.mark.parametrize("tgt, target_line, tokenised", [
+    ("fr", "L'homme voit l'eau.", "L&apos; homme voit l&apos; eau ."),  # French keeps the elided article whole
+    ("de", "Gib's ihm.", "Gib &apos; s ihm ."),  # German splits the apostrophe off on both sides
+])
+def test_each_side_is_tokenised_by_its_own_languages_rules(tgt, target_line, tokenised, tmp_path):
+    """pe-prepare raw en-TGT: the source is tokenised by English rules (it's -> it 's) and the target by its own
+    (sacremoses: French l' stays with the article, German splits ' s), in every split; the same line through English
+    rules would give L 'homme, Gib 's."""
+    from pe_tools.data.cli import main
+
+    for split in ("train", "valid", "test"):
+        (tmp_path / f"{split}.en").write_text("It's a man.\n" * 3, encoding="utf-8")
+        (tmp_path / f"{split}.{tgt}").write_text(f"{target_line}\n" * 3, encoding="utf-8")
+    out = tmp_path / "out"
+    assert main(["raw", "--src", "en", "--tgt", tgt, *(x for s in ("train", "valid", "test")
+                                                       for x in (f"--{s}", str(tmp_path / s))),
+                 "--out", str(out), "--bpe-merges", "5", "--workers", "1", "--no-binarize"]) == 0
+    for split in ("train", "valid", "test"):
+        assert lines(out / "work" / f"tok.{split}.en") == ["It &apos;s a man ."] * 3
+        assert lines(out / "work" / f"tok.{split}.{tgt}") == [tokenised] * 3
+
+
+def test_a_member_that_is_not_a_file_is_no_member(tmp_path):
+    """A tar whose entry of a wanted member's name is a folder (or a link) has no such member: the error names it
+    and the fix, nothing is written, and the other members are extracted."""
+    import tarfile as tf
+
+    archive = tmp_path / "corpus.tgz"
+    with tf.open(archive, "w:gz") as tar:
+        for name, data in (("c/train.en", b"a\n"), ("c/train.de", None)):
+            info = tf.TarInfo(name)
+            if data is None:
+                info.type = tf.DIRTYPE
+                tar.addfile(info)
+            else:
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    dest = {"c/train.en": tmp_path / "x" / "train.en", "c/train.de": tmp_path / "x" / "train.de"}
+    dest["c/train.en"].parent.mkdir()
+    with pytest.raises(data_files.PrepareError, match=r"corpus\.tgz has no member c/train\.de \(it has: c/train\.en, "
+                                                      r"c/train\.de\)\.\n  Fix: correct the member path"):
+        data_corpora.extract(archive, dest)
+    assert dest["c/train.en"].read_text() == "a\n" and not dest["c/train.de"].exists()

@@ -777,3 +777,32 @@ def test_a_queue_skips_a_run_recorded_by_its_code_unless_its_run_directory_is_an
     assert q.process(run) == ("recorded" if run_dir_left != "another run's" else
                               f"decoded; the steps' output is in {run.run_dir / 'queue.log'}")
     assert run.run_dir.exists() == (run_dir_left != "none")  # a skipped run's folder is not made
+
+
+def test_repair_removes_a_best_checkpoint_cut_short_and_keeps_a_whole_one(tmp_path):
+    """checkpoint_best.pt cut short (a kill during fairseq's copy to it) is removed, so the resumed fairseq-train
+    does not stop on it; a whole one is kept as it is."""
+    import torch
+
+    torch.save({"u": torch.tensor(4)}, tmp_path / "checkpoint_1_4.pt")
+    whole = (tmp_path / "checkpoint_1_4.pt").read_bytes()
+    (tmp_path / "checkpoint_last.pt").write_bytes(whole)
+    (tmp_path / "checkpoint_best.pt").write_bytes(whole[: len(whole) // 2])
+    queue.repair(tmp_path, print)
+    assert not (tmp_path / "checkpoint_best.pt").exists()
+    assert (tmp_path / "checkpoint_last.pt").read_bytes() == whole
+    (tmp_path / "checkpoint_best.pt").write_bytes(whole)
+    queue.repair(tmp_path, print)
+    assert (tmp_path / "checkpoint_best.pt").read_bytes() == whole
+
+
+def test_repair_passes_over_a_numbered_checkpoint_that_cannot_be_opened(tmp_path):
+    """A numbered checkpoint that cannot be opened (an OSError: here a folder in its place) does not read whole:
+    repair resumes from the newest one that does instead of stopping with a traceback."""
+    import torch
+
+    torch.save({"u": torch.tensor(4)}, tmp_path / "checkpoint_1_4.pt")
+    (tmp_path / "checkpoint_1_6.pt").mkdir()
+    assert not queue.readable(tmp_path / "checkpoint_1_6.pt")
+    queue.repair(tmp_path, print)
+    assert (tmp_path / "checkpoint_last.pt").read_bytes() == (tmp_path / "checkpoint_1_4.pt").read_bytes()

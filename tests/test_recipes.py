@@ -894,3 +894,38 @@ def test_pe_generate_detokenises_each_target_language_by_its_own_rules(lang, tmp
     assert generate.write_outputs(fairseq_output, out, lang, tmp_path / "train.log", no_detok=False) == 0
     assert (out / f"hyp.detok.{lang}").read_text(encoding="utf-8") == text + "\n"
     assert (out / f"ref.detok.{lang}").read_text(encoding="utf-8") == text + "\n"
+
+
+@pytest.mark.parametrize("flag", ["--num-update-checkpoints", "--num-epoch-checkpoints"])
+@pytest.mark.parametrize("inputs", ["two_run_directories", "a_checkpoint_file"])
+def test_average_counts_take_exactly_one_run_directory(flag, inputs, tmp_path):
+    """--num-update/epoch-checkpoints N names the newest N checkpoints of one run directory: two directories (the
+    second's checkpoints would be left out) or a checkpoint file are refused, and nothing is written."""
+    import torch
+
+    from pe_tools import average
+
+    runs = [tmp_path / "run1", tmp_path / "run2"]
+    for run in runs:
+        run.mkdir()
+        for name in ("checkpoint_1_2.pt", "checkpoint1.pt"):
+            torch.save({"model": {"w": torch.ones(2)}, "extra_state": {}}, run / name)
+    given = [str(r) for r in runs] if inputs == "two_run_directories" else [str(runs[0] / "checkpoint_1_2.pt")]
+    out = tmp_path / "avg.pt"
+    with pytest.raises(SystemExit, match=r"^error: --num-\*-checkpoints takes one run directory as --inputs$"):
+        average.main(["--inputs", *given, "--output", str(out), flag, "1"])
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("lost", ["T-1\t", "H-1\t", "T-0\t", "H-0\t"])
+def test_write_outputs_refuses_output_missing_a_reference_or_a_hypothesis(lost, tmp_path, capsys):
+    """fairseq-generate's output must hold a hypothesis and a reference of every sentence id 0..N-1: one missing on
+    either side (a line lost from its output) is refused, naming the output, and nothing is written (the
+    references would otherwise be shifted against the hypotheses)."""
+    from pe_tools.recipes.generate import write_outputs
+
+    text = "".join(line + "\n" for line in FAIRSEQ_OUTPUT.splitlines() if not line.startswith(lost))
+    (tmp_path / "train.log").write_text(PE_LOG)
+    assert write_outputs(text, tmp_path, "de", tmp_path / "train.log", True) != 0
+    assert "ids not 0..N-1" in capsys.readouterr().err
+    assert not (tmp_path / "hyp.detok.de").exists() and not (tmp_path / "ref.detok.de").exists()

@@ -895,3 +895,16 @@ def test_a_run_record_that_cannot_be_read_is_refused_naming_it(tmp_path, monkeyp
     assert run_dir.read_meta(tmp_path / "hyp.meta.json") == {}
     with pytest.raises(run_dir.RunRecordError, match="hyp.meta.json: metadata file cannot be read .*Input/output"):
         run_dir.load_meta(tmp_path / "hyp.meta.json")
+
+
+def test_a_hidden_folder_is_never_a_record_even_by_its_own_name(tmp_path):
+    """``recorded(RESULTS, NAME)`` (pe-queue's test of a run already recorded) agrees with ``records``: RESULTS/NAME
+    with a command.json is a record, a hidden one (.NAME.tmpPID an older pe-record left, or the staging folder
+    .pe-record) is not, though it holds a command.json too."""
+    from pe_tools.runs.run_dir import STAGING, recorded, records
+
+    for name in ("r", ".r.tmp123", STAGING):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "command.json").write_text("{}")
+    assert [recorded(tmp_path, name) for name in ("r", ".r.tmp123", STAGING, "other")] == [True, False, False, False]
+    assert records(tmp_path) == [tmp_path / "r"]
