@@ -164,3 +164,15 @@ def test_train_speed_writes_each_run_and_resumes(tmp_path, monkeypatch):
     assert data["complete"] is True and [a.split("_")[1] for a in ran] == ["sape", "t5", "t5", "sape"]  # rotated
     t5 = next(r for r in data["results"] if r["pe"] == "t5")
     assert t5["step_to_sape"] == pytest.approx({"median": 11 / 12, "min": 0.5, "max": 4 / 3, "n": 2})  # (1/2)/1, (1/3)/(1/4)
+
+
+@pytest.mark.parametrize("content", ['{"measurements": []}', '{"settings": {}, "measure', '[1, 2]',
+                                     '{"settings": [], "measurements": []}'])
+def test_resume_from_a_json_that_is_not_a_runs_is_refused_naming_it(content, tmp_path):
+    """--resume from an output that is not a pe-bench run's JSON (no settings, cut short, not an object, settings
+    not an object) is refused naming the file, and the file is left as it was."""
+    out = tmp_path / "b.json"
+    out.write_text(content)
+    proc = bench_here(*MODELS, "--json", out, "--resume")
+    assert proc.returncode == 2 and f"--resume: {out} is not the JSON of a pe-bench models run" in proc.stderr, proc.stderr
+    assert out.read_text() == content

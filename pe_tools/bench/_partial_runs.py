@@ -108,6 +108,8 @@ class Progress:
         try:
             data = json.loads(self.path.read_text())
             stored, measurements = data["settings"], data["measurements"]
+            if not isinstance(stored, dict) or not isinstance(measurements, list):
+                raise TypeError("its settings are not an object or its measurements not a list")
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise ResumeError(f"--resume: {self.path} is not the JSON of a {self.command} run ({e})") from None
         for name, value in self.settings.items():
