@@ -153,14 +153,17 @@ def decode_flags(equal_length=None) -> list:
 
 def generate_argv(pe: str, checkpoint, data, subset: str, pair: str, device: str, equal_length=None, extra=()) -> list:
     """fairseq-generate's arguments for row ``pe`` (``--user-dir`` for the plugin's rows, none for STOCK): the
-    decode flags, ``--cpu`` on a CPU or ``--fp16`` on CUDA as pe-generate decodes, then ``extra`` (they win)."""
+    decode flags, ``--cpu`` on a CPU or ``--fp16`` on CUDA as pe-generate decodes, ``--num-workers 0``, then
+    ``extra`` (they win). The batches are read in this process: a decode here leaves fairseq's loader worker
+    behind, and reaping it takes torch's 5 s status interval at the next garbage collection, every decode; the
+    figures are timed inside the search, so where the batches are read is outside them either way."""
     from ..recipes.train import merge_flags
 
     src, tgt = pair.split("-")
     plugin = [] if pe == STOCK else ["--user-dir", plugin_dir()]
     flags = merge_flags(["--path", str(checkpoint), "--gen-subset", subset, "--source-lang", src,
                          "--target-lang", tgt], decode_flags(equal_length),
-                        ["--cpu"] if device == "cpu" else ["--fp16"], list(extra))
+                        ["--cpu"] if device == "cpu" else ["--fp16"], ["--num-workers", "0"], list(extra))
     return [str(data), *plugin, *flags]
 
 
