@@ -153,3 +153,22 @@ def test_merged_runs_are_the_table_of_one_run(tmp_path):
         for f in ("saved_bytes", "ops", "flops", "attn_bytes", "ops_to_sape", "saved_bytes_to_stock"):
             assert r[f] == rows["whole"][k][f], (k, f)
     assert cli.main(["cost", "--merge", str(tmp_path / "a.json"), str(tmp_path / "a.json"), "--out-dir", str(tmp_path)]) == 2
+
+
+def test_merge_refuses_runs_it_cannot_put_in_one_table(tmp_path, capsys):
+    """pe-bench cost --merge refuses (exit 2, naming the cause) two runs that differ in a setting they must share
+    (two values of one setting are enough), a file missing, and a JSON that is not a run's (no settings)."""
+    from pe_tools.bench import cli
+
+    settings = {"max_tokens": 60, "vocab": 100, "recipe": "wmt14", "dtype": "float32"}
+    row = {"pe": "sape", "size": "tiny", "length": 5}
+    for stem, vocab, length in (("a", 100, 5), ("b", 200, 12)):
+        (tmp_path / f"{stem}.json").write_text(json.dumps({"settings": {**settings, "vocab": vocab},
+                                                           "results": [{**row, "length": length}]}))
+    (tmp_path / "c.json").write_text(json.dumps({"results": [row]}))
+    for files, says in ((["a", "b"], "--merge: the runs differ in vocab (100, 200)"),
+                        (["a", "missing"], "missing.json"), (["a", "c"], "settings")):
+        assert cli.main(["cost", "--merge", *(str(tmp_path / f"{f}.json") for f in files),
+                         "--out-dir", str(tmp_path / "out")]) == 2
+        assert says in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

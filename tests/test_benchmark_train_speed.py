@@ -347,3 +347,22 @@ def test_compiled_layers_train_the_same(corpus, monkeypatch):
 
     eager = losses(None)
     assert len(set(eager)) == 3 and losses("eager") == eager and made == [4]  # tiny: 2 encoder and 2 decoder layers
+
+
+@pytest.mark.parametrize("goals", [None, "{not json"])
+def test_a_goals_file_missing_or_not_json_is_refused_before_anything_runs(goals, tmp_path, capsys):
+    """pe-bench train-speed --goals FILE: a file missing or not JSON ends the run with exit 2 naming it, before
+    anything is measured or written."""
+    from pe_tools.bench import cli
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "dict.en.txt").write_text("")
+    path = tmp_path / "goals.json"
+    if goals is not None:
+        path.write_text(goals)
+    assert cli.main(["train-speed", "--data", str(data), "--goals", str(path), "--device", "cpu",
+                     "--out-dir", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and (str(path) in err if goals is None else "Expecting property name" in err)
+    assert not (tmp_path / "out").exists()

@@ -806,3 +806,28 @@ def test_repair_passes_over_a_numbered_checkpoint_that_cannot_be_opened(tmp_path
     assert not queue.readable(tmp_path / "checkpoint_1_6.pt")
     queue.repair(tmp_path, print)
     assert (tmp_path / "checkpoint_last.pt").read_bytes() == (tmp_path / "checkpoint_1_4.pt").read_bytes()
+
+
+@pytest.mark.parametrize("stat, zombie", [
+    ("123 (python3) S 1 123", False),  # alive
+    ("123 (a) b) Z 1 123", True),  # a zombie whose name holds ") "
+    ("", True),  # read while the process was reaped: empty, as gone
+    (None, True),  # gone: the file cannot be read
+])
+def test_a_process_whose_stat_is_gone_or_empty_counts_as_ended(stat, zombie, monkeypatch):
+    """A restarted queue waits for the launches an earlier one left until each is gone or a zombie, reading
+    /proc/PID/stat while the process may be exiting: an empty or missing stat file counts as ended (no
+    IndexError, no OSError out of the wait)."""
+    from pe_tools.recipes.queue import local
+
+    class Stat:
+        def __init__(self, path):
+            self.path = path
+
+        def read_text(self):
+            if stat is None:
+                raise FileNotFoundError(self.path)
+            return stat
+
+    monkeypatch.setattr(local, "Path", Stat)
+    assert local._zombie(123) is zombie

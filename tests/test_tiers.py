@@ -96,3 +96,16 @@ def test_the_durations_writer_keeps_every_phase_the_reader_needs():
                                      ("setup", "tests/test_a.py::test_one[x y]"): 0.01}
     assert recorded_file_seconds(text) == {"tests/test_a.py": 12.51}
     assert "# Result: 1 failed, 3 passed, 2 warnings in 13.07s." in text
+
+
+def test_the_durations_writer_keeps_a_phase_of_exactly_the_smallest_it_records():
+    """devtools/durations.py's MIN_PHASE_S is the smallest phase kept: one of exactly that many seconds is in the
+    log, one a thousandth below it is not."""
+    from devtools.durations import MIN_PHASE_S, render
+
+    from pe_testing import recorded_phases
+
+    output = (f"{MIN_PHASE_S}s call     tests/test_a.py::test_at\n"
+              f"{MIN_PHASE_S - 0.001:.3f}s call     tests/test_a.py::test_below\n= 2 passed in 1.00s =\n")
+    assert list(recorded_phases(render(output, "", "abc1234", "2 idle cores"))) == [
+        ("call", "tests/test_a.py::test_at")]

@@ -175,6 +175,6 @@ class Queue:
 
 def _zombie(pid: int) -> bool:
     try:
-        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].startswith("Z")
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].startswith("Z")  # the name may hold ") "
     except (OSError, IndexError):
         return True
