@@ -127,10 +127,27 @@ def test_a_failed_cancel_names_scancels_reason_from_stderr_else_stdout(stdout, s
 
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
     fake_program(tmp_path / "bin", "scancel", stdout, stderr)
-    monkeypatch.setattr(submit, "load_jobs", lambda queue_path: [{"job": "9"}])
+    monkeypatch.setattr(submit, "load_jobs", lambda queue_path: [{"job": "9", "name": "pe-q-k-1"}])
     monkeypatch.setattr(submit, "live_states", lambda jobs, names=None: {"9_1": "RUNNING"})
     assert submit.cancel(tmp_path / "q.txt") == 2
     assert capsys.readouterr().err == f"error: scancel 9 failed: {reason}\n"
+
+
+def test_cancel_leaves_a_job_recorded_without_its_name_and_says_so(tmp_path, monkeypatch, capsys):
+    """A jobs.json record without the name its job was submitted under (written before jobs were named) cannot show
+    that SLURM's job of that id is still this queue's: cancel names it and leaves it; the named job beside it is
+    cancelled, asked for by its name. squeue and scancel are stand-ins on PATH (squeue lists both, as ours)."""
+    from pe_tools.recipes.slurm import submit
+
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    fake_program(tmp_path / "bin", "squeue", "7_1|RUNNING|pe-old\n8_1|RUNNING|pe-q-k-2\n", "", status=0)
+    fake_program(tmp_path / "bin", "scancel", "", "", status=0)
+    monkeypatch.setattr(submit, "load_jobs", lambda queue_path: [{"job": "7"}, {"job": "8", "name": "pe-q-k-2"}])
+    assert submit.cancel(tmp_path / "q.txt") == 0
+    out = capsys.readouterr().out
+    assert (tmp_path / "bin" / "scancel.args").read_text() == "8\n"
+    assert "job(s) 7 of" in out and "not cancelled" in out and "squeue -j 7 " in out, out
+    assert "cancelled job(s) 8 (1 array task(s))" in out, out
 
 
 def test_a_job_refused_by_the_runs_lock_fails_naming_the_holder_and_leaves_its_logs(requeue_job, tmp_path,

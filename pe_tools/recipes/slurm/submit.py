@@ -188,7 +188,8 @@ def _name_of(script: Path) -> str:
 def cancel(queue_path: Path) -> int:
     """pe-queue cancel QUEUE: scancel the jobs this queue submitted (their ids in QUEUE.slurm/jobs.json) that SLURM
     lists, just before, under the name they were submitted with (it holds the queue's key): a job that got one of
-    the ids since is left alone."""
+    the ids since is left alone. A record without that name (written by a pe-queue before jobs were named) cannot
+    show its job is still this queue's: it is named, not cancelled."""
     records = load_jobs(queue_path)
     jobs, names = [j["job"] for j in records], job_names(records)
     if not jobs:
@@ -196,11 +197,19 @@ def cancel(queue_path: Path) -> int:
                     f"is missing); nothing to cancel")
     if not shutil.which("scancel"):
         return fail(f"scancel not found on PATH; {INSTALL_HINT}")
+    unnamed = [str(j) for j in jobs if str(j).split("_")[0] not in names]
+    if unnamed:
+        print(f"[queue] job(s) {', '.join(unnamed)} of {submit_dir(queue_path) / 'jobs.json'} were recorded without "
+              f"the name they were submitted under, so nothing shows they are still this queue's (SLURM reuses "
+              f"ids): not cancelled; see `squeue -j {','.join(unnamed)} -o %i,%j` and scancel those that are yours")
+        jobs = [j for j in jobs if str(j) not in unnamed]
     try:
         live = live_states(jobs, names)
     except NoAnswer as e:
         return fail(f"{e}; nothing cancelled: try again once `scontrol ping` answers")
-    ids = sorted({k.split("_")[0] for k in live})
+    asked = {str(j).split("_")[0] for j in jobs}
+    live = {task: state for task, state in live.items() if task.split("_")[0] in asked}
+    ids = sorted({task.split("_")[0] for task in live})
     if not ids:
         print(f"[queue] no job of {queue_path} is queued or running")
         return 0
