@@ -15,6 +15,7 @@ from pe_testing import REPO, call_main
 
 ENCODINGS = ["sape", "posnet_embed", "stock"]  # registry order, stock last (no PE's row adds nothing here)
 LENGTHS = [6, 10]
+FRESH_LENGTH = 10  # the fresh-interpreter run's one length (two interpreters a row)
 MAX_TOKENS = 40  # batches of 40 // 6 = 6 and 40 // 10 = 4 sentences
 VOCAB = 100
 FILES = {"benchmark.json", "benchmark.csv", "benchmark.md", "benchmark.png"}
@@ -39,12 +40,25 @@ def benchmark_here(*args):
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
+    """The CPU's default run: a fresh interpreter per measurement (two: timing, then memory), at one length."""
     out = tmp_path_factory.mktemp("bench")
     proc = benchmark("--sizes", "tiny", "--pe", *ENCODINGS, "--rounds", 1, "--steps", 1, "--warmup", 0,
-                     "--forward-passes", 2, "--vocab", VOCAB, "--lengths", *LENGTHS, "--max-tokens", MAX_TOKENS,
+                     "--forward-passes", 2, "--vocab", VOCAB, "--lengths", FRESH_LENGTH, "--max-tokens", MAX_TOKENS,
                      "--threads", 1, "--device", "cpu", "--out-dir", out)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return out, proc, json.loads((out / "benchmark.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def lengths_run(tmp_path_factory):
+    """Every row at both LENGTHS, two rounds, measured in one process (--processes one): the batches and the
+    ratios per length."""
+    out = tmp_path_factory.mktemp("bench_lengths")
+    proc = benchmark("--sizes", "tiny", "--pe", *ENCODINGS, "--rounds", 2, "--steps", 1, "--warmup", 0,
+                     "--forward-passes", 1, "--vocab", VOCAB, "--lengths", *LENGTHS, "--max-tokens", MAX_TOKENS,
+                     "--threads", 1, "--device", "cpu", "--processes", "one", "--json", out / "one.json")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return out, proc, json.loads((out / "one.json").read_text())
 
 
 @pytest.mark.slow
@@ -53,14 +67,13 @@ def test_every_encoding_and_size_measured_and_files_complete(tiny_run):
     assert {p.name for p in out.iterdir()} == FILES  # no temporary file left behind
     settings, results = data["settings"], data["results"]
     assert settings["sizes"] == ["tiny"] and settings["encodings"] == ENCODINGS  # registry order
-    assert settings["lengths"] == LENGTHS and settings["max_tokens"] == MAX_TOKENS
+    assert settings["lengths"] == [FRESH_LENGTH] and settings["max_tokens"] == MAX_TOKENS
     assert settings["forward_passes"] == 2 and settings["threads"] == 1
     assert settings["memory_kind"] in ("cuda-allocated", "cpu-rss")
     assert len(settings["loadavg_start"]) == len(settings["loadavg_end"]) == 3 and settings["torch"]
     assert settings["fp16"] is False and settings["device"] == "cpu" and settings["device_name"]
     assert "cuda" in settings  # torch.version.cuda: None on a CPU build
-    assert [(r["size"], r["length"], r["pe"]) for r in results] == [
-        ("tiny", length, pe) for length in LENGTHS for pe in ENCODINGS]
+    assert [(r["size"], r["length"], r["pe"]) for r in results] == [("tiny", FRESH_LENGTH, pe) for pe in ENCODINGS]
     cpu = settings["memory_kind"] == "cpu-rss"
     assert settings.get("memory_env") == ({"MALLOC_MMAP_THRESHOLD_": "131072"} if cpu else None)
     for r in results:
@@ -71,19 +84,20 @@ def test_every_encoding_and_size_measured_and_files_complete(tiny_run):
 
     with open(out / "benchmark.csv", newline="") as f:
         rows = list(csv.DictReader(f))
-    assert [(row["pe"], int(row["length"])) for row in rows] == [(pe, n) for n in LENGTHS for pe in ENCODINGS]
+    assert [(row["pe"], int(row["length"])) for row in rows] == [(pe, FRESH_LENGTH) for pe in ENCODINGS]
     assert [int(row["params"]) for row in rows] == [r["params"] for r in results]
 
     assert (out / "benchmark.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     for text in ((out / "benchmark.md").read_text(), proc.stdout):
         for pe in ENCODINGS:  # one row per length
-            assert sum(line.startswith(f"| {pe} |") for line in text.splitlines()) == len(LENGTHS), pe
+            assert sum(line.startswith(f"| {pe} |") for line in text.splitlines()) == 1, pe
         assert "torch " in text and "CUDA " in text and "fp32" in text
 
 
 @pytest.mark.slow
-def test_batches_hold_max_tokens_at_each_length(tiny_run):
-    settings, results = tiny_run[2]["settings"], tiny_run[2]["results"]
+def test_batches_hold_max_tokens_at_each_length(lengths_run):
+    settings, results = lengths_run[2]["settings"], lengths_run[2]["results"]
+    assert [(r["length"], r["pe"]) for r in results] == [(length, pe) for length in LENGTHS for pe in ENCODINGS]
     assert settings["batches"] == {"6": 6, "10": 4}  # 40 // 6, 40 // 10
     for r in results:
         assert r["batch"] == MAX_TOKENS // r["length"]
@@ -94,8 +108,8 @@ def test_batches_hold_max_tokens_at_each_length(tiny_run):
 
 @pytest.mark.parametrize("length", LENGTHS)
 @pytest.mark.slow
-def test_sape_is_the_unit_of_every_ratio(tiny_run, length):
-    results = [r for r in tiny_run[2]["results"] if r["length"] == length]
+def test_sape_is_the_unit_of_every_ratio(lengths_run, length):
+    results = [r for r in lengths_run[2]["results"] if r["length"] == length]
     sape = next(r for r in results if r["pe"] == "sape")
     for key, ratio in RATIOS.items():
         if sape[key] == 0:  # possible only for step_bytes on CPU (no RSS growth): no ratio then
@@ -124,10 +138,12 @@ ARCHS = {"sape": "transformer_sape_tiny",
 
 
 @pytest.mark.slow
-def test_parameter_counts_are_the_recipe_models(tiny_run):
-    assert tiny_run[2]["settings"]["recipe"] == "wmt14"
-    for length in LENGTHS:
-        results = [r for r in tiny_run[2]["results"] if r["length"] == length]
+@pytest.mark.parametrize("run", ["tiny_run", "lengths_run"])
+def test_parameter_counts_are_the_recipe_models(run, request):
+    data = request.getfixturevalue(run)[2]
+    assert data["settings"]["recipe"] == "wmt14"
+    for length in data["settings"]["lengths"]:
+        results = [r for r in data["results"] if r["length"] == length]
         assert {r["pe"]: (r["params"], r["pe_params"]) for r in results} == PARAMS
         assert {r["pe"]: r["max_positions"] for r in results} == MAX_POSITIONS
         assert {r["pe"]: r["arch"] for r in results} == ARCHS
@@ -318,12 +334,10 @@ def test_one_process_measures_every_row_and_moves_one_model_copy_at_a_time(tmp_p
 
 
 @pytest.mark.slow
-def test_one_process_run_from_the_command_line(tmp_path):
-    proc = benchmark("--sizes", "tiny", "--pe", "sape", "stock", "--rounds", 2, "--steps", 1, "--warmup", 0,
-                     "--forward-passes", 1, "--vocab", VOCAB, "--lengths", 6, "--max-tokens", MAX_TOKENS,
-                     "--threads", 1, "--device", "cpu", "--processes", "one", "--json", tmp_path / "one.json")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    data = json.loads((tmp_path / "one.json").read_text())
+def test_one_process_run_from_the_command_line(lengths_run):
+    out, proc, data = lengths_run
+    assert [p.name for p in out.iterdir()] == ["one.json"]  # --json alone: no markdown, CSV or chart
     assert data["settings"]["processes"] == "one" and "memory_env" not in data["settings"]
-    assert [(r["pe"], len(r["rounds"]["step_wall_s"])) for r in data["results"]] == [("sape", 2), ("stock", 2)]
+    assert [(r["pe"], len(r["rounds"]["step_wall_s"])) for r in data["results"]] == [
+        (pe, 2) for _ in LENGTHS for pe in ENCODINGS]
     assert "one process" in proc.stdout and "not comparable" in proc.stdout
