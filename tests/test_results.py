@@ -908,3 +908,16 @@ def test_a_hidden_folder_is_never_a_record_even_by_its_own_name(tmp_path):
         (tmp_path / name / "command.json").write_text("{}")
     assert [recorded(tmp_path, name) for name in ("r", ".r.tmp123", STAGING, "other")] == [True, False, False, False]
     assert records(tmp_path) == [tmp_path / "r"]
+
+
+def test_an_identity_key_missing_on_either_side_is_not_compared():
+    """identity_differences names each key outside COMPARED whose values differ; a key one side lacks (``decode``
+    of a meta file without ``checkpoints``, written by an older pe-generate) is not compared, whichever side lacks
+    it, and raises nothing."""
+    from pe_tools.runs.identity import identity_differences
+
+    older = {"recipe": "wmt14", "pair": "en-de", "size": "base", "method": "sape", "seed": 1}
+    newer = {**older, "method": "rope", "decode": "average of 5 checkpoints spanning 4000 updates"}
+    assert identity_differences(newer, older) == [] and identity_differences(older, newer) == []
+    assert identity_differences({**newer, "pair": "en-fr"}, older) == ["pair en-fr (baseline en-de)"]
+    assert identity_differences(older, {**newer, "size": "big"}) == ["size base (baseline big)"]
