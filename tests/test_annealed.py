@@ -248,7 +248,7 @@ def test_agreement_maps_a_renamed_system(tmp_path):
 
     def report(scores):
         return {"metrics": {"bleu": {"label": "BLEU"}},
-                "systems": [{"name": k, "summary": {"bleu": {"mean": v}}} for k, v in scores.items()]}
+                "systems": [{"name": k, "summary": {"bleu": {"mean": v}}, "runs": []} for k, v in scores.items()]}
 
     old = {"a": 1.0, "b_old": 2.0, "c": 3.0, "d": 4.0}
     new = {"a": 10.0, "b": 20.0, "c": 40.0, "d": 30.0}
