@@ -786,3 +786,19 @@ def test_a_member_that_is_not_a_file_is_no_member(tmp_path):
                                                       r"c/train\.de\)\.\n  Fix: correct the member path"):
         data_corpora.extract(archive, dest)
     assert dest["c/train.en"].read_text() == "a\n" and not dest["c/train.de"].exists()
+
+
+@pytest.mark.parametrize("flag", ["--bpe-merges", "--spm-vocab-size", "--workers", "--valid-every", "--max-len"])
+def test_every_count_flag_below_one_is_refused_naming_it(flag, tmp_path, capsys):
+    """Each count of pe-prepare (merges, vocabulary size, processes, the valid split's step, the longest sentence)
+    is at least 1: 0 and -1 are refused naming the flag, before any file is read or written; 1 passes the check."""
+    from pe_tools.data.cli import build_parser, check_args, main
+
+    base = ["raw", "--src", "en", "--tgt", "de", *(x for split in ("train", "valid", "test")
+                                                   for x in (f"--{split}", str(tmp_path / split))),
+            "--out", str(tmp_path / "out")]
+    for value in ("0", "-1"):
+        assert main([*base, flag, value]) == 1
+        assert f"error: {flag} must be at least 1." in capsys.readouterr().err
+    check_args(build_parser().parse_args([*base, flag, "1"]))
+    assert not (tmp_path / "out").exists()

@@ -103,7 +103,7 @@ def check_args(a) -> None:
             raise PrepareError("give either --valid PREFIX or --valid-split, not both.")
         if a.out is None:
             raise PrepareError("`raw` needs --out DIR.")
-        a.valid_every = a.valid_every or 100
+        a.valid_every = 100 if a.valid_every is None else a.valid_every  # 0 is refused below, not the default
     else:
         a.corpora = a.corpora or str(table_path(a.recipe, "corpora"))
         table = load_table(Path(a.corpora))
@@ -129,7 +129,7 @@ def check_args(a) -> None:
             raise PrepareError(f"[pair.{a.pair}] in {a.corpora} has no {', '.join(lacking)}"
                                f"{' (or pass --valid-split)' if lacking == ['valid'] else ''}.")
         a.src, a.tgt = a.pair.split("-", 1)
-        a.valid_every = a.valid_every or pairs[a.pair].get("valid_every", 100)
+        a.valid_every = pairs[a.pair].get("valid_every", 100) if a.valid_every is None else a.valid_every
     for flag, default in TABLE_DEFAULTS.items():
         if getattr(a, flag, None) is None:
             value = table_defaults.get(flag, default)
