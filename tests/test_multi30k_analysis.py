@@ -544,3 +544,19 @@ def test_bleu_rescored_from_the_recorded_translations(rows):
         assert sacrebleu.corpus_bleu(hyps, [refs]).score == pytest.approx(float(m["bleu"]), abs=1e-6)
         got = sacrebleu.corpus_bleu([hyps[i] for i in short], [[refs[i] for i in short]]).score
         assert got == pytest.approx(float(m["bleu_le9"]), abs=1e-6)
+
+
+@pytest.mark.parametrize("model_rows", [0, 2])
+def test_collect_refuses_a_kept_encoding_without_exactly_one_model_row(model_rows, rows, tmp_path):
+    """An encoding kept from the recorded analysis needs its probe rows and exactly one model row there (its
+    word-swap columns and recorded scores): none, or two (which would be chosen between blindly), stops the run
+    naming it."""
+    collect = load_collect()
+    out = recorded_copy(tmp_path / "out")
+    (tmp_path / "probes").mkdir()
+    evaluate = evaluate_folder(rows, tmp_path / "evaluate")
+    kerple = [r for r in rows if r["pe"] == "kerple" and r["kind"] == "model"]
+    others = [r for r in rows if not (r["pe"] == "kerple" and r["kind"] == "model")]
+    (out / "analysis.csv").write_text(collect.csv_text(others + kerple * model_rows), encoding="utf-8")
+    with pytest.raises(SystemExit, match="no folder .*kerple and no rows of kerple"):
+        collect.gather(tmp_path / "probes", evaluate, 20, out)

@@ -4,6 +4,7 @@ other, run in a temporary copy, resumable; the map of which tests execute which 
 tool of the checkout, not of the installed wheel."""
 import ast
 import json
+import os
 import re
 import runpy
 import sys
@@ -442,3 +443,46 @@ def test_the_check_is_not_in_the_wheel(monkeypatch):
     assert not any(p == "devtools" or p.startswith("devtools.") for p in packages)
     assert not [p for p in packages if (REPO / p.replace(".", "/") / "mutation.py").exists()]
     assert "from devtools.mutation import main" in (REPO / "scripts" / "mutation_check.py").read_text()
+
+
+def test_an_except_tuple_of_two_is_narrowed_each_way(tmp_path):
+    """The except class narrows a tuple of two as it does a longer one: each exception left out in turn."""
+    (tmp_path / "two.py").write_text("def read(path):\n    try:\n        return open(path).read()\n"
+                                     "    except (OSError, ValueError):\n        return ''\n")
+    got = {m.change for m in mutation.generate(tmp_path / "two.py", tmp_path) if m.kind == "except"}
+    assert got == {"(OSError, ValueError) -> ((OSError,))", "(OSError, ValueError) -> ((ValueError,))"}
+
+
+def test_the_durations_reader_takes_only_the_calls(tmp_path):
+    """recorded_seconds: a test's call phase from tests/durations.log, never its setup or teardown."""
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "durations.log").write_text(
+        "# a comment line\n  9.00s setup    tests/test_a.py::test_one\n  2.50s call     tests/test_a.py::test_one\n"
+        "  7.00s teardown tests/test_a.py::test_one\n  8.00s setup    tests/test_b.py::test_two\n")
+    assert mutation.recorded_seconds(tmp_path) == {"tests/test_a.py::test_one": 2.5}
+
+
+@pytest.mark.parametrize("status, failing, kept", [("timeout", [], False), ("failed", [], False),
+                                                   ("failed", ["tests/test_x.py::test_y"], True), ("passed", [], True)])
+def test_an_unmutated_fast_tier_that_times_out_stops_the_check(status, failing, kept, monkeypatch):
+    """fast_tier_baseline: the unmutated fast tier timed out, or failed without naming what failed, gives None (no
+    mutant is judged against it); one that failed naming its failures runs without them."""
+    output = "".join(f"FAILED {node} - AssertionError\n" for node in failing)
+    monkeypatch.setattr(mutation, "run_tests", lambda *a, **k: (status, 12.0, output))
+    got = mutation.fast_tier_baseline(REPO, log=lambda line: None)
+    assert (got is not None) == kept
+    if kept:
+        assert got == (12.0, ["tests", *(x for node in failing for x in ("--deselect", node))])
+
+
+def test_the_tracer_takes_its_root_from_pe_trace_root(tmp_path):
+    """devtools/trace_tests.py: the packages it records are those under PE_TRACE_ROOT (the copy the mutation check
+    traces), not under the folder of its output file PE_TRACE_OUT nor the working directory."""
+    import subprocess
+
+    root, out = tmp_path / "copy", tmp_path / "maps" / "map.json"
+    env = {**os.environ, "PE_TRACE_ROOT": str(root), "PE_TRACE_OUT": str(out), "PYTHONPATH": str(REPO)}
+    code = "import devtools.trace_tests as t; print(t._ROOT); print(*t._PACKAGES, sep='\\n')"
+    printed = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True,
+                             check=True).stdout.splitlines()
+    assert printed == [str(root.resolve()), *(str(root.resolve() / p) + os.sep for p in ("pe_plugin", "pe_tools"))]
