@@ -505,6 +505,28 @@ def test_a_job_whose_chain_fails_exits_1_and_a_bad_line_2(job_env, capsys):
     assert "error: line 2 of" in capsys.readouterr().out
 
 
+def test_a_job_whose_queue_copy_the_queue_refuses_exits_2_naming_its_line(job_env, tmp_path, capsys):
+    """A queue copy that the queue's parser refuses as a whole (here a method no recipe has): the job exits 2 with
+    the parser's reason and its line, no traceback."""
+    job, _ = job_env
+    snapshot = tmp_path / "queue.txt"
+    snapshot.write_text(snapshot.read_text().replace(" sape ", " no_such_method "))
+    assert job() == 2
+    out = capsys.readouterr().out
+    assert "[queue] error: line 1 of" in out and "no_such_method" in out, out
+
+
+def test_a_pin_that_is_no_commit_is_refused_before_anything_is_submitted(tiny_queue, tmp_path, capsys, monkeypatch):
+    """pe-queue run --slurm --pin REV where REV names no commit: exit 2 naming --pin and the fix, nothing exported
+    or written beside the queue file."""
+    monkeypatch.setenv("PE_QUEUE_CODE_ROOT", str(tmp_path / "code-root"))
+    q = tiny_queue()
+    assert queue_cli.main(["run", str(q), "--slurm", "--dry-run", "--pin", "no-such-commit"]) == 2
+    err = capsys.readouterr().err
+    assert "--pin no-such-commit: not a commit of" in err and "--code DIR" in err and "Traceback" not in err, err
+    assert not (tmp_path / "code-root").exists() and not q.with_name(q.name + ".slurm").exists()
+
+
 # ----------------------------------------------------------------------------------- one submitter per run
 def two_run_queue(tmp_path: Path, data_bin: Path, name: str = "q.txt", methods=("sape", "rope")) -> Path:
     table = pe_queue_runs.recipe(tmp_path, data_bin)

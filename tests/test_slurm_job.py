@@ -334,6 +334,8 @@ def test_status_names_a_truncated_state_file_as_unreadable(with_log, tmp_path, m
     ({"SLURM_JOB_ID": "102", "SLURM_ARRAY_JOB_ID": "100", "SLURM_ARRAY_TASK_ID": "2"}, "100_2"),  # an array's task
     ({"SLURM_JOB_ID": "100", "SLURM_ARRAY_JOB_ID": "100", "SLURM_ARRAY_TASK_ID": "0"}, "100_0"),  # holding the array's id
     ({}, "-"),  # outside SLURM
+    ({"SLURM_JOB_ID": "123", "SLURM_ARRAY_JOB_ID": "100"}, "123"),  # one array variable alone: not an array task
+    ({"SLURM_JOB_ID": "123", "SLURM_ARRAY_TASK_ID": "2"}, "123"),
 ])
 def test_a_job_names_itself_by_its_job_id_or_as_an_array_task(env, expected):
     """job_task, the name jobs.json, status and the job's own commands use: an array task is ARRAY_TASK (task 0

@@ -24,9 +24,11 @@ from .state import HEARTBEAT_SECONDS, MAX_STALLED_STARTS, OWN_ALIVE, TRANSITIONS
 def job_task(env=os.environ) -> str:
     """This job's id as jobs.json and status name it, and as every command the job runs on itself addresses it:
     ARRAY_TASK for an array task (SLURM gives the array's own id to one of its tasks, and a command given that id
-    acts on every task of the array), else the job id."""
-    return (f"{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}" if env.get("SLURM_ARRAY_TASK_ID")
-            else env.get("SLURM_JOB_ID", "-"))
+    acts on every task of the array), else the job id. Both array variables make an array task: one alone (an
+    environment exported in part from another job) leaves the job its own id."""
+    if env.get("SLURM_ARRAY_JOB_ID") and env.get("SLURM_ARRAY_TASK_ID"):
+        return f"{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}"
+    return env.get("SLURM_JOB_ID", "-")
 
 
 class JobState:
@@ -138,7 +140,7 @@ def job_main(argv=None) -> int:
     a = p.parse_args(argv)
     try:
         (run,) = [r for r in local.parse_queue(a.snapshot) if r.line == a.line]
-    except (local.QueueError, ValueError) as e:
+    except ValueError as e:  # the copy refused (QueueError is a ValueError), or no run on that line
         print(f"[queue] error: line {a.line} of {a.snapshot}: {e}", flush=True)
         return 2
     if a.gpus > 1:
