@@ -322,3 +322,34 @@ def test_nope_translation_is_permutation_invariant_and_sape_is_not(data_bin):
     sape, sape_direct = results["sape"]
     assert max(r["delta_nll_per_token_abs_max"] for r in sape["perturbations"].values()) > 1e-3
     assert sape_direct > 1e-3
+
+
+@pytest.mark.parametrize("shape", [(3, 4), (4, 3), (2, 2, 2), (4,)])
+def test_an_attention_map_that_is_not_square_is_refused(shape):
+    with pytest.raises(ValueError, match=r"an attention map must be square \(L, L\), got shape"):
+        ind.as_map(np.ones(shape))
+    assert ind.as_map(torch.eye(3)).shape == (3, 3)
+
+
+def test_word_groups_keep_a_last_word_left_open_by_bpe():
+    """Tokens grouped into words by BPE's "@@" continuation mark; a last token that still carries it (a sentence
+    cut inside a word) is a word of its own, not dropped."""
+    from pe_plugin.analysis.swap import word_groups
+
+    assert word_groups(["the", "ca@@", "t", "sat"]) == [[0], [1, 2], [3]]
+    assert word_groups(["a@@", "b", "c@@"]) == [[0, 1], [2]]
+    assert word_groups(["x@@"]) == [[0]]
+
+
+@pytest.mark.parametrize("n", [3, 4, 5, 9])
+def test_local_order_permutes_a_window_that_fits_even_one_as_long_as_the_sentence(n):
+    """A window of 3-5 consecutive words (among the sizes that fit: a sentence of 3 words takes a window of all 3)
+    is shuffled into another order; the words outside it keep their places. Fewer than 3 words: None."""
+    from pe_plugin.analysis.swap import local_order
+
+    for seed in range(20):
+        perm = local_order(n, random.Random(seed))
+        assert perm is not None and sorted(perm) == list(range(n)) and perm != list(range(n))
+        moved = [i for i, p in enumerate(perm) if p != i]
+        assert moved[-1] - moved[0] < 5
+    assert local_order(2, random.Random(0)) is None

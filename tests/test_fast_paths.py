@@ -459,3 +459,38 @@ def test_the_masked_cpu_attention_refuses_a_mask_with_the_causal_flag_as_pytorch
     with pytest.raises(RuntimeError) as mine:
         attention(q, k, v, mask, is_causal=True)
     assert str(mine.value) == str(torch_error.value)
+
+
+def test_the_masked_cpu_attention_leaves_dropout_and_a_mask_of_another_dtype_to_pytorch():
+    """modules/sdpa.attention with a float mask that needs a gradient takes its own fused path only where that path
+    computes what PyTorch computes: with attention dropout (training) the output is PyTorch's dropped-out one under
+    the same seed, not the undropped one; a float32 mask with bfloat16 queries (PyTorch takes it, the CPU kernel
+    wants one dtype) gives PyTorch's output and mask gradient."""
+    from pe_plugin.modules.sdpa import attention
+
+    torch.manual_seed(0)
+    q, k, v = torch.randn(3, 2, 2, 5, 4).unbind(0)
+    mask = torch.randn(1, 2, 5, 5, requires_grad=True)
+    torch.manual_seed(1)
+    got = attention(q, k, v, mask, dropout_p=0.5)
+    torch.manual_seed(1)
+    want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=0.5, scale=1.0)
+    torch.testing.assert_close(got, want)
+    assert not torch.allclose(got, attention(q, k, v, mask))  # dropout applied
+    half = [t.bfloat16() for t in (q, k, v)]
+    got = attention(*half, mask)
+    (g_mine,) = torch.autograd.grad(got.float().sum(), mask)
+    want = F.scaled_dot_product_attention(*half, attn_mask=mask, scale=1.0)
+    (g_torch,) = torch.autograd.grad(want.float().sum(), mask)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(g_mine, g_torch)
+
+
+
+def test_the_decoder_drops_its_padding_mask_only_for_right_padded_targets(data_bin):
+    """Under the causal mask a real query of a right-padded target sees no pad key, so the fast path leaves the
+    padding mask out there (pass_context); with --left-pad-target the pads stand before the real tokens and the
+    mask must stay: the decoder is told which (``right_padded``), from the flag."""
+    for extra, right in (([], True), (["--left-pad-target"], False)):
+        _, model, _ = pe_testing.build_model(data_bin, "transformer_rope_wmt_en_de", SMALL + extra)
+        assert model.decoder.right_padded is right, extra

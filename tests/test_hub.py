@@ -477,3 +477,21 @@ def test_the_checkpoints_named_are_those_of_the_run_and_of_its_subfolders_in_num
         (tmp_path / name).write_bytes(b"")
     assert pe_hub.checkpoints_in(str(tmp_path)) == ["checkpoint2.pt", "checkpoint10.pt",
                                                     os.path.join("gen", "checkpoint.avg5.pt")]
+
+
+def test_a_legacy_checkpoint_is_read_whole_where_it_cannot_be_memory_mapped(tmp_path):
+    """load_checkpoint(mmap=True) (how the hub reads a checkpoint's settings) on a file of torch's legacy format,
+    which torch refuses to memory-map: it is read whole instead, its values kept; a zip checkpoint cut short is
+    still an error (torch's RuntimeError, not hidden by the retry)."""
+    path = tmp_path / "legacy.pt"
+    torch.save({"cfg": {"task": {"source_lang": "fr"}}, "w": torch.arange(3)}, path,
+               _use_new_zipfile_serialization=False)
+    with pytest.raises(RuntimeError, match="mmap"):
+        torch.load(path, weights_only=True, mmap=True)
+    state = load_checkpoint(str(path), mmap=True)
+    assert state["cfg"]["task"]["source_lang"] == "fr" and state["w"].tolist() == [0, 1, 2]
+    cut = tmp_path / "cut.pt"
+    torch.save({"w": torch.zeros(64)}, cut)
+    cut.write_bytes(cut.read_bytes()[:-40])
+    with pytest.raises(RuntimeError, match="zip archive"):
+        load_checkpoint(str(cut), mmap=True)

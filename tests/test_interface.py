@@ -461,3 +461,32 @@ def test_the_registry_lists_the_encodings_in_the_method_tables_order():
     assert orders == sorted(orders) and len(set(orders)) == len(orders)
 
 
+
+
+@pytest.mark.parametrize("flag", ["static_kv", "before_softmax"])
+def test_pe_attention_refuses_each_call_it_does_not_implement(flag):
+    """PEAttention is self-attention with its own softmax: fairseq's static_kv (cross-attention's cached keys) and
+    before_softmax (the raw logits) are each refused, not silently ignored."""
+    attn = PEAttention(16, 4, ToyBias(None, _dims(dim=16)), layer=0)
+    x = torch.randn(5, 2, 16)
+    with pytest.raises(NotImplementedError, match="self-attention only"):
+        attn(x, x, x, **{flag: True})
+
+
+def test_pe_attention_returns_per_head_weights_when_asked_for_them_alone():
+    """need_head_weights=True (fairseq's alignment and analysis calls) returns the (H,B,Tq,Tk) probabilities even
+    with need_weights=False, as fairseq's MultiheadAttention does; their mean over heads is what need_weights
+    alone returns, and each row is the softmax of the naive reference's logits (sums to 1, zero at pads)."""
+    torch.manual_seed(0)
+    attn = PEAttention(16, 4, ToyBias(None, _dims(dim=16)), layer=0).eval()
+    x = torch.randn(6, 3, 16)
+    kpm = torch.zeros(3, 6, dtype=torch.bool)
+    kpm[0, :2] = True
+    _, heads = attn(x, x, x, key_padding_mask=kpm, need_weights=False, need_head_weights=True)
+    _, mean = attn(x, x, x, key_padding_mask=kpm, need_weights=True)
+    _, none = attn(x, x, x, key_padding_mask=kpm, need_weights=False)
+    assert none is None
+    assert heads is not None and heads.shape == (4, 3, 6, 6)
+    torch.testing.assert_close(heads.mean(0), mean)
+    torch.testing.assert_close(heads.sum(-1), torch.ones(4, 3, 6))
+    assert heads[:, 0, :, :2].abs().max() == 0

@@ -569,3 +569,20 @@ def test_dropout_then_embed_applies_the_slots_positions_once():
         torch.testing.assert_close(got, want, rtol=0, atol=0)
         assert not torch.equal(got, x)
         assert torch.equal(dropout(y), y)  # no positions left: dropout alone (the identity in eval mode)
+
+
+@pytest.mark.parametrize("dec_dim, dec_heads, ok", [(16, 2, True), (32, 4, True), (32, 2, False), (16, 4, False)])
+def test_posnet_attn_shares_kernels_only_between_stacks_of_one_head_size(dec_dim, dec_heads, ok):
+    """PosNet-Attn kernels shared by the encoder (dim 16, 2 heads: head size 8) and the decoder: the (d, d) kernels
+    fit a decoder of the same head size whatever its width (32 with 4 heads); another head size is refused, naming
+    --posnet-share none, not left to fail in a matrix product."""
+    cls = PE_REGISTRY["posnet_attn"]
+    cfg, shared = cls.config_cls(posnet_share="enc-dec"), {}
+    enc = cls.build(cfg, Dims(16, 2, 2, 32, 1, "encoder", 32), shared)
+    build_decoder = lambda: cls.build(cfg, Dims(dec_dim, dec_heads, 2, 32, 1, "decoder", 32), shared)  # noqa: E731
+    if ok:
+        assert build_decoder().kernels is enc.kernels
+    else:
+        with pytest.raises(ValueError, match=rf"kernels \(1 x 8x8\) do not fit the decoder's 2 layers of head dim "
+                                             rf"{dec_dim // dec_heads}; pass --posnet-share none"):
+            build_decoder()

@@ -518,3 +518,36 @@ def test_alibi_bias_is_float32_whatever_the_default_dtype(side, directional, def
                           for i in range(6)] for h in range(heads)], dtype=torch.float32).unsqueeze(0)
     assert bias.dtype == torch.float32
     torch.testing.assert_close(bias, want, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("heads", [0, -2])
+def test_alibi_without_heads_is_refused_by_name(heads):
+    """The slopes of a geometric sequence per head: no heads is the settings' error, named as such, not a math
+    domain error from the logarithm of 0 (or of a negative count)."""
+    from pe_plugin.encodings.alibi import alibi_slopes
+
+    with pytest.raises(ValueError, match=rf"ALiBi needs at least one attention head, got {heads}"):
+        alibi_slopes(heads)
+    assert alibi_slopes(1) == [2 ** -8] and alibi_slopes(2) == [2 ** -4, 2 ** -8]  # the paper's sequence
+
+
+@pytest.mark.parametrize("extra", [1, 2, 9])
+@pytest.mark.parametrize("padded", [False, True])
+def test_rope_angles_one_past_its_table_are_the_closed_form_ones(extra, padded):
+    """A RoPE built for 8 positions (its tables' first size) given 8 + extra positions, one past the table and
+    more, with and without padding (a slice of the tables vs a gather): cos and sin of p theta_i, theta_i =
+    base^(-2i/r), in float64 and rounded to float32 as the tables store them."""
+    pe = make_pe("rope", dim=16, heads=2, max_positions=8)
+    assert pe.cos.size(0) == 8
+    t = 8 + extra
+    nonpad = torch.ones(2, t, dtype=torch.bool)
+    if padded:
+        nonpad[1, :3] = False  # left padding: row 1 has positions 0..t-4
+    pos = Positions.from_mask(nonpad if padded else None, t, t, "cpu")
+    cos, sin = pe.prepare(pos, torch.float32)
+    r = pe.rotary_dim
+    theta = 10000.0 ** (-torch.arange(0, r, 2, dtype=torch.float64) / r)
+    p = Positions.from_padding(nonpad if padded else None, t, "cpu").double()  # (B|1, T)
+    angles = p.unsqueeze(-1) * theta  # (B|1, T, r/2)
+    torch.testing.assert_close(cos.squeeze(1), torch.cos(angles).float().expand_as(cos.squeeze(1)), rtol=0, atol=0)
+    torch.testing.assert_close(sin.squeeze(1), torch.sin(angles).float().expand_as(sin.squeeze(1)), rtol=0, atol=0)

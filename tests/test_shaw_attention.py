@@ -8,8 +8,8 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from pe_shaw import C, CONFIGS, H, core_inputs, make, padded
-from pe_testing import OpLog
+from pe_shaw import C, CONFIGS, H, LAYERS, core_inputs, make, padded
+from pe_testing import OpLog, make_pe
 
 from pe_plugin.encodings.shaw import shaw_attention
 
@@ -173,3 +173,77 @@ def test_as_heads_puts_each_token_of_each_batch_row_in_its_head(memory, transpos
             for bb in range(b):
                 want[hh, tt * b + bb] = x[bb, hh, tt]
     torch.testing.assert_close(out, want.mT if transpose else want, rtol=0, atol=0)
+
+
+def dropped_outputs(side, causal, train=True, retain=False, p=0.3):
+    """One padded batch through a layer with attention dropout ``p`` on each path: the core (need_weights=False),
+    the explicit product of the fast path (need_weights=True) and the reference path, each drawing its dropout
+    mask after the same seed (the core's native_dropout and fairseq's F.dropout draw the same Bernoulli mask on a
+    CPU); and the same layer without dropout."""
+    x, pad = padded(side)
+    mask = torch.full((x.size(0),) * 2, float("-inf"), dtype=x.dtype).triu(1) if causal else None
+    outs = {}
+    for name, impl, weights in (("core", "auto", False), ("explicit", "auto", True), ("reference", "reference", False)):
+        attn = make("per_head", side, impl).train(train)
+        attn.dropout_module.p, attn.dropout_module.apply_during_inference = p, retain
+        torch.manual_seed(5)
+        outs[name] = attn(x, x, x, key_padding_mask=pad, attn_mask=mask, need_weights=weights)[0][~pad.t()]
+    attn.dropout_module.p = 0.0
+    outs["none"] = attn(x, x, x, key_padding_mask=pad, attn_mask=mask, need_weights=False)[0][~pad.t()]
+    return outs
+
+
+@pytest.mark.parametrize("side,causal", [("encoder", False), ("decoder", True)])
+def test_with_attention_dropout_every_path_takes_the_value_term_of_the_dropped_probabilities(side, causal):
+    """Training with --attention-dropout: z = a v + p2b(a) W^V with a = dropout(p), on the core and on the explicit
+    product (need_weights, the reference path) alike; a value term of the undropped p would differ."""
+    outs = dropped_outputs(side, causal)
+    assert not torch.allclose(outs["core"], outs["none"])  # dropout applied
+    torch.testing.assert_close(outs["explicit"], outs["core"], rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(outs["reference"], outs["core"], rtol=1e-10, atol=1e-10)
+
+
+def test_dropout_retained_at_inference_is_applied_on_every_path():
+    """fairseq's --retain-dropout (``apply_during_inference``): a layer in eval mode still drops attention, on the
+    core as on the reference path; without the flag eval mode drops nothing."""
+    outs = dropped_outputs("encoder", False, train=False, retain=True)
+    assert not torch.allclose(outs["core"], outs["none"])
+    torch.testing.assert_close(outs["reference"], outs["core"], rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(outs["explicit"], outs["core"], rtol=1e-10, atol=1e-10)
+    plain = dropped_outputs("encoder", False, train=False, retain=False)
+    for name in ("core", "explicit", "reference"):
+        torch.testing.assert_close(plain[name], plain["none"], rtol=1e-10, atol=1e-10)
+
+
+def test_positions_given_as_values_take_the_pytorch_core_even_under_triton():
+    """The Triton kernels compute each pair's distance from its columns (queries the last Tq of the Tk keys), so
+    positions given as values (``Positions(q, k)``, e.g. probing a shuffled order) take the PyTorch core whatever
+    --pe-attention-impl says: the same output as the core with impl auto, and no refusal on a CPU without Triton's
+    interpreter. The positions here are not columns: keys 0..6, queries at 6, 2, 4, 0, 5."""
+    from pe_plugin.encoding_parts.base import Positions
+
+    pe = make("per_head", "encoder", "auto").pe
+    q, k, v, *_ = core_inputs(b=3, h=H, tq=5, tk=7, d=D, k=3)
+    pos = Positions(torch.tensor([[6, 2, 4, 0, 5]]), torch.arange(7).unsqueeze(0))
+    assert not pos.columns
+    ctx = pe.prepare(pos, torch.double)
+    want = pe.attention_core(q, k, v, [], 0.0, ctx, 1)
+    pe.attention_impl = "triton"
+    torch.testing.assert_close(pe.attention_core(q, k, v, [], 0.0, ctx, 1), want, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("per_head, shared, heads", [(False, False, 1), (True, False, H), (True, True, 1),
+                                                      (False, True, 1)])
+def test_shared_heads_wins_over_per_head_however_the_encoding_is_made(per_head, shared, heads):
+    """--rpe-shared-heads gives one table per layer even with --rpe-per-head on: built as the model builds it (its
+    configuration then says per_head off) and constructed directly from a configuration with both on."""
+    from pe_plugin.encoding_parts.base import Dims
+    from pe_plugin.encodings import PE_REGISTRY
+
+    pe = make_pe("rpe", dim=C, heads=H, layers=LAYERS, rpe_max_relative_position=2, rpe_per_head=per_head,
+                 rpe_shared_heads=shared)
+    direct = PE_REGISTRY["rpe"](pe.config_cls(rpe_max_relative_position=2, rpe_per_head=per_head,
+                                              rpe_shared_heads=shared), Dims(C, H, LAYERS, 64, 1, "encoder"))
+    for made in (pe, direct):
+        assert made.key_table.shape == made.value_table.shape == (LAYERS, heads, 5, D)
+    assert pe.cfg.rpe_per_head == (heads == H)
