@@ -448,3 +448,39 @@ def test_the_limit_reads_the_device_only_beyond_lmax_and_warns_once(caplog):
         pe.check_length(positions(7))  # warned already: no read, no second warning
     assert len(reads) == 2
     assert sum("exceeds its 4 positions" in r.getMessage() for r in caplog.records) == 1
+
+
+# ---- decode_limits: the sizes of a binarised split, their description, the hypotheses' lengths -----------------
+def test_split_sizes_are_each_sides_token_counts_in_either_direction_of_the_files(tmp_path):
+    """The token counts per sentence of a binarised split, per side: files of en-de written here with fairseq's
+    own builder (sentences of 3, 5, 2 tokens in English, 4, 1, 6 in German); asked en-de, the files' direction;
+    asked de-en, the same files read the other way round, each side's counts where that side is asked."""
+    from fairseq.data import indexed_dataset
+
+    counts = {"en": [3, 5, 2], "de": [4, 1, 6]}
+    for lang, sizes in counts.items():
+        prefix = str(tmp_path / f"test.en-de.{lang}")
+        builder = indexed_dataset.MMapIndexedDatasetBuilder(prefix + ".bin", dtype=np.int32)
+        for n in sizes:
+            builder.add_item(torch.arange(4, 4 + n, dtype=torch.int32))
+        builder.finalize(prefix + ".idx")
+    for src, tgt in (("en", "de"), ("de", "en")):
+        sizes = decode_limits.split_sizes(str(tmp_path), "test", src, tgt)
+        assert [s.tolist() for s in sizes] == [counts[src], counts[tgt]], (src, tgt)
+    with pytest.raises(FileNotFoundError, match=r"no binarised test split of en-fr: looked for .*test\.en-fr\.en\.idx"):
+        decode_limits.split_sizes(str(tmp_path), "test", "en", "fr")
+
+
+@pytest.mark.parametrize("n, more", [(2, ""), (3, ""), (4, " and 1 more"), (6, " and 3 more")])
+def test_describe_names_the_first_ids_and_counts_only_those_left_out(n, more):
+    ids = list(range(n))
+    text = decode_limits.describe(ids, {i: f"{i + 9} tokens" for i in ids}, shown=3)
+    assert text == ", ".join(f"{i} ({i + 9} tokens)" for i in ids[:3]) + more
+
+
+def test_hypothesis_lengths_read_each_sentences_best_hypothesis():
+    """fairseq-generate --nbest 2 prints each sentence's hypotheses best first: the length (scores on its P- line)
+    is the first one's, whatever the order of the sentences."""
+    out = "\n".join(["S-1\ta b", "H-1\t-0.1\tx y", "P-1\t-0.1 -0.2 -0.3", "H-1\t-0.5\tx", "P-1\t-0.4 -0.5",
+                     "S-0\tc", "H-0\t-0.2\tz", "P-0\t-0.2 -0.1", "H-0\t-0.9\tz z z", "P-0\t-1 -1 -1 -1"])
+    assert decode_limits.hypothesis_lengths(out) == {1: 3, 0: 2}
