@@ -41,6 +41,16 @@ def aligned(mask: Tensor) -> Tensor:
     return F.pad(mask, (0, extra))[..., :mask.size(-1)]  # (..., Tk8) -> (..., Tk), a view
 
 
+def no_empty_rows(mask: Tensor) -> Tensor:
+    """``mask`` (B, H|1, Tq, Tk) with no query row masked at every key: such a row is a pad position of a left-padded
+    target under the causal mask (every key it may see is a pad), and its softmax would be NaN, which the next layer
+    carries to the real tokens (0 x NaN) and the backward pass to every weight. The row sees every key instead
+    (0 everywhere: finite, uniform weights). No real query reads a pad position (its key stays masked) and the loss
+    skips pad targets, so the real tokens' outputs and gradients are those of the right-padded batch."""
+    empty = torch.isneginf(mask).all(dim=-1, keepdim=True)  # (B, H|1, Tq, 1)
+    return mask.masked_fill(empty, 0.0)
+
+
 class PassContext:
     def __init__(self, pe: PositionalEncoding, *, right_padded: bool = False, reference: bool = False):
         self.pe, self.right_padded, self.reference = pe, right_padded, reference
@@ -98,6 +108,8 @@ class PassContext:
             pad = pad.bool().view(b, 1, 1, tk)
             mask = pad.new_zeros(b, 1, 1, tk, dtype=dtype) if mask is None else mask
             mask = mask.masked_fill(pad, float("-inf"))  # (B, H|1, Tq|1, Tk)
+            if causal:
+                mask = no_empty_rows(mask)
         while mask.dim() < 4:
             mask = mask.unsqueeze(0)
         self.mask = aligned(mask)
@@ -115,4 +127,6 @@ class PassContext:
             pad = key_padding_mask.bool().view(bsz, 1, 1, src_len)
             mask = torch.zeros(bsz, 1, 1, src_len, dtype=dtype, device=pad.device) if mask is None else mask
             mask = mask.masked_fill(pad, float("-inf"))
+            if attn_mask is not None:
+                mask = no_empty_rows(mask)
         return None if mask is None else mask.to(dtype)
