@@ -4,8 +4,10 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 # test processes (pytest-xdist); each test file runs in one of them, so its module fixtures are built once;
-# one torch thread each, so that two processes do not fight over two cores
-WORKERS ?= 2
+# one torch thread each. Three on two cores: while one waits (a SLURM job, a tool's subprocess, a training held
+# stopped until a time limit) the others use its core (an idle 2-core machine: 747 s with three, 816 s with two,
+# docs/dev/timings.md)
+WORKERS ?= 3
 TEST_THREADS ?= 1
 
 .PHONY: setup test test-fast demo length clean

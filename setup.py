@@ -15,11 +15,13 @@ setup(
     python_requires=">=3.11",
     # fairseq is installed by scripts/setup_env.sh (ve-fairseq 0.12.3 --no-deps); listing it here would pull
     # torchaudio and another torch.
-    # sacrebleu below 2.7: pe_tools/scoring/ngram.py reads a metric's sufficient statistics through its private
-    # _extract_corpus_statistics (the public API gives only scores), written against 2.6; a new minor may change it
+    # sacrebleu below 2.7: pe_tools/scoring/ngram.py and significance.py read a metric's sufficient statistics
+    # through its private _extract_corpus_statistics (the public API gives only scores), and significance.py's
+    # paired bootstrap reproduces sacrebleu.significance's with its private helpers, written against 2.6 and tested
+    # against it bit for bit (tests/test_evaluate.py); a new minor may change them
     install_requires=["sacrebleu>=2.3,<2.7", "sacremoses", "subword-nmt", "sentencepiece", "regex", "tqdm"],
     # triton: the tests run the Triton kernels on the CPU in its interpreter (PyTorch's CUDA wheels ship it already);
-    # pytest-xdist: `make test` runs the suite in two processes (most of its time is Python starting tools)
+    # pytest-xdist: `make test` runs the suite in three processes (most of its time is Python starting tools)
     extras_require={"dev": ["pytest", "pytest-xdist", "triton"], "plots": ["matplotlib"]},
     entry_points={"console_scripts": [
         "pe-prepare = pe_tools.data.cli:main",

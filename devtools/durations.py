@@ -1,7 +1,7 @@
 """Write tests/durations.log from the output of a whole-suite run with ``--durations=0``.
 
     # in a fresh clone that finds the Multi30k test set (docs/dev/testing.md):
-    PYTEST_ADDOPTS="--durations=0 -rf" CI=true bash .ci/run 2>&1 | tee ci.out
+    WORKERS=2 PYTEST_ADDOPTS="--durations=0 -rf" CI=true bash .ci/run 2>&1 | tee ci.out
     python -m devtools.durations ci.out --commit "$(git -C CLONE rev-parse --short HEAD)" --machine "..."
 
 The log keeps the previous log's per-file seconds as a second column (compare within a column only: machines of
@@ -39,10 +39,9 @@ def render(output: str, previous: str, commit: str, machine: str) -> str:
     lines = [
         "# Durations of the whole suite (measure before cutting, and after)",
         "#",
-        f"# Command: PYTEST_ADDOPTS=\"--durations=0 -rf\" CI=true bash .ci/run on a fresh clone of {commit} (make "
-        "test's command",
-        "# plus --durations=0), the clone finding the Multi30k test set (docs/dev/testing.md), so the needs_multi30k",
-        "# tests ran.",
+        f"# Command: WORKERS=2 PYTEST_ADDOPTS=\"--durations=0 -rf\" CI=true bash .ci/run on a fresh clone of {commit}",
+        "# (make test's command plus --durations=0, in two test processes), the clone finding the Multi30k test set",
+        "# (docs/dev/testing.md), so the needs_multi30k tests ran.",
         f"# Machine: {machine}.",
         f"# Result: {result[-1] if result else 'no result line found'}.",
         f"# The second column is the previous log's ({previous_commit(previous)}): compare within a column only.",

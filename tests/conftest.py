@@ -9,7 +9,7 @@ import pe_testing  # noqa: E402
 
 
 def pytest_configure(config):
-    # pytest-xdist (make test: -n 2 --dist loadfile) hands out test files in the collection's order, which
+    # pytest-xdist (make test: -n WORKERS --dist loadfile) hands out test files in the collection's order, which
     # pytest_collection_modifyitems sets, longest first; its own reordering (files with the most tests first) is off
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False
