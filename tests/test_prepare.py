@@ -661,6 +661,17 @@ def test_each_kind_of_damaged_archive_is_reported_corrupt(tmp_path, name, how, t
         verify(path, archive)
 
 
+def failing_once(tmp_path, status: int):
+    """A local server of corpus.tgz (2 KiB) whose first answer is HTTP ``status``: the file's bytes, the server
+    (close it) and the path of the download's part file."""
+    blob = bytes(range(256)) * 8
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "corpus.tgz").write_bytes(blob)
+    server = Server(tmp_path / "site")
+    server.fail_once["/corpus.tgz"] = status
+    return blob, server, tmp_path / "corpus.tgz.part"
+
+
 @pytest.mark.parametrize("status, retried", [(500, True), (503, True), (408, True), (429, True), (404, False),
                                              (499, False)])
 def test_a_server_error_is_retried_and_a_client_error_is_refused_at_once(tmp_path, status, retried):
@@ -668,12 +679,7 @@ def test_a_server_error_is_retried_and_a_client_error_is_refused_at_once(tmp_pat
     the last below 500, and 404) is refused at once naming the fix, with no second request."""
     from pe_tools.data.download import Archive, PrepareError, download
 
-    blob = bytes(range(256)) * 8
-    (tmp_path / "site").mkdir()
-    (tmp_path / "site" / "corpus.tgz").write_bytes(blob)
-    server = Server(tmp_path / "site")
-    server.fail_once["/corpus.tgz"] = status
-    part = tmp_path / "corpus.tgz.part"
+    blob, server, part = failing_once(tmp_path, status)
     try:
         if retried:
             download(f"{server.url}/corpus.tgz", part, Archive("corpus", "unused", "corpus.tgz", len(blob)),
@@ -695,12 +701,7 @@ def test_an_http_error_on_a_resumed_download_keeps_the_partial_file(tmp_path, st
     refused at once; neither deletes the partial file nor starts the file over."""
     from pe_tools.data.download import Archive, PrepareError, download
 
-    blob = bytes(range(256)) * 8
-    (tmp_path / "site").mkdir()
-    (tmp_path / "site" / "corpus.tgz").write_bytes(blob)
-    server = Server(tmp_path / "site")
-    server.fail_once["/corpus.tgz"] = status
-    part = tmp_path / "corpus.tgz.part"
+    blob, server, part = failing_once(tmp_path, status)
     third = len(blob) // 3
     part.write_bytes(blob[:third])
     archive = Archive("corpus", "unused", "corpus.tgz", len(blob))
