@@ -153,27 +153,41 @@ def decode_flags(equal_length=None) -> list:
 
 def generate_argv(pe: str, checkpoint, data, subset: str, pair: str, device: str, equal_length=None, extra=()) -> list:
     """fairseq-generate's arguments for row ``pe`` (``--user-dir`` for the plugin's rows, none for STOCK): the
-    decode flags, ``--cpu`` on a CPU or ``--fp16`` on CUDA as pe-generate decodes, ``--num-workers 0``, then
-    ``extra`` (they win). The batches are read in this process: a decode here leaves fairseq's loader worker
-    behind, and reaping it takes torch's 5 s status interval at the next garbage collection, every decode; the
-    figures are timed inside the search, so where the batches are read is outside them either way."""
+    decode flags, ``--cpu`` on a CPU or ``--fp16`` on CUDA as pe-generate decodes, then ``extra`` (they win)."""
     from ..recipes.train import merge_flags
 
     src, tgt = pair.split("-")
     plugin = [] if pe == STOCK else ["--user-dir", plugin_dir()]
     flags = merge_flags(["--path", str(checkpoint), "--gen-subset", subset, "--source-lang", src,
                          "--target-lang", tgt], decode_flags(equal_length),
-                        ["--cpu"] if device == "cpu" else ["--fp16"], ["--num-workers", "0"], list(extra))
+                        ["--cpu"] if device == "cpu" else ["--fp16"], list(extra))
     return [str(data), *plugin, *flags]
+
+
+# torch's status interval while a decode's loader worker lives: fairseq-generate in this process leaves its worker
+# to the next garbage collection, whose shutdown then waits this long for it (torch's default, 5 s, every decode)
+LOADER_STATUS_S = 0.1
 
 
 def decode_once(argv, cuda: bool) -> dict:
     """One fairseq-generate run (``argv``: its arguments) in this process under a StepMeter: its figures, its peak
     memory (CUDA: allocated; a CPU: the process's RSS high-water mark, and the part above the RSS before it) and its
-    hypotheses (``H-`` lines, in sentence order). Raises RuntimeError when fairseq-generate fails."""
-    import torch
+    hypotheses (``H-`` lines, in sentence order). Raises RuntimeError when fairseq-generate fails. Its loader worker
+    (users' --num-workers) is reaped before it returns, at LOADER_STATUS_S."""
+    from torch.utils.data import _utils as loader_utils
 
     from ..recipes.generate import fairseq_generate
+
+    interval, loader_utils.MP_STATUS_CHECK_INTERVAL = loader_utils.MP_STATUS_CHECK_INTERVAL, LOADER_STATUS_S
+    try:
+        return _decode_once(argv, cuda, fairseq_generate)
+    finally:
+        gc.collect()  # the decode's loader worker, reaped here (outside the figures) at the interval above
+        loader_utils.MP_STATUS_CHECK_INTERVAL = interval
+
+
+def _decode_once(argv, cuda: bool, fairseq_generate) -> dict:
+    import torch
 
     gc.collect()
     if cuda:
